@@ -1,0 +1,1 @@
+"""The command line: parses arguments, calls one core function, renders the result."""

@@ -1,0 +1,97 @@
+"""Options defined once and shared: the global ones work before and after the command name."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from lorafleet.inventory import Inventory, load_inventory
+from lorafleet.inventory.loader import default_inventory_path
+from lorafleet.paths import default_state_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Settings:
+    """Global settings gathered from the group and the command; the last one given wins."""
+
+    inventory: str | None = None
+    state: str | None = None
+    verbose: int = 0
+    _loaded: dict[str, Inventory] = field(default_factory=dict)
+
+    @property
+    def inventory_path(self) -> str:
+        return self.inventory or default_inventory_path()
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state) if self.state else default_state_path()
+
+    def load_inventory(self) -> Inventory:
+        path = self.inventory_path
+        if path not in self._loaded:
+            self._loaded[path] = load_inventory(path)
+        return self._loaded[path]
+
+
+def settings(ctx: click.Context | None = None) -> Settings:
+    ctx = ctx or click.get_current_context()
+    return ctx.ensure_object(Settings)
+
+
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is None or (value == 0 and param.name == "verbose"):
+        return value
+    s = settings(ctx)
+    if param.name == "verbose":
+        s.verbose += value
+        logging.getLogger("lorafleet").setLevel(logging.DEBUG if s.verbose > 1 else logging.INFO)
+    else:
+        setattr(s, param.name or "", value)
+    return value
+
+
+def global_options(with_env: bool) -> Callable[[F], F]:
+    """-i/--state/-v on the group (with env and defaults) and again on each command (overrides)."""
+
+    def decorate(f: F) -> F:
+        f = click.option(
+            "-v",
+            "--verbose",
+            count=True,
+            expose_value=False,
+            callback=_store,
+            is_eager=True,
+            help="More detail on stderr (repeat for debug).",
+        )(f)
+        f = click.option(
+            "--state",
+            type=click.Path(dir_okay=False),
+            expose_value=False,
+            callback=_store,
+            envvar="LORAFLEET_STATE" if with_env else None,
+            help="State database (SQLite). [env: LORAFLEET_STATE; default: ~/.local/state/lorafleet/state.db]",
+        )(f)
+        f = click.option(
+            "-i",
+            "--inventory",
+            type=click.Path(),
+            expose_value=False,
+            callback=_store,
+            envvar="LORAFLEET_INVENTORY" if with_env else None,
+            help="Inventory YAML file or folder. [env: LORAFLEET_INVENTORY; default: ./lorafleet.yaml]",
+        )(f)
+        return f
+
+    return decorate
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON with a stable shape instead of tables.")(f)

@@ -1,0 +1,16 @@
+"""The fleet as data: load and validate an inventory, resolve inheritance, size adapters."""
+
+from lorafleet.inventory.loader import default_inventory_path, load_inventory
+from lorafleet.inventory.model import Adapter, BaseModel, Engine, Host, Inventory, LoadModel, Tenant
+
+__all__ = [
+    "Adapter",
+    "BaseModel",
+    "Engine",
+    "Host",
+    "Inventory",
+    "LoadModel",
+    "Tenant",
+    "default_inventory_path",
+    "load_inventory",
+]

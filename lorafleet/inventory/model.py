@@ -1,0 +1,178 @@
+"""The resolved fleet: frozen values with every default, range and inheritance already applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lorafleet.units import MIB
+
+PROVIDERS = (
+    "aws",
+    "gcp",
+    "azure",
+    "oci",
+    "coreweave",
+    "lambda",
+    "runpod",
+    "nebius",
+    "crusoe",
+    "vast",
+    "paperspace",
+    "kubernetes",
+    "onprem",
+)
+ENGINE_KINDS = ("vllm", "sglang")
+CONNECTIONS = ("ssh", "local")
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How to reach a host over SSH; unset fields fall back to `~/.ssh/config`, then OpenSSH's defaults."""
+
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    config: str = "~/.ssh/config"
+    jump: str | None = None
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 30.0
+    password_env: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """Cold load = fixed overhead + disk read + host-to-device copy; a host-cached adapter pays the copy only."""
+
+    load_fixed_ms: float = 15.0
+    disk_gbps: float = 3.0
+    h2d_gbps: float = 25.0
+
+    def cold_ms(self, size_bytes: int) -> float:
+        return self.load_fixed_ms + size_bytes / (self.disk_gbps * 1e9) * 1e3 + self.copy_ms(size_bytes)
+
+    def copy_ms(self, size_bytes: int) -> float:
+        return size_bytes / (self.h2d_gbps * 1e9) * 1e3
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    id: str
+    name: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One serving process. `gpu_slots` is the GPU tier, `host_slots` the host-memory cache (None = no cap)."""
+
+    host: str
+    name: str
+    kind: str
+    url: str
+    base_model: str
+    gpus: tuple[int, ...]
+    gpu_slots: int
+    host_slots: int | None
+    max_lora_rank: int | None
+    lora_budget_bytes: int | None
+    api_key_env: str | None
+    load: LoadModel
+    request_timeout_s: float
+    source: str
+
+    @property
+    def key(self) -> str:
+        """The fleet-wide name, `HOST/ENGINE`."""
+        return f"{self.host}/{self.name}"
+
+    @property
+    def lora_budget_mb(self) -> float | None:
+        return None if self.lora_budget_bytes is None else self.lora_budget_bytes / MIB
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    provider: str
+    connection: str
+    address: str
+    gpus: int | None
+    gpu_model: str | None
+    region: str | None
+    site: str | None
+    instance_type: str | None
+    group: str | None
+    ssh: SshSettings
+    nvidia_smi: str
+    engines: tuple[Engine, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Adapter:
+    id: str
+    base_model: str
+    path: str
+    rank: int
+    target_modules: tuple[str, ...]
+    tenants: tuple[str, ...]
+    files: str | None
+    size_bytes: int
+    size_source: str  # "measured" or "estimated"
+    source: str
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    tier: str | None
+    pinned: tuple[str, ...]
+    workflows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One gateway access log and where each request field lives in its records."""
+
+    path: str
+    format: str  # "jsonl" or "nginx"
+    fields: dict[str, str]
+    log_format: str | None = None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    fleet: str | None
+    sources: tuple[str, ...]
+    base_models: dict[str, BaseModel]
+    hosts: tuple[Host, ...]
+    adapters: dict[str, Adapter]
+    tenants: dict[str, Tenant]
+    gateway_logs: tuple[LogSource, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def engines(self) -> tuple[Engine, ...]:
+        return tuple(e for h in self.hosts for e in h.engines)
+
+    def engine(self, key: str) -> Engine | None:
+        return next((e for e in self.engines if e.key == key), None)
+
+    def host(self, name: str) -> Host | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+    def engines_for(self, base_model: str) -> tuple[Engine, ...]:
+        return tuple(e for e in self.engines if e.base_model == base_model)

@@ -1,0 +1,153 @@
+"""YAML reading that remembers where every value came from.
+
+PyYAML's `safe_load` forgets line numbers and silently keeps the last of two duplicate keys. We compose
+the node tree ourselves and build plain dicts and lists that also carry the line of each key and item,
+so that validation can name `file:line` for every field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lorafleet.errors import Problem
+
+
+class LDict(dict):
+    """A mapping that remembers its file, its own line and the file and line of each key."""
+
+    file: str
+    line: int
+    key_lines: dict[Any, int]
+    key_files: dict[Any, str]
+
+
+class LList(list):
+    """A sequence that remembers its file, its own line and the file and line of each item."""
+
+    file: str
+    line: int
+    item_lines: list[int]
+    item_files: list[str]
+
+
+def new_ldict(file: str, line: int) -> LDict:
+    out = LDict()
+    out.file, out.line, out.key_lines, out.key_files = file, line, {}, {}
+    return out
+
+
+def new_llist(file: str, line: int) -> LList:
+    out = LList()
+    out.file, out.line, out.item_lines, out.item_files = file, line, [], []
+    return out
+
+
+def where(container: Any, key: Any = None) -> tuple[str | None, int | None]:
+    """(file, line) of `container[key]`, or of the container itself when key is None."""
+    file = getattr(container, "file", None)
+    line = getattr(container, "line", None)
+    if key is None:
+        return file, line
+    if isinstance(container, LDict) and key in container.key_lines:
+        return container.key_files.get(key, file), container.key_lines[key]
+    if isinstance(container, LList) and isinstance(key, int) and 0 <= key < len(container.item_lines):
+        return container.item_files[key], container.item_lines[key]
+    return file, line
+
+
+class _Builder:
+    def __init__(self, file: str, loader: yaml.SafeLoader, problems: list[Problem]) -> None:
+        self.file = file
+        self.loader = loader
+        self.problems = problems
+
+    def build(self, node: yaml.Node, path: str) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            out = new_llist(self.file, node.start_mark.line + 1)
+            for i, item in enumerate(node.value):
+                out.append(self.build(item, f"{path}[{i}]"))
+                out.item_lines.append(item.start_mark.line + 1)
+                out.item_files.append(self.file)
+            return out
+        return self.loader.construct_object(node, deep=True)
+
+    def _mapping(self, node: yaml.MappingNode, path: str) -> LDict:
+        out = new_ldict(self.file, node.start_mark.line + 1)
+        own: set[Any] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                # `<<: *anchor` merges an anchored mapping; explicit keys win over merged ones.
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for src in sources:
+                    merged = self.build(src, path)
+                    if isinstance(merged, dict):
+                        for k, v in merged.items():
+                            if k not in own:
+                                out[k] = v
+                                out.key_lines[k] = key_node.start_mark.line + 1
+                                out.key_files[k] = self.file
+                continue
+            key = self.loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                self.problems.append(Problem(self.file, line, path, "mapping keys must be plain names"))
+                continue
+            if key in own:
+                first = out.key_lines[key]
+                self.problems.append(
+                    Problem(self.file, line, _join(path, key), f"duplicate key (first defined on line {first})")
+                )
+                continue
+            own.add(key)
+            out[key] = self.build(value_node, _join(path, key))
+            out.key_lines[key] = line
+            out.key_files[key] = self.file
+        return out
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem]]:
+    """Parse one YAML file into line-aware values; problems are returned, never raised."""
+    file = display or str(path)
+    problems: list[Problem] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [Problem(file, None, "", "no such file")]
+    except IsADirectoryError:
+        return None, [Problem(file, None, "", "is a folder, expected a YAML file")]
+    except UnicodeDecodeError as exc:
+        return None, [Problem(file, None, "", f"not UTF-8 text ({exc.reason})")]
+    except OSError as exc:
+        return None, [Problem(file, None, "", f"cannot read: {exc.strerror}")]
+    for number, text_line in enumerate(text.splitlines(), start=1):
+        indent = text_line[: len(text_line) - len(text_line.lstrip(" \t"))]
+        if "\t" in indent:
+            problems.append(Problem(file, number, "", "tab in indentation; YAML indents with spaces only"))
+    if problems:
+        return None, problems
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, [Problem(file, None, "", "the file is empty")]
+        return _Builder(file, loader, problems).build(node, ""), problems
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        what = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem:
+            what = f"{exc.problem} ({exc.context})"
+        return None, [Problem(file, line, "", f"invalid YAML: {what}")]
+    except yaml.YAMLError as exc:
+        return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
+    finally:
+        loader.dispose()

@@ -1,0 +1,132 @@
+"""The CLI frame: global options in either position, one-line errors, exit codes, completions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lorafleet import __version__
+from lorafleet.cli.completion import SHELLS
+from tests.conftest import INVENTORIES, ROOT
+
+DEMO = str(INVENTORIES / "demo.yaml")
+
+
+def test_version(run_cli) -> None:
+    result = run_cli("--version")
+    assert result.exit_code == 0 and __version__ in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-i", DEMO, "inventory", "check"],
+        ["inventory", "check", "-i", DEMO],
+        ["--inventory", "/nonexistent.yaml", "inventory", "check", "--inventory", DEMO],
+    ],
+)
+def test_global_options_before_and_after_the_command(args: list[str], run_cli) -> None:
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.stderr
+    assert "fleet demo" in result.stdout
+
+
+def test_inventory_from_environment(run_cli) -> None:
+    result = run_cli("inventory", "check", env={"LORAFLEET_INVENTORY": DEMO})
+    assert result.exit_code == 0 and "fleet demo" in result.stdout
+
+
+def test_default_inventory_is_lorafleet_yaml_in_cwd(run_cli, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("inventory", "check")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0] == "error: inventory 'lorafleet.yaml' not found"
+    (tmp_path / "lorafleet.yaml").write_text((INVENTORIES / "demo.yaml").read_text())
+    assert run_cli("inventory", "check").exit_code == 0
+
+
+def test_usage_errors_are_one_line_and_exit_2(run_cli) -> None:
+    result = run_cli("inventory", "check", "--bogus")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: No such option '--bogus'")
+    assert "Traceback" not in result.stderr
+    result = run_cli("nosuchcommand")
+    assert result.exit_code == 2 and result.stderr.startswith("error: No such command 'nosuchcommand'")
+
+
+def test_debug_env_shows_the_traceback(write_yaml) -> None:
+    env = {**os.environ, "LORAFLEET_DEBUG": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lorafleet", "inventory", "check", "-i", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "lorafleet", "inventory", "check", "-i", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_show_json_shape(run_cli) -> None:
+    result = run_cli("inventory", "show", "--json", "-i", str(INVENTORIES / "reference.yaml"))
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    host = data["hosts"][0]
+    assert host["name"] == "dgx-01.dc1.acme.internal" and host["provider"] == "onprem"
+    engine = host["engines"][0]
+    assert {"name", "kind", "url", "base_model"} <= set(engine)
+    assert engine["name"] == "vllm-a" and engine["url"] == "http://dgx-01.dc1.acme.internal:8000"
+    finance = next(a for a in data["adapters"] if a["id"] == "finance-llama3-sec-filings-r128")
+    assert (finance["rank"], finance["size_bytes"], finance["size_source"]) == (128, 671_088_640, "estimated")
+    assert len(data["hosts"]) == 11
+
+
+def test_show_tables_name_hosts_engines_adapters(run_cli) -> None:
+    result = run_cli("inventory", "show", "-i", DEMO)
+    assert result.exit_code == 0
+    for words in ("localhost/vllm-0", "http://127.0.0.1:18000", "finance-r128", "640.0 MiB", "estimated"):
+        assert words in result.stdout
+
+
+def test_check_warns_but_passes_on_rank_above_every_engine(write_yaml, run_cli) -> None:
+    inv = write_yaml(
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n  - {name: h, provider: aws, engines: [{name: e, kind: vllm, url: 'http://h:1', base_model: m}]}\n"
+        "adapters:\n  - {id: big, base_model: m, path: /big, rank: 64}\n"
+    )
+    result = run_cli("inventory", "check", "-i", str(inv))
+    assert result.exit_code == 0
+    assert "warning: adapter big: rank 64 exceeds max_lora_rank on every engine of m" in result.stderr
+
+
+def test_secret_values_never_printed(write_yaml, run_cli) -> None:
+    inv = write_yaml(
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n  - {name: h, provider: aws, engines: [{name: e, kind: vllm, url: 'http://h:1', base_model: m, "
+        "api_key: sk-very-secret}]}\n"
+    )
+    result = run_cli("inventory", "check", "-i", str(inv))
+    assert result.exit_code == 2
+    assert "sk-very-secret" not in result.stdout + result.stderr
+    assert "api_key_env" in result.stderr
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_committed_completions_match_the_command(shell: str, run_cli) -> None:
+    result = run_cli("completion", shell)
+    assert result.exit_code == 0
+    committed = ROOT / "completions" / f"lorafleet.{shell}"
+    assert committed.read_text() == result.stdout, f"run: lorafleet completion {shell} > {committed}"
