@@ -90,9 +90,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lorafleet.cli import completion, inventory
+    from lorafleet.cli import completion, inventory, vram
 
     cli.add_command(inventory.inventory)
+    cli.add_command(vram.vram)
     cli.add_command(completion.completion)
 
 

@@ -1,0 +1,122 @@
+"""`lorafleet vram`: VRAM per GPU across the fleet."""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.progress import progress_bar
+from lorafleet.cli.render import console, print_json, table
+from lorafleet.inventory.model import PROVIDERS
+from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts, vram_as_dict
+from lorafleet.units import format_bytes
+
+
+def usage_bar(used: int | None, total: int | None, width: int = 12) -> Text:
+    if used is None or not total:
+        return Text("?".center(width), style="dim")
+    share = min(1.0, used / total)
+    filled = round(share * width)
+    style = "red" if share > 0.9 else "yellow" if share > 0.7 else "green"
+    return Text("█" * filled, style=style) + Text("░" * (width - filled), style="dim") + Text(f" {share:4.0%}")
+
+
+@click.command()
+@global_options(with_env=False)
+@json_option
+@click.option("--host", "pattern", metavar="PATTERN", help="Only hosts whose name matches this glob.")
+@click.option("--provider", type=click.Choice(PROVIDERS), help="Only hosts of this provider.")
+@click.option("--group", help="Only hosts of this inventory group.")
+@click.option("--by", type=click.Choice(["host", "engine"]), default="host", show_default=True, help="Table layout.")
+@click.option(
+    "--parallel", type=click.IntRange(min=1), default=DEFAULT_PARALLEL, show_default=True, help="Hosts probed at once."
+)
+@click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Record the key of a host not yet in known_hosts (like StrictHostKeyChecking=accept-new). "
+    "A changed key is always refused.",
+)
+def vram(
+    as_json: bool,
+    pattern: str | None,
+    provider: str | None,
+    group: str | None,
+    by: str,
+    parallel: int,
+    accept_new_host_keys: bool,
+) -> None:
+    """VRAM per GPU per host: NVML on local hosts, nvidia-smi over SSH elsewhere.
+
+    Exit 0 when every selected host answered, 1 when any did not (the rest are still reported).
+    """
+    inv = settings().load_inventory()
+    hosts = select_hosts(inv, HostFilter(pattern, provider, group))
+    with progress_bar("probing hosts", len(hosts), enabled=not as_json) as advance:
+        rows = probe_fleet(hosts, inv, parallel, accept_new_host_keys, on_done=lambda _row: advance())
+    failed = [r for r in rows if not r.ok]
+    if as_json:
+        print_json(vram_as_dict(rows))
+    elif by == "engine":
+        out = console()
+        t = table(
+            None,
+            [
+                ("engine", "left"),
+                ("kind", "left"),
+                ("GPUs", "left"),
+                ("free", "right"),
+                ("total", "right"),
+                ("status", "left"),
+            ],
+        )
+        for e in by_engine(inv, rows):
+            t.add_row(
+                e.engine,
+                e.kind,
+                ",".join(map(str, e.gpus)) or "-",
+                format_bytes(e.free_bytes),
+                format_bytes(e.total_bytes),
+                e.status,
+            )
+        out.print(t)
+    else:
+        out = console()
+        t = table(
+            None,
+            [
+                ("host", "left"),
+                ("status", "left"),
+                ("GPU", "right"),
+                ("name", "left"),
+                ("used", "right"),
+                ("free", "right"),
+                ("total", "right"),
+                ("usage", "left"),
+                ("MIG", "left"),
+            ],
+        )
+        for r in rows:
+            if not r.ok:
+                t.add_row(r.name, Text(r.status, style="red"), "", Text(r.error or "", style="red"))
+                continue
+            if not r.gpus:
+                t.add_row(r.name, "ok", "", Text("no GPUs", style="dim"))
+            for i, g in enumerate(r.gpus):
+                t.add_row(
+                    r.name if i == 0 else "",
+                    "ok" if i == 0 else "",
+                    str(g.index),
+                    g.name or "-",
+                    format_bytes(g.used_bytes),
+                    format_bytes(g.free_bytes),
+                    format_bytes(g.total_bytes),
+                    usage_bar(g.used_bytes, g.total_bytes),
+                    g.mig or "-",
+                )
+        out.print(t)
+    if failed and not as_json:
+        click.echo(f"{len(failed)} of {len(rows)} hosts not ok", err=True)
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,157 @@
+"""Probe many hosts at once through a bounded pool; a broken host is a row, never a crash."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from lorafleet.errors import InputError
+from lorafleet.inventory.model import Host, Inventory, SshSettings
+from lorafleet.probe import nvml
+from lorafleet.probe.smi import SmiParseError, parse_nvidia_smi, smi_command
+from lorafleet.probe.snapshot import GpuInfo, HostVram, ProbeError
+from lorafleet.probe.ssh import SshPool, resolve_target
+
+JumpSettings = dict[str, tuple[str, SshSettings]]
+
+DEFAULT_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class HostFilter:
+    pattern: str | None = None
+    provider: str | None = None
+    group: str | None = None
+
+    def matches(self, host: Host) -> bool:
+        return (
+            (self.pattern is None or fnmatch.fnmatchcase(host.name, self.pattern))
+            and (self.provider is None or host.provider == self.provider)
+            and (self.group is None or host.group == self.group)
+        )
+
+
+def select_hosts(inv: Inventory, selection: HostFilter) -> list[Host]:
+    hosts = [h for h in inv.hosts if selection.matches(h)]
+    if not hosts:
+        raise InputError("no host in the inventory matches the filters")
+    return hosts
+
+
+def probe_local() -> list[GpuInfo]:
+    return nvml.read_local_gpus()
+
+
+def probe_remote(host: Host, pool: SshPool, jump_settings: JumpSettings) -> list[GpuInfo]:
+    target = resolve_target(host.address, host.ssh, jump_settings)
+    result = pool.connection(target, host.name).run(smi_command(host.nvidia_smi))
+    if result.exit_code != 0:
+        reason = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[0][:200]
+        raise ProbeError("command-failed", f"{host.nvidia_smi} exited {result.exit_code}: {reason}")
+    try:
+        return parse_nvidia_smi(result.stdout)
+    except SmiParseError as exc:
+        raise ProbeError("parse-error", f"{host.nvidia_smi} output: {exc}") from exc
+
+
+def probe_host(host: Host, pool: SshPool, jump_settings: JumpSettings) -> HostVram:
+    started = time.monotonic()
+    try:
+        gpus = probe_local() if host.connection == "local" else probe_remote(host, pool, jump_settings)
+        return HostVram(host.name, host.provider, "ok", None, tuple(gpus), time.monotonic() - started)
+    except ProbeError as exc:
+        return HostVram(host.name, host.provider, exc.status, exc.message, (), time.monotonic() - started)
+    except Exception as exc:  # a host must never take the run down with it
+        message = f"{type(exc).__name__}: {exc}"
+        return HostVram(host.name, host.provider, "unreachable", message, (), time.monotonic() - started)
+
+
+def probe_fleet(
+    hosts: Iterable[Host],
+    inventory: Inventory,
+    parallel: int = DEFAULT_PARALLEL,
+    accept_new_host_keys: bool = False,
+    on_done: Callable[[HostVram], None] | None = None,
+) -> list[HostVram]:
+    """Probe hosts concurrently (at most `parallel` at once); results come back in inventory order."""
+    hosts = list(hosts)
+    if parallel < 1:
+        raise InputError("--parallel must be at least 1")
+    jump_settings: JumpSettings = {h.name: (h.address, h.ssh) for h in inventory.hosts}
+    pool = SshPool(accept_new_host_keys)
+    results: dict[str, HostVram] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=min(parallel, max(1, len(hosts)))) as executor:
+            futures = {executor.submit(probe_host, h, pool, jump_settings): h for h in hosts}
+            for future in as_completed(futures):
+                row = future.result()
+                results[row.name] = row
+                if on_done is not None:
+                    on_done(row)
+    finally:
+        pool.close()
+    return [results[h.name] for h in hosts]
+
+
+@dataclass(frozen=True)
+class EngineVram:
+    engine: str
+    kind: str
+    host: str
+    status: str
+    gpus: tuple[int, ...]
+    total_bytes: int | None
+    free_bytes: int | None
+
+
+def by_engine(inventory: Inventory, rows: list[HostVram]) -> list[EngineVram]:
+    """Which engine owns which GPUs and how much memory they have free (None when any GPU is unknown)."""
+    status = {r.name: r for r in rows}
+    out = []
+    for host in inventory.hosts:
+        row = status.get(host.name)
+        if row is None:
+            continue
+        gpus = {g.index: g for g in row.gpus}
+        for engine in host.engines:
+            owned = [gpus.get(i) for i in engine.gpus]
+            present = [g for g in owned if g is not None]
+            complete = row.ok and len(present) == len(owned)
+            total = _sum_known([g.total_bytes for g in present]) if complete else None
+            free = _sum_known([g.free_bytes for g in present]) if complete else None
+            out.append(EngineVram(engine.key, engine.kind, host.name, row.status, engine.gpus, total, free))
+    return out
+
+
+def _sum_known(values: list[int | None]) -> int | None:
+    """A sum only when every part is known: a partial figure would understate what is there."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def vram_as_dict(rows: list[HostVram]) -> dict[str, object]:
+    return {
+        "hosts": [
+            {
+                "name": r.name,
+                "provider": r.provider,
+                "status": r.status,
+                "error": r.error,
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "uuid": g.uuid,
+                        "name": g.name,
+                        "total_bytes": g.total_bytes,
+                        "used_bytes": g.used_bytes,
+                        "free_bytes": g.free_bytes,
+                        "mig": g.mig,
+                    }
+                    for g in r.gpus
+                ],
+            }
+            for r in rows
+        ]
+    }

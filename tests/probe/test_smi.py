@@ -1,0 +1,44 @@
+"""The nvidia-smi CSV parser copes with placeholders, spacing and zero GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorafleet.probe.smi import SmiParseError, parse_nvidia_smi, smi_command
+from lorafleet.units import MIB
+from tests.sshd_server import CANNED_CSV
+
+
+def test_canned_output_with_mig_and_placeholders() -> None:
+    gpus = parse_nvidia_smi(CANNED_CSV)
+    assert [g.index for g in gpus] == [0, 1, 2]
+    assert (gpus[0].total_bytes, gpus[0].used_bytes, gpus[0].free_bytes) == (81559 * MIB, 1024 * MIB, 80535 * MIB)
+    assert (gpus[0].mig, gpus[1].mig) == ("Disabled", "Enabled")
+    assert gpus[2].name == "NVIDIA A100-SXM4-40GB"
+    assert (gpus[2].total_bytes, gpus[2].used_bytes, gpus[2].free_bytes, gpus[2].mig) == (None, None, None, None)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "No devices were found\n"])
+def test_zero_gpus(text: str) -> None:
+    assert parse_nvidia_smi(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "expected 7"),
+        ("0, GPU-x, H100, 80GB, 1, 2, Disabled", "memory.total '80GB' is not a number"),
+        ("zero, GPU-x, H100, 1, 1, 0, Disabled", "GPU index 'zero'"),
+        ("0, GPU-x, H100, 1, -1, 0, Disabled", "negative"),
+    ],
+)
+def test_garbage_is_a_parse_error(text: str, words: str) -> None:
+    with pytest.raises(SmiParseError, match=words):
+        parse_nvidia_smi(text)
+
+
+def test_query_command() -> None:
+    assert smi_command("/opt/nv/nvidia-smi") == (
+        "/opt/nv/nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free,mig.mode.current "
+        "--format=csv,noheader,nounits"
+    )

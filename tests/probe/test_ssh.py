@@ -1,0 +1,179 @@
+"""`lorafleet vram` against a real sshd on 127.0.0.1: every status, jump hosts, ssh_config, parallelism."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from lorafleet.inventory import load_inventory
+from lorafleet.probe.fleet import probe_fleet
+from lorafleet.units import MIB
+from tests.sshd_server import Sshd, keygen
+
+
+def vram_json(run_cli, inventory: Path, *args: str) -> tuple[int, dict[str, dict]]:
+    result = run_cli("vram", "--json", "-i", str(inventory), *args)
+    assert "Traceback" not in result.stdout + result.stderr
+    hosts = {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
+    return result.exit_code, hosts
+
+
+def test_ok_host_reports_gpus_in_bytes_and_dead_host_is_marked(ssh_inventory, run_cli, closed_port) -> None:
+    inv = ssh_inventory([{"name": "gpu-1"}, {"name": "dead-1", "ssh": f"{{port: {closed_port}}}"}])
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1
+    live, dead = hosts["gpu-1"], hosts["dead-1"]
+    assert live["status"] == "ok" and live["error"] is None
+    assert live["gpus"][0] == {
+        "index": 0,
+        "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+        "name": "NVIDIA H100 80GB HBM3",
+        "total_bytes": 81559 * MIB,
+        "used_bytes": 1024 * MIB,
+        "free_bytes": 80535 * MIB,
+        "mig": "Disabled",
+    }
+    assert live["gpus"][1]["mig"] == "Enabled" and live["gpus"][1]["used_bytes"] == 40960 * MIB
+    assert live["gpus"][2]["total_bytes"] is None and live["gpus"][2]["mig"] is None
+    assert dead["status"] == "unreachable" and "connection refused" in dead["error"] and dead["gpus"] == []
+
+
+def test_all_ok_exits_zero_and_renders_a_table(ssh_inventory, run_cli) -> None:
+    result = run_cli("vram", "-i", str(ssh_inventory()))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    for words in ("gpu-1", "NVIDIA H100 80GB HBM3", "78.6 GiB", "Enabled"):
+        assert words in result.stdout
+
+
+def test_wrong_client_key_is_auth_failed(ssh_inventory, run_cli, sshd: Sshd) -> None:
+    code, hosts = vram_json(run_cli, ssh_inventory(key=sshd.other_key))
+    assert code == 1 and hosts["gpu-1"]["status"] == "auth-failed"
+    assert "authentication failed" in hosts["gpu-1"]["error"]
+
+
+def test_unknown_host_key_refused_then_accepted_with_flag(ssh_inventory, run_cli, tmp_path: Path) -> None:
+    known = tmp_path / "empty_known_hosts"
+    inv = ssh_inventory(known_hosts=known)
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1 and hosts["gpu-1"]["status"] == "host-key-unknown"
+    assert "--accept-new-host-keys" in hosts["gpu-1"]["error"] and "SHA256:" in hosts["gpu-1"]["error"]
+    assert not known.exists()
+
+    code, hosts = vram_json(run_cli, inv, "--accept-new-host-keys")
+    assert code == 0 and hosts["gpu-1"]["status"] == "ok"
+    assert "ssh-ed25519" in known.read_text()
+
+    code, hosts = vram_json(run_cli, inv)  # recorded: now known without the flag
+    assert code == 0
+
+
+def test_changed_host_key_is_always_refused(ssh_inventory, run_cli, sshd: Sshd, tmp_path: Path) -> None:
+    impostor = keygen(tmp_path / "impostor").split()
+    known = tmp_path / "known_hosts_changed"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {impostor[0]} {impostor[1]}\n")
+    for flags in ((), ("--accept-new-host-keys",)):
+        code, hosts = vram_json(run_cli, ssh_inventory(known_hosts=known), *flags)
+        assert code == 1 and hosts["gpu-1"]["status"] == "host-key-mismatch"
+        assert "changed" in hosts["gpu-1"]["error"]
+
+
+def test_command_past_its_timeout(ssh_inventory, run_cli) -> None:
+    inv = ssh_inventory([{"name": "slow", "nvidia_smi": "slow-nvidia-smi", "ssh": "{command_timeout_s: 1}"}])
+    started = time.monotonic()
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1 and hosts["slow"]["status"] == "timeout"
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("smi", "status", "words"),
+    [
+        ("nvidia-smi-not-installed", "command-failed", "exited 127"),
+        ("garbage-nvidia-smi", "parse-error", "expected 7 comma-separated fields"),
+    ],
+)
+def test_remote_command_failures(ssh_inventory, run_cli, smi: str, status: str, words: str) -> None:
+    code, hosts = vram_json(run_cli, ssh_inventory([{"name": "h", "nvidia_smi": smi}]))
+    assert code == 1 and hosts["h"]["status"] == status and words in hosts["h"]["error"]
+
+
+def test_host_without_gpus_is_ok(ssh_inventory, run_cli) -> None:
+    code, hosts = vram_json(run_cli, ssh_inventory([{"name": "cpu-only", "nvidia_smi": "no-gpu-nvidia-smi"}]))
+    assert code == 0 and hosts["cpu-only"]["gpus"] == []
+
+
+def test_jump_through_an_inventory_host(ssh_inventory, run_cli) -> None:
+    inv = ssh_inventory([{"name": "bastion"}, {"name": "behind", "address": "127.0.0.1", "ssh": "{jump: bastion}"}])
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 0 and len(hosts["behind"]["gpus"]) == 3
+
+
+def test_jump_by_address_and_dead_target_behind_it(ssh_inventory, run_cli, sshd: Sshd, closed_port) -> None:
+    inv = ssh_inventory(
+        [
+            {"name": "via", "ssh": f"{{jump: '{sshd.user}@127.0.0.1:{sshd.port}'}}"},
+            {"name": "gone", "ssh": f"{{jump: '127.0.0.1:{sshd.port}', port: {closed_port}}}"},
+        ]
+    )
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1
+    assert hosts["via"]["status"] == "ok"
+    assert hosts["gone"]["status"] == "unreachable" and "via jump host" in hosts["gone"]["error"]
+
+
+def test_ssh_config_alias(sshd: Sshd, tmp_path: Path, run_cli) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gpu-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n"
+    )
+    known = sshd.write_known_hosts(tmp_path / "kh")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "hosts:\n  - name: aliased\n    provider: onprem\n    address: gpu-alias\n"
+        f"    ssh: {{config: {config}, known_hosts: {known}}}\n"
+    )
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 0, hosts
+    assert len(hosts["aliased"]["gpus"]) == 3
+
+
+def test_filters(ssh_inventory, run_cli) -> None:
+    inv = ssh_inventory([{"name": "a-1"}, {"name": "a-2"}, {"name": "b-1", "provider": "aws"}])
+    code, hosts = vram_json(run_cli, inv, "--host", "a-*")
+    assert code == 0 and sorted(hosts) == ["a-1", "a-2"]
+    code, hosts = vram_json(run_cli, inv, "--provider", "aws")
+    assert sorted(hosts) == ["b-1"]
+    result = run_cli("vram", "-i", str(inv), "--host", "zzz*")
+    assert result.exit_code == 2 and "no host in the inventory matches" in result.stderr
+
+
+def test_engine_view(ssh_inventory, run_cli) -> None:
+    extra = "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+    inv = ssh_inventory([{"name": "gpu-1", "gpus": 3}], extra=extra)
+    text = inv.read_text().replace(
+        "    gpus: 3\n",
+        "    gpus: 3\n    engines:\n      - {name: e0, kind: vllm, url: 'http://127.0.0.1:1', base_model: m, "
+        "gpus: [0, 1]}\n",
+    )
+    inv.write_text(text)
+    result = run_cli("vram", "--by", "engine", "-i", str(inv))
+    assert result.exit_code == 0, result.stderr
+    assert "gpu-1/e0" in result.stdout and "118.3 GiB" in result.stdout  # 80535 + 40599 MiB free
+
+
+def test_fifty_hosts_in_parallel(ssh_inventory) -> None:
+    one = load_inventory(ssh_inventory([{"name": "solo"}]))
+    started = time.monotonic()
+    assert probe_fleet(one.hosts, one)[0].ok
+    single = time.monotonic() - started
+
+    fleet = load_inventory(ssh_inventory([{"name": f"gpu-{i:02d}"} for i in range(50)]))
+    started = time.monotonic()
+    rows = probe_fleet(fleet.hosts, fleet, parallel=32)
+    elapsed = time.monotonic() - started
+    assert all(r.ok for r in rows), [r.error for r in rows if not r.ok]
+    assert elapsed < 50 * single / 2, (elapsed, single)
