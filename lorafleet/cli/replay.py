@@ -1,0 +1,172 @@
+"""`lorafleet replay` and `lorafleet trace synth`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.progress import progress_bar
+from lorafleet.cli.render import console, print_json, table
+from lorafleet.errors import InputError
+from lorafleet.inventory.model import LogSource
+from lorafleet.logs.reader import DEFAULT_JSONL, read_events
+from lorafleet.policy.policies import POLICY_NAMES
+from lorafleet.replay.report import replay_as_dict
+from lorafleet.replay.simulator import headroom_captured
+from lorafleet.replay.simulator import replay as run_replay
+from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
+
+
+def parse_policies(value: str) -> list[str]:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICY_NAMES]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown policy {unknown[0] if unknown else value!r} (known: {', '.join(POLICY_NAMES)})"
+        )
+    return list(dict.fromkeys(names))
+
+
+@click.command()
+@global_options(with_env=False)
+@json_option
+@click.argument("logs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--policy",
+    "policies",
+    default=",".join(POLICY_NAMES),
+    show_default=True,
+    help="Comma-separated policies to compare.",
+)
+@click.option(
+    "--format",
+    "log_format",
+    type=click.Choice(["jsonl"]),
+    default=None,
+    help="Read the logs as JSON lines with the reference field names, ignoring the inventory's gateway "
+    "mapping. By default each log uses the gateway.logs entry with the same file name (else the first).",
+)
+def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None) -> None:
+    """Replay access LOGS through the policy core with simulated engines.
+
+    Every policy starts from empty engines and sees the same requests; the table shows what each would give
+    at the inventory's budgets. Nothing is contacted: no engine, no host.
+    """
+    names = parse_policies(policies)
+    inv = settings().load_inventory()
+    source: LogSource | None = DEFAULT_JSONL if log_format == "jsonl" else None
+    events, tally = read_events(logs, inv, source)
+    if tally.adapter_requests == 0:
+        raise InputError(
+            f"no adapter requests in {', '.join(logs)} ({tally.lines} lines, {tally.bad_lines} bad, "
+            f"{tally.unknown_requests} naming adapters the inventory does not know)"
+        )
+    with progress_bar("replaying", len(events) * len(names), enabled=not as_json) as advance:
+        done: dict[str, int] = {}
+
+        def step(policy: str, index: int) -> None:
+            advance(index - done.get(policy, 0))
+            done[policy] = index
+
+        results = run_replay(inv, events, names, progress=step)
+    if as_json:
+        print_json(replay_as_dict(results, tally))
+        return
+    by_name = {r.policy: r for r in results}
+    lru, oracle = by_name.get("lru"), by_name.get("oracle")
+    out = console()
+    t = table(
+        f"Replay of {tally.adapter_requests:,} adapter requests ({len(inv.engines)} engines, fleet "
+        f"{inv.fleet or 'unnamed'})",
+        [
+            ("policy", "left"),
+            ("hits", "right"),
+            ("late", "right"),
+            ("misses", "right"),
+            ("hit ratio", "right"),
+            ("GPU hits", "right"),
+            ("cold ms", "right"),
+            ("p50", "right"),
+            ("p95", "right"),
+            ("p99", "right"),
+            ("loads", "right"),
+            ("prefetch", "right"),
+            ("wasted", "right"),
+            ("over budget", "right"),
+            ("loader busy", "right"),
+            ("headroom", "right"),
+        ],
+    )
+    for r in results:
+        captured = headroom_captured(r, lru, oracle) if lru and oracle else None
+        t.add_row(
+            r.policy,
+            f"{r.hits:,}",
+            f"{r.late:,}",
+            f"{r.misses:,}",
+            f"{r.hit_ratio:.1%}",
+            f"{r.gpu_hits:,}",
+            f"{r.cold_ms_total:,.0f}",
+            f"{r.cold_ms_percentile(50):.1f}",
+            f"{r.cold_ms_percentile(95):.1f}",
+            f"{r.cold_ms_percentile(99):.1f}",
+            f"{r.loads:,}",
+            f"{r.prefetch_loads:,}",
+            f"{r.wasted_prefetches:,}",
+            str(r.budget_violations),
+            f"{r.loader_utilization:.1%}",
+            "-" if captured is None else f"{captured:.0%}",
+        )
+    out.print(t)
+    notes = [f"{tally.lines:,} lines"]
+    if tally.base_requests:
+        notes.append(f"{tally.base_requests:,} base-model requests (not counted)")
+    if tally.unknown_requests:
+        notes.append(f"{tally.unknown_requests:,} for adapters not in the inventory (never loaded)")
+    if tally.bad_lines:
+        reasons = ", ".join(f"{n} {k}" for k, n in sorted(tally.bad_reasons.items()))
+        notes.append(f"{tally.bad_lines:,} bad lines skipped ({reasons})")
+    unserved = max(r.unserved for r in results)
+    if unserved:
+        notes.append(f"{unserved:,} requests no engine can serve (base model or rank)")
+    out.print("; ".join(notes))
+    if lru and oracle:
+        out.print(
+            "cold ms: time a request waited on an adapter load (hits wait 0); headroom: share of the "
+            "lru→oracle hit-ratio gap a policy captures."
+        )
+
+
+@click.group()
+def trace() -> None:
+    """Synthetic access logs for replay and benchmarks."""
+
+
+@trace.command()
+@global_options(with_env=False)
+@click.option("--shape", type=click.Choice(SHAPES), default="workflows", show_default=True)
+@click.option("--requests", type=click.IntRange(min=1), default=None, help="Requests to write [default: per shape].")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--out", type=click.Path(file_okay=False), required=True, help="Folder for access.jsonl and inventory.yaml."
+)
+@click.option(
+    "--for-inventory",
+    is_flag=True,
+    help="Write traffic for the -i inventory (its tenants, workflows and adapters) instead of a shape; "
+    "only the log is written, named like the inventory's first gateway log.",
+)
+def synth(shape: str, requests: int | None, seed: int, out: str, for_inventory: bool) -> None:
+    """Write a synthetic access log (JSON lines, reference layout) and a matching inventory."""
+    if for_inventory:
+        inv = settings().load_inventory()
+        name = Path(inv.gateway_logs[0].path).name if inv.gateway_logs else "access.jsonl"
+        result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / name)
+        click.echo(f"wrote {result.requests:,} requests to {result.log_path}")
+        click.echo(f"replay it: lorafleet replay {result.log_path} -i {settings().inventory_path}")
+        return
+    result = synthesize(shape, requests, seed, Path(out))
+    click.echo(f"wrote {result.requests:,} requests to {result.log_path} and the inventory {result.inventory_path}")
+    click.echo(f"replay it: lorafleet replay {result.log_path} -i {result.inventory_path}")

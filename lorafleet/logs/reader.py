@@ -1,0 +1,241 @@
+"""Turn log lines into RequestEvents using the inventory's field mapping; a bad line is counted, never fatal.
+
+A name read from a log is data: it becomes an inventory adapter id only by exact match (or SGLang's
+`base:adapter` form), never a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from lorafleet.inventory.model import Inventory, LogSource
+from lorafleet.logs.nginx import NginxFormat
+from lorafleet.logs.records import ADAPTER, BASE, UNKNOWN, LogTally, RequestEvent
+from lorafleet.logs.timeparse import TimeParseError, parse_time
+
+MAX_LINE_BYTES = 64 * 1024
+MAX_NAME_CHARS = 256
+DEFAULT_JSONL = LogSource(
+    path="access.jsonl",
+    format="jsonl",
+    fields={
+        "time": "ts",
+        "tenant": "tenant_id",
+        "adapter": "model",
+        "engine": "upstream",
+        "status": "status",
+        "ttft_ms": "ttft_ms",
+    },
+)
+
+
+class NameResolver:
+    """Maps raw log values to inventory adapters, base models and engines."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.adapters = {a.id: a.base_model for a in inventory.adapters.values()}
+        self.base_models: dict[str, str] = {}
+        for base in inventory.base_models.values():
+            self.base_models[base.id] = base.id
+            self.base_models[base.name] = base.id
+        self.engines: dict[str, str] = {}
+        for engine in inventory.engines:
+            self.engines[engine.key] = engine.key
+            parts = urlsplit(engine.url)
+            if parts.hostname:
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                self.engines.setdefault(f"{parts.hostname}:{port}", engine.key)
+                self.engines.setdefault(engine.url, engine.key)
+
+    def model(self, raw: Any) -> tuple[str, str | None, str | None]:
+        """(kind, adapter id, base model) for the value of the adapter field."""
+        if raw is None:
+            return UNKNOWN, None, None
+        name = str(raw).strip()
+        if not name or len(name) > MAX_NAME_CHARS:
+            return UNKNOWN, None, None
+        if name in self.adapters:
+            return ADAPTER, name, self.adapters[name]
+        if ":" in name:
+            base, _, adapter = name.rpartition(":")
+            if adapter in self.adapters:
+                return ADAPTER, adapter, self.adapters[adapter]
+            if base in self.base_models and not adapter:
+                return BASE, None, self.base_models[base]
+        if name in self.base_models:
+            return BASE, None, self.base_models[name]
+        return UNKNOWN, None, None
+
+    def engine(self, raw: Any) -> str | None:
+        if raw is None:
+            return None
+        value = str(raw).strip()
+        if value in self.engines:
+            return self.engines[value]
+        if "://" in value:
+            parts = urlsplit(value)
+            if parts.hostname and parts.port:
+                return self.engines.get(f"{parts.hostname}:{parts.port}")
+        return None
+
+
+def _dig(record: Any, path: str) -> Any:
+    if isinstance(record, dict) and path in record:
+        return record[path]
+    value = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+class LineParser:
+    """Parses one log format's lines into events, tallying every line."""
+
+    def __init__(self, source: LogSource, inventory: Inventory, resolver: NameResolver | None = None) -> None:
+        self.source = source
+        self.fields = source.fields
+        self.resolver = resolver or NameResolver(inventory)
+        self.nginx = NginxFormat(source.log_format) if source.format == "nginx" and source.log_format else None
+        self.tally = LogTally()
+        self._order = 0
+
+    def parse(self, raw: bytes | str) -> RequestEvent | None:
+        self.tally.lines += 1
+        self._order += 1
+        if isinstance(raw, bytes):
+            if len(raw) > MAX_LINE_BYTES:
+                self.tally.bad("over-long line")
+                return None
+            if b"\x00" in raw:
+                self.tally.bad("binary data")
+                return None
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                self.tally.bad("not UTF-8")
+                return None
+        else:
+            line = raw
+            if len(line) > MAX_LINE_BYTES:
+                self.tally.bad("over-long line")
+                return None
+        line = line.strip()
+        if not line:
+            self.tally.lines -= 1  # blank lines are not requests
+            return None
+        record: dict[str, Any] | None
+        if self.nginx is not None:
+            record = self.nginx.parse(line)
+            if record is None:
+                self.tally.bad("does not match log_format")
+                return None
+        else:
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                self.tally.bad("not JSON")
+                return None
+            if not isinstance(record, dict):
+                self.tally.bad("not a JSON object")
+                return None
+        return self._event(record)
+
+    def _event(self, record: dict[str, Any]) -> RequestEvent | None:
+        fields = self.fields
+        raw_model = _dig(record, fields["adapter"])
+        if raw_model is None:
+            self.tally.bad("missing adapter field")
+            return None
+        if "time" in fields:
+            raw_time = _dig(record, fields["time"])
+            if raw_time is None:
+                self.tally.bad("missing time field")
+                return None
+            try:
+                when = parse_time(raw_time)
+            except TimeParseError:
+                self.tally.bad("unparseable time")
+                return None
+        else:
+            when = float(self._order)  # no time in this log: one request per second, in order
+        kind, adapter, base = self.resolver.model(raw_model)
+        tenant = _dig(record, fields["tenant"]) if "tenant" in fields else None
+        engine = self.resolver.engine(_dig(record, fields["engine"])) if "engine" in fields else None
+        event = RequestEvent(
+            time=when,
+            kind=kind,
+            adapter=adapter,
+            tenant=None if tenant is None else str(tenant)[:MAX_NAME_CHARS],
+            engine=engine,
+            base_model=base,
+            status=_int(_dig(record, fields["status"])) if "status" in fields else None,
+            ttft_ms=_float(_dig(record, fields["ttft_ms"])) if "ttft_ms" in fields else None,
+        )
+        self.tally.count(event, None if isinstance(raw_model, (dict, list)) else str(raw_model))
+        return event
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def source_for(path: str | os.PathLike[str], inventory: Inventory) -> LogSource:
+    """The gateway log entry describing `path`: same file name first, else the first entry, else JSON lines."""
+    name = Path(path).name
+    for source in inventory.gateway_logs:
+        if Path(source.path).name == name:
+            return source
+    if inventory.gateway_logs:
+        return inventory.gateway_logs[0]
+    return DEFAULT_JSONL
+
+
+def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """Raw lines, each capped so a line without newlines cannot exhaust memory."""
+    with open(path, "rb") as fh:
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                # Skip the rest of an over-long line, then report it once.
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(MAX_LINE_BYTES + 1)
+                yield b"x" * (MAX_LINE_BYTES + 1)
+                continue
+            yield line
+
+
+def read_events(
+    paths: Iterable[str | os.PathLike[str]], inventory: Inventory, source: LogSource | None = None
+) -> tuple[list[RequestEvent], LogTally]:
+    """All events of the given logs, ordered by time (stable for equal times)."""
+    tally = LogTally()
+    events: list[RequestEvent] = []
+    resolver = NameResolver(inventory)
+    for path in paths:
+        parser = LineParser(source or source_for(path, inventory), inventory, resolver)
+        for line in iter_lines(path):
+            event = parser.parse(line)
+            if event is not None:
+                events.append(event)
+        tally.merge(parser.tally)
+    events.sort(key=lambda e: e.time)
+    return events, tally

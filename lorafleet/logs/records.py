@@ -1,0 +1,60 @@
+"""A request as the policy sees it, and the tally of what a log held."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ADAPTER, BASE, UNKNOWN = "adapter", "base", "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvent:
+    """One request. `adapter` is an inventory id (never a raw log string) or None for base/unknown requests."""
+
+    time: float  # epoch seconds
+    kind: str  # ADAPTER, BASE or UNKNOWN
+    adapter: str | None
+    tenant: str | None = None
+    engine: str | None = None  # HOST/ENGINE when the log says which engine served it
+    base_model: str | None = None
+    status: int | None = None
+    ttft_ms: float | None = None
+
+
+@dataclass
+class LogTally:
+    """What reading a log produced; bad lines are counted by reason, never fatal."""
+
+    lines: int = 0
+    adapter_requests: int = 0
+    base_requests: int = 0
+    unknown_requests: int = 0
+    bad_lines: int = 0
+    bad_reasons: dict[str, int] = field(default_factory=dict)
+    unknown_names: dict[str, int] = field(default_factory=dict)
+
+    def bad(self, reason: str) -> None:
+        self.bad_lines += 1
+        self.bad_reasons[reason] = self.bad_reasons.get(reason, 0) + 1
+
+    def count(self, event: RequestEvent, raw_name: str | None) -> None:
+        if event.kind == ADAPTER:
+            self.adapter_requests += 1
+        elif event.kind == BASE:
+            self.base_requests += 1
+        else:
+            self.unknown_requests += 1
+            if raw_name is not None and len(self.unknown_names) < 1000:
+                key = raw_name[:200]
+                self.unknown_names[key] = self.unknown_names.get(key, 0) + 1
+
+    def merge(self, other: LogTally) -> None:
+        self.lines += other.lines
+        self.adapter_requests += other.adapter_requests
+        self.base_requests += other.base_requests
+        self.unknown_requests += other.unknown_requests
+        self.bad_lines += other.bad_lines
+        for k, v in other.bad_reasons.items():
+            self.bad_reasons[k] = self.bad_reasons.get(k, 0) + v
+        for k, v in other.unknown_names.items():
+            self.unknown_names[k] = self.unknown_names.get(k, 0) + v

@@ -1,0 +1,190 @@
+"""The policy core shared by the daemon and `replay`: classify each request, keep the book, emit decisions.
+
+Every decision is applied to the residency book as it is emitted — a load reserves its slot and bytes at once,
+an eviction frees them — so no sequence of decisions can exceed a budget. Drivers execute the loads (the daemon
+through engine clients, replay through simulated engines) and report back with `load_finished`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from lorafleet.inventory.model import Inventory
+from lorafleet.logs.records import RequestEvent
+from lorafleet.policy.demand import DemandModel
+from lorafleet.policy.residency import EngineResidency, ResidencyBook
+
+HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
+LOAD, EVICT = "load", "evict"
+DEMAND, PREFETCH, PLAN = "demand", "prefetch", "plan"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str  # LOAD or EVICT
+    engine: str  # HOST/ENGINE
+    adapter: str
+    reason: str  # demand, prefetch, plan (loads); the adapter it made room for (evictions)
+
+
+@dataclass
+class CoreCounters:
+    loads: int = 0
+    prefetch_loads: int = 0
+    prefetch_used: int = 0
+    wasted_prefetches: int = 0
+    evictions: int = 0
+    bypassed: int = 0  # misses that could not be kept resident (no room could be made)
+    failed_loads: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class Policy:
+    """Base policy: load on demand, evict least recently used — what an engine does alone."""
+
+    name = "lru"
+    honours_pins = False
+    observes_demand = False
+
+    def bind(self, core: PolicyCore) -> None:
+        self.core = core
+
+    def start(self, now: float) -> list[Decision]:
+        return []
+
+    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
+        return list(state.resident)
+
+    def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
+        return []
+
+    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
+        return []
+
+
+class PolicyCore:
+    def __init__(self, inventory: Inventory, policy: Policy, half_life: float | None = None) -> None:
+        self.inventory = inventory
+        self.book = ResidencyBook.from_inventory(inventory)
+        self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
+        engines = inventory.engines
+        # Engines able to serve each adapter: same base model, and rank within the engine's max_lora_rank.
+        self.pools: dict[str, list[str]] = {
+            a.id: [e.key for e in engines if e.base_model == a.base_model and (e.max_lora_rank or a.rank) >= a.rank]
+            for a in inventory.adapters.values()
+        }
+        self.load_ms = {e.key: e.load for e in engines}
+        workflows = {t.name: t.workflows for t in inventory.tenants.values() if t.workflows}
+        if half_life is None:
+            # Popularity should outlive a few turnovers of the fleet's cache, no more: 8x its adapter slots.
+            capacity = sum(e.host_slots or e.gpu_slots for e in engines)
+            half_life = max(100.0, 8.0 * capacity)
+        self.demand = DemandModel(half_life=half_life, workflows=workflows)
+        self.counters = CoreCounters()
+        self.loading_reason: dict[tuple[str, str], str] = {}
+        self.policy = policy
+        policy.bind(self)
+
+    # --- driver interface ---------------------------------------------------------------------------------
+    def start(self, now: float) -> list[Decision]:
+        return self.policy.start(now)
+
+    def route(self, event: RequestEvent) -> str | None:
+        """The engine that serves a request.
+
+        The engine the log names, when it can serve the adapter; otherwise, among the engines that can: one
+        where the adapter is resident, else one loading it, else the one with the fewest loads in flight and
+        then the fewest adapters held (inventory order breaks ties).
+        """
+        adapter = event.adapter
+        pool = self.pools.get(adapter) if adapter is not None else None
+        if not pool:
+            return None
+        engine = event.engine
+        if engine is not None and engine in pool:
+            return engine
+        if len(pool) == 1:
+            return pool[0]
+        engines = self.book.engines
+        for key in pool:
+            if adapter in engines[key].resident:
+                return key
+        for key in pool:
+            if adapter in engines[key].in_flight:
+                return key
+        return min(pool, key=lambda k: (len(engines[k].in_flight), engines[k].used_slots))
+
+    def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
+        """Classify an adapter request (hit, late, miss) and return the decisions it leads to."""
+        adapter = event.adapter
+        assert adapter is not None
+        if self.policy.observes_demand:
+            self.demand.observe(event.tenant, adapter)
+        if engine is None:
+            return UNSERVED, self.policy.on_request(now, event, None, UNSERVED)
+        state = self.book.engines[engine]
+        decisions: list[Decision] = []
+        if adapter in state.resident:
+            outcome = HIT
+            if state.touch(adapter):
+                self.counters.prefetch_used += 1
+        elif adapter in state.in_flight:
+            outcome = LATE
+            key = (engine, adapter)
+            if self.loading_reason.get(key, DEMAND) != DEMAND:
+                self.counters.prefetch_used += 1
+                self.loading_reason[key] = DEMAND  # claimed: it will not count as an unused prefetch
+        else:
+            outcome = MISS
+            decisions = self.load(now, engine, adapter, DEMAND, self.policy.victim_order(state, now))
+            if not decisions:
+                self.counters.bypassed += 1
+        decisions.extend(self.policy.on_request(now, event, engine, outcome))
+        return outcome, decisions
+
+    def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
+        state = self.book.engines[engine]
+        reason = self.loading_reason.pop((engine, adapter), DEMAND)
+        if not ok:
+            state.fail_load(adapter)
+            self.counters.failed_loads += 1
+            return []
+        state.finish_load(adapter, prefetched=reason != DEMAND)
+        return self.policy.on_load_done(now, engine, adapter)
+
+    def engine_restarted(self, engine: str) -> None:
+        """The engine lost everything (the daemon's reconcile saw an empty registry)."""
+        state = self.book.engines[engine]
+        for adapter in state.in_flight:
+            self.loading_reason.pop((engine, adapter), None)
+        state.forget_all()
+
+    # --- helpers for policies -----------------------------------------------------------------------------
+    def load(
+        self, now: float, engine: str, adapter: str, reason: str, victim_order: Iterable[str], pin: bool = False
+    ) -> list[Decision]:
+        """Make room (evicting in `victim_order`) and start a load; [] when no room can be made."""
+        state = self.book.engines[engine]
+        if state.holds(adapter):
+            return []
+        size = self.sizes[adapter]
+        victims = state.victims_for(size, victim_order)
+        if victims is None:
+            return []
+        decisions = []
+        for victim in victims:
+            if state.evict(victim):
+                self.counters.wasted_prefetches += 1
+            self.counters.evictions += 1
+            decisions.append(Decision(EVICT, engine, victim, adapter))
+        state.start_load(adapter, size)
+        if pin and self.policy.honours_pins:
+            state.pins.add(adapter)
+        self.loading_reason[(engine, adapter)] = reason
+        self.counters.loads += 1
+        self.counters.by_reason[reason] = self.counters.by_reason.get(reason, 0) + 1
+        if reason != DEMAND:
+            self.counters.prefetch_loads += 1
+        decisions.append(Decision(LOAD, engine, adapter, reason))
+        return decisions

@@ -1,0 +1,197 @@
+"""What is loaded where: per engine a host-cache tier and a GPU-slot tier, each least-recently-used first.
+
+The book is pure bookkeeping, shared by the live daemon, `warm` and `replay`. Loads in flight reserve their
+slot and bytes, so a budget is never exceeded even while loads overlap; eviction never touches a pinned adapter
+or one being loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lorafleet.inventory.model import Engine, Inventory
+
+
+class BudgetError(RuntimeError):
+    """A caller tried to break a budget rule; this is a bug in the caller, never an engine's fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    gpu_slots: int
+    host_slots: int | None  # None: no slot cap (SGLang without --max-loaded-loras)
+    budget_bytes: int | None  # None: no byte cap
+
+
+class EngineResidency:
+    """One engine's tiers. `resident` and `gpu` are insertion-ordered: the first key is least recently used."""
+
+    __slots__ = (
+        "base_model",
+        "budget",
+        "gpu",
+        "in_flight",
+        "key",
+        "kind",
+        "loads_fill_gpu",
+        "pins",
+        "prefetched",
+        "resident",
+        "sizes",
+        "used_bytes",
+    )
+
+    def __init__(self, key: str, kind: str, base_model: str, budget: Budget) -> None:
+        self.key = key
+        self.kind = kind
+        self.base_model = base_model
+        self.budget = budget
+        self.resident: dict[str, None] = {}
+        self.gpu: dict[str, None] = {}
+        self.in_flight: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
+        self.pins: set[str] = set()
+        self.prefetched: set[str] = set()  # resident because of a prefetch, not yet requested
+        self.used_bytes = 0
+        # vLLM copies a loaded adapter into a GPU slot at once; SGLang only fills host memory.
+        self.loads_fill_gpu = kind == "vllm"
+
+    # --- queries ------------------------------------------------------------------------------------------
+    @property
+    def used_slots(self) -> int:
+        return len(self.resident) + len(self.in_flight)
+
+    def holds(self, adapter: str) -> bool:
+        return adapter in self.resident or adapter in self.in_flight
+
+    def fits_ever(self, size: int) -> bool:
+        b = self.budget
+        return (b.host_slots is None or b.host_slots >= 1) and (b.budget_bytes is None or size <= b.budget_bytes)
+
+    def has_room(self, size: int) -> bool:
+        b = self.budget
+        return (b.host_slots is None or self.used_slots + 1 <= b.host_slots) and (
+            b.budget_bytes is None or self.used_bytes + size <= b.budget_bytes
+        )
+
+    def evictable(self, adapter: str) -> bool:
+        return adapter in self.resident and adapter not in self.pins
+
+    def victims_for(self, size: int, order: Iterable[str]) -> list[str] | None:
+        """The first victims from `order` that make room for `size` bytes, or None if they cannot.
+
+        `order` is the policy's preference (least valuable first); pinned and in-flight adapters are skipped.
+        """
+        if not self.fits_ever(size):
+            return None
+        b = self.budget
+        slots_over = 0 if b.host_slots is None else self.used_slots + 1 - b.host_slots
+        bytes_over = 0 if b.budget_bytes is None else self.used_bytes + size - b.budget_bytes
+        if slots_over <= 0 and bytes_over <= 0:
+            return []
+        victims: list[str] = []
+        for adapter in order:
+            if adapter not in self.resident or adapter in self.pins:
+                continue
+            victims.append(adapter)
+            slots_over -= 1
+            bytes_over -= self.sizes[adapter]
+            if slots_over <= 0 and bytes_over <= 0:
+                return victims
+        return None
+
+    def violations(self) -> int:
+        b = self.budget
+        over_slots = b.host_slots is not None and self.used_slots > b.host_slots
+        over_bytes = b.budget_bytes is not None and self.used_bytes > b.budget_bytes
+        return int(over_slots) + int(over_bytes)
+
+    # --- changes ------------------------------------------------------------------------------------------
+    def start_load(self, adapter: str, size: int) -> None:
+        if self.holds(adapter):
+            raise BudgetError(f"{adapter} is already loaded or loading on {self.key}")
+        if not self.has_room(size):
+            raise BudgetError(f"loading {adapter} on {self.key} would exceed its budget")
+        self.in_flight[adapter] = size
+        self.used_bytes += size
+
+    def finish_load(self, adapter: str, prefetched: bool = False) -> None:
+        size = self.in_flight.pop(adapter)
+        self.resident[adapter] = None
+        self.sizes[adapter] = size
+        if prefetched:
+            self.prefetched.add(adapter)
+        if self.loads_fill_gpu:
+            self.use_gpu(adapter)
+
+    def fail_load(self, adapter: str) -> None:
+        self.used_bytes -= self.in_flight.pop(adapter)
+
+    def evict(self, adapter: str) -> bool:
+        """Drop a resident adapter; True when it was a prefetch nobody used (waste)."""
+        if adapter in self.pins:
+            raise BudgetError(f"{adapter} is pinned on {self.key}")
+        if adapter not in self.resident:
+            raise BudgetError(f"{adapter} is not resident on {self.key}")
+        del self.resident[adapter]
+        self.used_bytes -= self.sizes.pop(adapter)
+        self.gpu.pop(adapter, None)
+        wasted = adapter in self.prefetched
+        self.prefetched.discard(adapter)
+        return wasted
+
+    def touch(self, adapter: str) -> bool:
+        """Mark a request's use; True when it used a prefetch for the first time."""
+        resident = self.resident
+        del resident[adapter]
+        resident[adapter] = None
+        if adapter in self.prefetched:
+            self.prefetched.discard(adapter)
+            return True
+        return False
+
+    def use_gpu(self, adapter: str) -> bool:
+        """Give the adapter a GPU slot (LRU); True when it already had one."""
+        gpu = self.gpu
+        if adapter in gpu:
+            del gpu[adapter]
+            gpu[adapter] = None
+            return True
+        if len(gpu) >= self.budget.gpu_slots:
+            for victim in gpu:
+                if victim not in self.pins or len(self.pins) >= self.budget.gpu_slots:
+                    del gpu[victim]
+                    break
+        gpu[adapter] = None
+        return False
+
+    def forget_all(self) -> None:
+        """An engine restart empties it: nothing resident, nothing loading (pins are kept as intent)."""
+        self.resident.clear()
+        self.gpu.clear()
+        self.in_flight.clear()
+        self.sizes.clear()
+        self.prefetched.clear()
+        self.used_bytes = 0
+
+
+def budget_of(engine: Engine) -> Budget:
+    return Budget(engine.gpu_slots, engine.host_slots, engine.lora_budget_bytes)
+
+
+class ResidencyBook:
+    """Every engine's residency, keyed by `HOST/ENGINE`."""
+
+    def __init__(self, engines: dict[str, EngineResidency]) -> None:
+        self.engines = engines
+
+    @classmethod
+    def from_inventory(cls, inventory: Inventory) -> ResidencyBook:
+        return cls({e.key: EngineResidency(e.key, e.kind, e.base_model, budget_of(e)) for e in inventory.engines})
+
+    def __getitem__(self, key: str) -> EngineResidency:
+        return self.engines[key]
+
+    def violations(self) -> int:
+        return sum(e.violations() for e in self.engines.values())

@@ -1,0 +1,1 @@
+"""Replay: drive the policy core over a recorded or synthetic log with simulated engines."""

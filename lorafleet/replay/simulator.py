@@ -1,0 +1,229 @@
+"""Simulated engines for replay: two tiers per engine, one load at a time, load times from the load-time model.
+
+The clock is the log's own: no sleeping, no wall clock. A request is a hit when its adapter is resident on the
+serving engine when it arrives, late when a load of it is in flight (it waits the remainder), and a miss
+otherwise (it waits for a cold load). Demand loads go ahead of queued prefetches but never preempt the load
+in progress. Cold ms of a request is the time it waited on an adapter load; hits wait 0.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lorafleet.inventory.model import Inventory, LoadModel
+from lorafleet.logs.records import ADAPTER, BASE, RequestEvent
+from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.policies import make_policy
+
+
+@dataclass
+class PolicyResult:
+    policy: str
+    requests: int = 0  # adapter requests served by an engine
+    hits: int = 0
+    late: int = 0
+    misses: int = 0
+    gpu_hits: int = 0
+    base_requests: int = 0
+    unknown_requests: int = 0
+    unserved: int = 0  # adapter requests no engine can serve (base model or rank)
+    cold_ms: list[float] = field(default_factory=list, repr=False)
+    copy_ms_total: float = 0.0
+    loads: int = 0
+    prefetch_loads: int = 0
+    prefetch_used: int = 0
+    wasted_prefetches: int = 0
+    evictions: int = 0
+    bypassed: int = 0
+    budget_violations: int = 0
+    loader_busy_ms: float = 0.0
+    loader_span_ms: float = 0.0
+    engines: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.requests if self.requests else 0.0
+
+    @property
+    def cold_ms_total(self) -> float:
+        return sum(self.cold_ms)
+
+    def cold_ms_percentile(self, q: float) -> float:
+        """Nearest-rank percentile over every served adapter request (hits count as 0 ms)."""
+        if not self.cold_ms:
+            return 0.0
+        ordered = sorted(self.cold_ms)
+        rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+        return ordered[rank - 1]
+
+    @property
+    def loader_utilization(self) -> float:
+        span = self.loader_span_ms * self.engines
+        return self.loader_busy_ms / span if span > 0 else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class _Loader:
+    """One engine's serialized loader."""
+
+    __slots__ = ("busy_ms", "current", "load", "queue")
+
+    def __init__(self, load: LoadModel) -> None:
+        self.load = load
+        self.queue: deque[str] = deque()
+        self.current: str | None = None
+        self.busy_ms = 0.0
+
+
+class Simulation:
+    def __init__(self, inventory: Inventory, policy: str, events: Sequence[RequestEvent]) -> None:
+        self.inventory = inventory
+        self.events = events
+        self.core = PolicyCore(inventory, make_policy(policy, events))
+        self.result = PolicyResult(policy, engines=len(inventory.engines))
+        self.loaders = {e.key: _Loader(e.load) for e in inventory.engines}
+        self.completions: list[tuple[float, int, str, str]] = []  # (done ms, seq, engine, adapter)
+        self.waiters: dict[tuple[str, str], list[float]] = {}
+        self.seq = 0
+
+    # loads ---------------------------------------------------------------------------------------------------
+    def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if d.action != LOAD:
+                continue
+            loader = self.loaders[d.engine]
+            if d.reason == DEMAND:
+                loader.queue.appendleft(d.adapter)
+            else:
+                loader.queue.append(d.adapter)
+            self._start_next(now_ms, d.engine)
+        self.result.budget_violations += self.core.book.violations()
+
+    def _start_next(self, now_ms: float, engine: str) -> None:
+        loader = self.loaders[engine]
+        if loader.current is not None or not loader.queue:
+            return
+        adapter = loader.queue.popleft()
+        loader.current = adapter
+        duration = loader.load.cold_ms(self.core.sizes[adapter])
+        loader.busy_ms += duration
+        self.seq += 1
+        heapq.heappush(self.completions, (now_ms + duration, self.seq, engine, adapter))
+
+    def _promote(self, engine: str, adapter: str) -> None:
+        """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""
+        loader = self.loaders[engine]
+        if loader.current != adapter and adapter in loader.queue:
+            loader.queue.remove(adapter)
+            loader.queue.appendleft(adapter)
+
+    def _complete_until(self, until_ms: float) -> None:
+        completions = self.completions
+        while completions and completions[0][0] <= until_ms:
+            done_ms, _, engine, adapter = heapq.heappop(completions)
+            self.loaders[engine].current = None
+            for arrived in self.waiters.pop((engine, adapter), ()):
+                self.result.cold_ms.append(done_ms - arrived)
+            decisions = self.core.load_finished(done_ms / 1000.0, engine, adapter)
+            self._apply(done_ms, decisions)
+            self._start_next(done_ms, engine)
+
+    # the run -------------------------------------------------------------------------------------------------
+    def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
+        started = time.perf_counter()
+        result = self.result
+        events = self.events
+        if not events:
+            return result
+        origin = events[0].time
+        core = self.core
+        self._apply(0.0, core.start(0.0))
+        on_request = core.on_request
+        route = core.route
+        book = core.book.engines
+        now_ms = 0.0
+        for index, event in enumerate(events):
+            if progress is not None and index % 4096 == 0:
+                progress(index)
+            now_ms = (event.time - origin) * 1000.0
+            if self.completions and self.completions[0][0] <= now_ms:
+                self._complete_until(now_ms)
+            if event.kind != ADAPTER:
+                if event.kind == BASE:
+                    result.base_requests += 1
+                else:
+                    result.unknown_requests += 1
+                continue
+            engine = route(event)
+            outcome, decisions = on_request(now_ms / 1000.0, event, engine)
+            adapter = event.adapter
+            assert adapter is not None
+            if outcome == UNSERVED or engine is None:
+                result.unserved += 1
+                continue
+            result.requests += 1
+            state = book[engine]
+            if outcome == HIT:
+                result.hits += 1
+                result.cold_ms.append(0.0)
+                if state.use_gpu(adapter):
+                    result.gpu_hits += 1
+                else:
+                    result.copy_ms_total += self.loaders[engine].load.copy_ms(core.sizes[adapter])
+            else:
+                if outcome == LATE:
+                    result.late += 1
+                    self._promote(engine, adapter)
+                else:
+                    result.misses += 1
+                if adapter in state.in_flight:
+                    self.waiters.setdefault((engine, adapter), []).append(now_ms)
+                else:  # no room could be made: served by a transient load that is not kept
+                    result.cold_ms.append(self.loaders[engine].load.cold_ms(core.sizes[adapter]))
+            if decisions:
+                self._apply(now_ms, decisions)
+        self._complete_until(float("inf"))
+        counters = core.counters
+        result.loads = counters.loads
+        result.prefetch_loads = counters.prefetch_loads
+        result.prefetch_used = counters.prefetch_used
+        result.wasted_prefetches = counters.wasted_prefetches
+        result.evictions = counters.evictions
+        result.bypassed = counters.bypassed
+        result.loader_busy_ms = sum(loader.busy_ms for loader in self.loaders.values())
+        result.loader_span_ms = max(now_ms, 1.0)
+        result.wall_s = time.perf_counter() - started
+        return result
+
+
+def replay(
+    inventory: Inventory,
+    events: Sequence[RequestEvent],
+    policies: Sequence[str],
+    progress: Callable[[str, int], None] | None = None,
+) -> list[PolicyResult]:
+    """Run each policy over the same events from empty engines."""
+    results = []
+    for name in policies:
+        callback = (lambda i, n=name: progress(n, i)) if progress is not None else None
+        results.append(Simulation(inventory, name, events).run(callback))
+    return results
+
+
+def headroom_captured(result: PolicyResult, lru: PolicyResult, oracle: PolicyResult) -> float | None:
+    """(policy − lru) / (oracle − lru) in hit ratio; None when the oracle has no headroom over lru."""
+    gap = oracle.hit_ratio - lru.hit_ratio
+    if gap <= 1e-12:
+        return None
+    return (result.hit_ratio - lru.hit_ratio) / gap
+
+
+__all__ = ["HIT", "LATE", "MISS", "PolicyResult", "Simulation", "headroom_captured", "replay"]

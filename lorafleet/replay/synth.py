@@ -1,0 +1,329 @@
+"""Synthetic access logs (JSON lines, the reference inventory's layout) with a matching inventory.
+
+Shapes (all deterministic for a given seed):
+
+- `seed`: the shape of the published benchmark lorafleet answers: 800 requests, 8 tenants, 10 adapters of ranks
+  8–128 on one vLLM engine holding 4 (2 GPU slots). Each tenant works through its own 3-step workflow
+  (e.g. code → review → sql) with exponential think time (mean 2 s) and 20% noise; half of the workflows are
+  declared in the inventory as priors.
+- `zipf`: true Zipf popularity (s = 1.1) over 300 adapters owned by 40 tenants, bursty arrivals (Gamma inter-arrival,
+  shape 0.3, CV ≈ 1.8, mean 50 ms); two vLLM engines holding 24 adapters each.
+- `workflows`: 12 tenants, each with 2 chains of 3–4 steps over 40 adapters; sessions walk a chain with think time
+  (mean 3 s) and 10% noise; sessions of different tenants interleave. Two vLLM engines holding 8 each; half the
+  chains are declared as inventory workflows.
+- `drift`: 100 adapters; 80% of requests go to a hot set of 8 that is replaced every fifth of the trace, the
+  rest to a Zipf tail; one vLLM engine holding 12.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from lorafleet.inventory.model import Inventory
+
+SHAPES = ("seed", "zipf", "workflows", "drift")
+START = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC).timestamp()
+RANKS = (8, 16, 32, 64, 128)
+DOMAINS = (
+    "code",
+    "review",
+    "sql",
+    "finance",
+    "medical",
+    "legal",
+    "translate",
+    "support",
+    "summarize",
+    "math",
+    "chat",
+    "search",
+)
+DEFAULT_REQUESTS = {"seed": 800, "zipf": 20_000, "workflows": 5_000, "drift": 10_000}
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    log_path: Path
+    inventory_path: Path
+    requests: int
+
+
+@dataclass(frozen=True)
+class _Spec:
+    adapters: list[tuple[str, int, str]]  # id, rank, owner tenant
+    tenants: dict[str, dict[str, object]]
+    engines: list[dict[str, object]]
+    records: list[tuple[float, str, str]]  # time, tenant, adapter
+
+
+def _adapter_ids(rng: random.Random, count: int) -> list[tuple[str, int]]:
+    out = []
+    for i in range(count):
+        rank = RANKS[i % len(RANKS)] if count <= 10 else rng.choice(RANKS)
+        out.append((f"{DOMAINS[i % len(DOMAINS)]}-{i:03d}-r{rank}", rank))
+    return out
+
+
+def _vllm(name: str, port: int, max_loras: int, max_cpu_loras: int) -> dict[str, object]:
+    return {
+        "name": name,
+        "kind": "vllm",
+        "url": f"http://127.0.0.1:{port}",
+        "base_model": "llama3-8b",
+        "max_loras": max_loras,
+        "max_cpu_loras": max_cpu_loras,
+        "max_lora_rank": 128,
+    }
+
+
+def _sessions(
+    rng: random.Random,
+    tenants: list[str],
+    chains: dict[str, list[list[str]]],
+    all_adapters: list[str],
+    requests: int,
+    think_s: float,
+    noise: float,
+    session_gap_s: float,
+) -> list[tuple[float, str, str]]:
+    """Tenants start sessions at random; a session walks one of the tenant's chains with think time."""
+    records: list[tuple[float, str, str]] = []
+    clock = {t: rng.expovariate(1 / session_gap_s) for t in tenants}
+    while len(records) < requests:
+        tenant = min(clock, key=clock.__getitem__)
+        now = clock[tenant]
+        chain = rng.choice(chains[tenant])
+        for step in chain:
+            adapter = rng.choice(all_adapters) if rng.random() < noise else step
+            records.append((now, tenant, adapter))
+            now += rng.expovariate(1 / think_s)
+        clock[tenant] = now + rng.expovariate(1 / session_gap_s)
+    records.sort()
+    return records[:requests]
+
+
+def _seed(rng: random.Random, requests: int) -> _Spec:
+    ids = _adapter_ids(rng, 10)
+    names = [a for a, _ in ids]
+    tenants = [f"tenant-{i}" for i in range(8)]
+    chains = {t: [rng.sample(names, 3)] for t in tenants}
+    owners = {a: [t for t in tenants if a in chains[t][0]] or [tenants[0]] for a in names}
+    records = _sessions(rng, tenants, chains, names, requests, think_s=2.0, noise=0.2, session_gap_s=6.0)
+    return _Spec(
+        adapters=[(a, r, owners[a][0]) for a, r in ids],
+        tenants={
+            t: {"tier": "silver", **({"workflows": chains[t]} if i % 2 == 0 else {})} for i, t in enumerate(tenants)
+        },
+        engines=[_vllm("vllm-0", 18000, 2, 4)],
+        records=records,
+    )
+
+
+def _zipf(rng: random.Random, requests: int) -> _Spec:
+    ids = _adapter_ids(rng, 300)
+    tenants = [f"tenant-{i:02d}" for i in range(40)]
+    owners = {a: tenants[i % len(tenants)] for i, (a, _) in enumerate(ids)}
+    weights = [1 / (k + 1) ** 1.1 for k in range(len(ids))]
+    shuffled = [a for a, _ in ids]
+    rng.shuffle(shuffled)
+    cumulative = []
+    total = 0.0
+    for w in weights:
+        total += w
+        cumulative.append(total)
+    records = []
+    now = 0.0
+    shape, mean = 0.3, 0.05
+    for _ in range(requests):
+        now += rng.gammavariate(shape, mean / shape)
+        adapter = shuffled[_bisect(cumulative, rng.random() * total)]
+        records.append((now, owners[adapter], adapter))
+    return _Spec(
+        adapters=[(a, r, owners[a]) for a, r in ids],
+        tenants={t: {"tier": "bronze"} for t in tenants},
+        engines=[_vllm("vllm-0", 18000, 8, 24), _vllm("vllm-1", 18001, 8, 24)],
+        records=records,
+    )
+
+
+def _workflows(rng: random.Random, requests: int) -> _Spec:
+    ids = _adapter_ids(rng, 40)
+    names = [a for a, _ in ids]
+    tenants = [f"tenant-{i:02d}" for i in range(12)]
+    chains = {t: [rng.sample(names, rng.choice((3, 4))) for _ in range(2)] for t in tenants}
+    owners = {a: next((t for t in tenants if any(a in c for c in chains[t])), tenants[0]) for a in names}
+    records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.1, session_gap_s=20.0)
+    return _Spec(
+        adapters=[(a, r, owners[a]) for a, r in ids],
+        tenants={
+            t: {"tier": "silver", **({"workflows": chains[t][:1]} if i % 2 == 0 else {})} for i, t in enumerate(tenants)
+        },
+        engines=[_vllm("vllm-0", 18000, 4, 8), _vllm("vllm-1", 18001, 4, 8)],
+        records=records,
+    )
+
+
+def _drift(rng: random.Random, requests: int) -> _Spec:
+    ids = _adapter_ids(rng, 100)
+    names = [a for a, _ in ids]
+    tenants = [f"tenant-{i:02d}" for i in range(20)]
+    owners = {a: tenants[i % len(tenants)] for i, a in enumerate(names)}
+    weights = [1 / (k + 1) ** 1.1 for k in range(len(names))]
+    phase_len = max(1, math.ceil(requests / 5))
+    records = []
+    now = 0.0
+    hot: list[str] = []
+    for i in range(requests):
+        if i % phase_len == 0:
+            hot = rng.sample(names, 8)
+        now += rng.expovariate(1 / 0.1)
+        adapter = rng.choice(hot) if rng.random() < 0.8 else rng.choices(names, weights)[0]
+        records.append((now, owners[adapter], adapter))
+    return _Spec(
+        adapters=[(a, r, owners[a]) for a, r in ids],
+        tenants={t: {"tier": "bronze"} for t in tenants},
+        engines=[_vllm("vllm-0", 18000, 4, 12)],
+        records=records,
+    )
+
+
+def _bisect(cumulative: list[float], x: float) -> int:
+    lo, hi = 0, len(cumulative) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cumulative[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthetic:
+    """Write `access.jsonl` and `inventory.yaml` for a shape into `out`."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)})")
+    count = requests if requests is not None else DEFAULT_REQUESTS[shape]
+    if count < 1:
+        raise ValueError("--requests must be at least 1")
+    rng = random.Random(f"{shape}:{seed}")
+    spec = {"seed": _seed, "zipf": _zipf, "workflows": _workflows, "drift": _drift}[shape](rng, count)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "access.jsonl"
+    engine_keys = [f"localhost/{e['name']}" for e in spec.engines]
+    with log_path.open("w", encoding="utf-8") as fh:
+        for when, tenant, adapter in spec.records:
+            fh.write(
+                json.dumps(
+                    {
+                        "ts": _iso(START + when),
+                        "tenant_id": tenant,
+                        "model": adapter,
+                        "upstream": None if len(engine_keys) > 1 else engine_keys[0],
+                        "status": 200,
+                        "ttft_ms": None,
+                    }
+                )
+                + "\n"
+            )
+    inventory = {
+        "fleet": f"synthetic-{shape}",
+        "defaults": {"load_fixed_ms": 15, "disk_gbps": 3, "h2d_gbps": 25},
+        "base_models": {
+            "llama3-8b": {
+                "name": "meta-llama/Meta-Llama-3-8B-Instruct",
+                "hidden_size": 4096,
+                "intermediate_size": 14336,
+                "num_layers": 32,
+                "num_attention_heads": 32,
+                "num_kv_heads": 8,
+                "dtype": "bfloat16",
+            }
+        },
+        "hosts": [
+            {"name": "localhost", "provider": "onprem", "connection": "local", "gpus": 0, "engines": spec.engines}
+        ],
+        "adapters": [
+            {
+                "id": a,
+                "base_model": "llama3-8b",
+                "path": f"/adapters/{a}",
+                "rank": r,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+                "tenants": [owner],
+            }
+            for a, r, owner in spec.adapters
+        ],
+        "tenants": spec.tenants,
+        "gateway": {
+            "logs": [
+                {
+                    "path": "access.jsonl",
+                    "format": "jsonl",
+                    "fields": {
+                        "time": "ts",
+                        "tenant": "tenant_id",
+                        "adapter": "model",
+                        "engine": "upstream",
+                        "status": "status",
+                        "ttft_ms": "ttft_ms",
+                    },
+                }
+            ]
+        },
+    }
+    inventory_path = out / "inventory.yaml"
+    header = f"# Written by `lorafleet trace synth --shape {shape} --requests {count} --seed {seed}`.\n"
+    inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False, width=120), encoding="utf-8")
+    return Synthetic(log_path, inventory_path, len(spec.records))
+
+
+def synthesize_for_inventory(inventory: Inventory, requests: int, seed: int, out: Path) -> Synthetic:
+    """Traffic for an existing inventory: tenants walk their declared workflows (10% noise, think time mean
+    3 s); tenants without workflows ask for their own adapters with Zipf popularity. Writes only the log."""
+    if requests < 1:
+        raise ValueError("--requests must be at least 1")
+    rng = random.Random(f"inventory:{seed}")
+    names = list(inventory.adapters)
+    if not names:
+        raise ValueError("the inventory names no adapters")
+    tenants = list(inventory.tenants) or sorted({t for a in inventory.adapters.values() for t in a.tenants})
+    if not tenants:
+        tenants = ["default"]
+    chains: dict[str, list[list[str]]] = {}
+    for tenant in tenants:
+        declared = inventory.tenants.get(tenant)
+        if declared is not None and declared.workflows:
+            chains[tenant] = [list(c) for c in declared.workflows]
+            continue
+        own = [a.id for a in inventory.adapters.values() if tenant in a.tenants] or names
+        weights = [1 / (k + 1) ** 1.1 for k in range(len(own))]
+        chains[tenant] = [[rng.choices(own, weights)[0] for _ in range(3)] for _ in range(3)]
+    records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.1, session_gap_s=10.0)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for when, tenant, adapter in records:
+            fh.write(
+                json.dumps(
+                    {
+                        "ts": _iso(START + when),
+                        "tenant_id": tenant,
+                        "model": adapter,
+                        "upstream": None,
+                        "status": 200,
+                        "ttft_ms": None,
+                    }
+                )
+                + "\n"
+            )
+    return Synthetic(out, Path(inventory.sources[0]) if inventory.sources else out, len(records))

@@ -1,0 +1,100 @@
+"""`lorafleet replay` and `lorafleet trace synth` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import INVENTORIES
+
+DEMO = str(INVENTORIES / "demo.yaml")
+DEMO_LOG = str(INVENTORIES / "demo-access.jsonl")
+
+
+def test_replay_tour_prints_the_policy_table(run_cli) -> None:
+    result = run_cli("replay", DEMO_LOG, "-i", DEMO)
+    assert result.exit_code == 0, result.stderr
+    for words in ("Replay of 2,000 adapter requests", "lru", "lfu", "lorafleet", "oracle", "hit ratio", "headroom"):
+        assert words in result.stdout
+
+
+def test_replay_json_shape(run_cli) -> None:
+    result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--json", "--policy", "lru,oracle")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [p["policy"] for p in data["policies"]] == ["lru", "oracle"]
+    keys = {
+        "policy",
+        "requests",
+        "hits",
+        "late",
+        "misses",
+        "hit_ratio",
+        "cold_ms_total",
+        "cold_ms_p99",
+        "loads",
+        "prefetch_loads",
+        "wasted_prefetches",
+        "budget_violations",
+    }
+    for row in data["policies"]:
+        assert keys <= set(row)
+        assert row["requests"] == 2000 and row["budget_violations"] == 0
+        assert row["hits"] + row["late"] + row["misses"] == row["requests"]
+    assert data["policies"][1]["hit_ratio"] >= data["policies"][0]["hit_ratio"]
+
+
+def test_replay_counts_junk_and_unknown_names(run_cli, tmp_path: Path) -> None:
+    log = tmp_path / "access.jsonl"
+    log.write_text(
+        '{"ts": 1, "model": "code-r64", "tenant_id": "globex"}\n'
+        "garbage\n"
+        '{"ts": 2, "model": "../../../etc/shadow"}\n'
+        '{"ts": 3, "model": "meta-llama/Meta-Llama-3-8B-Instruct"}\n'
+    )
+    result = run_cli("replay", str(log), "-i", DEMO, "--json", "--policy", "lru")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["log"] == {
+        "lines": 4,
+        "adapter_requests": 1,
+        "base_requests": 1,
+        "unknown_requests": 1,
+        "bad_lines": 1,
+        "bad_reasons": {"not JSON": 1},
+    }
+    assert data["policies"][0]["requests"] == 1
+
+
+def test_replay_errors_are_one_line(run_cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("nope\n")
+    result = run_cli("replay", str(empty), "-i", DEMO)
+    assert result.exit_code == 2 and result.stderr.startswith("error: no adapter requests in")
+    result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--policy", "lru,belady")
+    assert result.exit_code == 2 and "unknown policy 'belady'" in result.stderr
+    result = run_cli("replay", str(tmp_path / "missing.jsonl"), "-i", DEMO)
+    assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_trace_synth_writes_a_log_and_an_inventory_that_replay(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "wf"
+    result = run_cli("trace", "synth", "--shape", "workflows", "--requests", "300", "--seed", "3", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert run_cli("inventory", "check", "-i", str(out / "inventory.yaml")).exit_code == 0
+    lines = (out / "access.jsonl").read_text().splitlines()
+    assert len(lines) == 300
+    assert set(json.loads(lines[0])) == {"ts", "tenant_id", "model", "upstream", "status", "ttft_ms"}
+    again = tmp_path / "again"
+    run_cli("trace", "synth", "--shape", "workflows", "--requests", "300", "--seed", "3", "--out", str(again))
+    assert (again / "access.jsonl").read_bytes() == (out / "access.jsonl").read_bytes()
+    replayed = run_cli("replay", str(out / "access.jsonl"), "-i", str(out / "inventory.yaml"), "--json")
+    assert replayed.exit_code == 0 and len(json.loads(replayed.stdout)["policies"]) == 4
+
+
+def test_bundled_demo_log_is_what_synth_writes(run_cli, tmp_path: Path) -> None:
+    result = run_cli(
+        "trace", "synth", "-i", DEMO, "--for-inventory", "--requests", "2000", "--seed", "7", "--out", str(tmp_path)
+    )
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "demo-access.jsonl").read_bytes() == Path(DEMO_LOG).read_bytes()

@@ -1,0 +1,152 @@
+"""Access-log parsing: JSON-lines mappings, nginx log_format, junk lines, time formats, name resolution."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from lorafleet.inventory import load_inventory
+from lorafleet.inventory.model import LogSource
+from lorafleet.logs.nginx import NginxFormat
+from lorafleet.logs.reader import LineParser, read_events
+from lorafleet.logs.records import ADAPTER, BASE, UNKNOWN
+from lorafleet.logs.timeparse import TimeParseError, parse_time
+from tests.conftest import INVENTORIES
+
+REFERENCE = load_inventory(INVENTORIES / "reference.yaml")
+JSONL, NGINX = REFERENCE.gateway_logs
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-11-29T12:00:00Z", T0),
+        ("2026-11-29T12:00:00.250+00:00", T0 + 0.25),
+        ("2026-11-29T13:00:00+01:00", T0),
+        ("2026-11-29 12:00:00", T0),  # naive: taken as UTC
+        (T0, T0),
+        (int(T0 * 1000), T0),  # epoch milliseconds
+        (str(T0), T0),
+        ("29/Nov/2026:13:00:00 +0100", T0),  # nginx $time_local
+    ],
+)
+def test_time_formats(value: object, expected: float) -> None:
+    assert parse_time(value) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("value", ["yesterday", "", None, True, -5, "32/Foo/2026:00:00:00 +0000"])
+def test_bad_times(value: object) -> None:
+    with pytest.raises(TimeParseError):
+        parse_time(value)
+
+
+def test_jsonl_mapping_with_dotted_paths_and_name_forms() -> None:
+    source = LogSource(
+        "x.jsonl",
+        "jsonl",
+        {
+            "time": "ts",
+            "tenant": "req.tenant.id",
+            "adapter": "body.model",
+            "engine": "upstream",
+            "status": "status",
+            "ttft_ms": "timing.ttft",
+        },
+    )
+    parser = LineParser(source, REFERENCE)
+    line = {
+        "ts": "2026-11-29T12:00:00Z",
+        "req": {"tenant": {"id": "globex-dev"}},
+        "body": {"model": "code-llama3-r64"},
+        "upstream": "10.20.1.15:8000",
+        "status": 200,
+        "timing": {"ttft": 41.5},
+    }
+    event = parser.parse(json.dumps(line))
+    assert event is not None
+    assert (event.kind, event.adapter, event.base_model, event.tenant) == (
+        ADAPTER,
+        "code-llama3-r64",
+        "llama3-8b",
+        "globex-dev",
+    )
+    assert (event.engine, event.status, event.ttft_ms, event.time) == ("aws-p4d-use1-1/vllm-0", 200, 41.5, T0)
+    sglang = parser.parse(json.dumps({**line, "body": {"model": "qwen2.5-7b:medical-qwen-r64"}}))
+    assert sglang is not None and (sglang.kind, sglang.adapter) == (ADAPTER, "medical-qwen-r64")
+    base = parser.parse(json.dumps({**line, "body": {"model": "meta-llama/Meta-Llama-3-8B-Instruct"}}))
+    assert base is not None and (base.kind, base.adapter, base.base_model) == (BASE, None, "llama3-8b")
+    for name in ("../../etc/passwd", "/models/adapters/code-llama3-r64", "code-llama3-r64 ", "x" * 5000):
+        event = parser.parse(json.dumps({**line, "body": {"model": name}}))
+        if name.strip() == "code-llama3-r64":
+            continue
+        assert event is not None and event.kind == UNKNOWN and event.adapter is None
+    assert parser.tally.adapter_requests == 3 and parser.tally.base_requests == 1  # surrounding spaces trimmed
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"not json at all", "not JSON"),
+        (b'["a", "list"]', "not a JSON object"),
+        (b'{"ts": "2026-11-29T12:00:00Z"}', "missing adapter field"),
+        (b'{"model": "code-llama3-r64"}', "missing time field"),
+        (b'{"ts": "soon", "model": "code-llama3-r64"}', "unparseable time"),
+        (b"\x00\x01\x02binary\xff", "binary data"),
+        (b'{"ts": 1, "model": "\xff\xfe"}', "not UTF-8"),
+        (b"{" + b'"a": 1,' * 20000 + b"}", "over-long line"),
+    ],
+)
+def test_junk_lines_are_counted_not_fatal(line: bytes, reason: str) -> None:
+    parser = LineParser(JSONL, REFERENCE)
+    assert parser.parse(line) is None
+    assert parser.tally.bad_reasons == {reason: 1}
+
+
+NGINX_LINES = [
+    '10.0.3.7 - - [29/Nov/2026:12:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 200 5123 "globex-dev" '
+    '"review-llama3-r32" 10.20.1.15:8000 0.412',
+    '10.0.3.8 - alice [29/Nov/2026:12:00:01 +0000] "POST /v1/completions HTTP/2.0" 200 88 "initech" '
+    '"sql-llama3-r16" 10.30.0.7:8000 0.050',
+    '10.0.3.9 - - [29/Nov/2026:12:00:02 +0000] "POST /v1/chat/completions HTTP/1.1" 502 0 "-" "-" - 0.001',
+    '10.0.3.9 - - [29/Nov/2026:12:00:03 +0000] "GET /health HTTP/1.1" 200 2 "st-mercy" "a \\"quoted\\" name" '
+    "127.0.0.1:1 0.000",
+]
+
+
+def test_nginx_log_format_with_real_lines() -> None:
+    parser = LineParser(NGINX, REFERENCE)
+    events = [parser.parse(line) for line in NGINX_LINES]
+    first, second, dash, quoted = events
+    assert first is not None and (first.adapter, first.tenant, first.engine, first.time) == (
+        "review-llama3-r32",
+        "globex-dev",
+        "aws-p4d-use1-1/vllm-0",
+        T0,
+    )
+    assert second is not None and (second.adapter, second.engine) == ("sql-llama3-r16", "gcp-a3-usc1-1/vllm-0")
+    assert dash is None and parser.tally.bad_reasons == {"missing adapter field": 1}
+    assert quoted is not None and quoted.kind == UNKNOWN
+    assert parser.parse("garbage that is not an access line") is None
+    assert parser.tally.bad_reasons["does not match log_format"] == 1
+
+
+def test_nginx_format_compiles_iso_times_and_msec() -> None:
+    fmt = NginxFormat('$msec "$http_x_model" [$time_iso8601]')
+    assert fmt.parse('1764417600.123 "a" [2026-11-29T12:00:00+00:00]') == {
+        "msec": "1764417600.123",
+        "http_x_model": "a",
+        "time_iso8601": "2026-11-29T12:00:00+00:00",
+    }
+
+
+def test_read_events_sorts_and_merges_files(tmp_path: Path) -> None:
+    a, b = tmp_path / "access.jsonl", tmp_path / "other.jsonl"
+    a.write_text('{"ts": 30, "model": "sql-llama3-r16"}\n{"ts": 10, "model": "code-llama3-r64"}\nnope\n')
+    b.write_text('{"ts": 20, "model": "legal-qwen-r32", "tenant_id": "hooli-legal"}\n\n')
+    events, tally = read_events([a, b], REFERENCE)
+    assert [e.time for e in events] == [10, 20, 30]
+    assert (tally.lines, tally.adapter_requests, tally.bad_lines) == (4, 3, 1)

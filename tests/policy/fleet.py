@@ -1,0 +1,61 @@
+"""Small inventories and request streams for policy and replay tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet.inventory import Inventory, load_inventory
+from lorafleet.logs.records import ADAPTER, RequestEvent
+
+BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+
+
+def make_inventory(
+    tmp: Path,
+    adapters: int = 8,
+    engines: list[dict[str, object]] | None = None,
+    zero_load: bool = False,
+    ranks: list[int] | None = None,
+    tenants: dict[str, str] | None = None,
+    name: str = "inv.yaml",
+) -> Inventory:
+    """One host; engines given as dicts of inventory keys (default one vLLM engine holding 3)."""
+    engines = engines or [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
+    lines = ["defaults:"]
+    if zero_load:
+        lines += ["  load_fixed_ms: 0", "  disk_gbps: 1.0e+15", "  h2d_gbps: 1.0e+15"]
+    else:
+        lines += ["  load_fixed_ms: 15", "  disk_gbps: 3", "  h2d_gbps: 25"]
+    lines += ["base_models:", BASE.rstrip("\n"), "hosts:", "  - name: h", "    provider: onprem", "    engines:"]
+    for i, spec in enumerate(engines):
+        fields = {
+            "name": f"e{i}",
+            "url": f"http://127.0.0.1:{20000 + i}",
+            "base_model": "m",
+            "max_lora_rank": 64,
+            **spec,
+        }
+        lines.append("      - {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}")
+    lines.append("adapters:")
+    for i in range(adapters):
+        rank = (ranks or [8, 16, 32, 64])[i % len(ranks or [8, 16, 32, 64])]
+        lines.append(f"  - {{id: a{i}, base_model: m, path: /a/a{i}, rank: {rank}}}")
+    if tenants:
+        lines.append("tenants:")
+        lines += [f"  {t}: {spec}" for t, spec in tenants.items()]
+    path = tmp / name
+    path.write_text("\n".join(lines) + "\n")
+    return load_inventory(path)
+
+
+def stream(adapters: list[int], tenants: list[str] | None = None, gap_s: float = 1.0) -> list[RequestEvent]:
+    return [
+        RequestEvent(
+            time=1000.0 + i * gap_s,
+            kind=ADAPTER,
+            adapter=f"a{a}",
+            base_model="m",
+            tenant=(tenants[i % len(tenants)] if tenants else "t"),
+        )
+        for i, a in enumerate(adapters)
+    ]

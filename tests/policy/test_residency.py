@@ -1,0 +1,78 @@
+"""The residency book keeps budgets, pins and in-flight loads sacred."""
+
+from __future__ import annotations
+
+import pytest
+
+from lorafleet.policy.residency import Budget, BudgetError, EngineResidency
+
+
+def engine(host_slots: int | None = 3, budget_bytes: int | None = None, gpu_slots: int = 1) -> EngineResidency:
+    return EngineResidency("h/e", "vllm", "m", Budget(gpu_slots, host_slots, budget_bytes))
+
+
+def test_in_flight_loads_reserve_their_slot_and_bytes() -> None:
+    e = engine(host_slots=2, budget_bytes=100)
+    e.start_load("a", 60)
+    assert not e.has_room(50)  # bytes: 60 in flight + 50 > 100
+    assert e.has_room(40)
+    e.start_load("b", 40)
+    assert not e.has_room(1)  # slots
+    with pytest.raises(BudgetError):
+        e.start_load("c", 1)
+    e.finish_load("a")
+    assert list(e.resident) == ["a"] and e.used_bytes == 100 and e.violations() == 0
+
+
+def test_victims_skip_pinned_and_in_flight_and_cover_bytes() -> None:
+    e = engine(host_slots=4, budget_bytes=100)
+    for name, size in (("a", 30), ("b", 30), ("c", 30)):
+        e.start_load(name, size)
+        e.finish_load(name)
+    e.pins.add("a")
+    e.start_load("d", 10)  # in flight: 100 bytes used
+    assert e.victims_for(50, ["a", "d", "b", "c"]) == ["b", "c"]
+    assert e.victims_for(50, ["a", "d", "b"]) is None
+    assert e.victims_for(101, ["b", "c"]) is None  # can never fit
+
+
+def test_evicting_a_pin_or_a_loading_adapter_is_refused() -> None:
+    e = engine()
+    e.start_load("a", 1)
+    with pytest.raises(BudgetError):
+        e.evict("a")
+    e.finish_load("a")
+    e.pins.add("a")
+    with pytest.raises(BudgetError):
+        e.evict("a")
+
+
+def test_lru_order_and_prefetch_use() -> None:
+    e = engine(host_slots=4)
+    for name in "abc":
+        e.start_load(name, 1)
+        e.finish_load(name, prefetched=name == "b")
+    assert e.touch("b") is True and e.touch("b") is False
+    assert list(e.resident) == ["a", "c", "b"]
+    e.start_load("d", 1)
+    e.finish_load("d", prefetched=True)
+    assert e.evict("d") is True  # loaded ahead, never used: waste
+
+
+def test_gpu_tier_is_lru_within_its_slots() -> None:
+    e = engine(host_slots=3, gpu_slots=2)
+    for name in "abc":
+        e.start_load(name, 1)
+        e.finish_load(name)  # vLLM: a load takes a GPU slot at once
+    assert list(e.gpu) == ["b", "c"]
+    assert e.use_gpu("b") is True and e.use_gpu("a") is False
+    assert list(e.gpu) == ["b", "a"]
+
+
+def test_restart_forgets_everything() -> None:
+    e = engine()
+    e.start_load("a", 5)
+    e.finish_load("a")
+    e.start_load("b", 5)
+    e.forget_all()
+    assert e.used_slots == 0 and e.used_bytes == 0 and not e.gpu
