@@ -62,6 +62,13 @@ class Policy:
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return []
 
+    def next_wakeup(self) -> float | None:
+        """When the policy next wants `tick` (a scheduled prefetch), or None."""
+        return None
+
+    def tick(self, now: float) -> list[Decision]:
+        return []
+
 
 class PolicyCore:
     def __init__(self, inventory: Inventory, policy: Policy, half_life: float | None = None) -> None:
@@ -120,7 +127,7 @@ class PolicyCore:
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:
-            self.demand.observe(event.tenant, adapter)
+            self.demand.observe(event.tenant, adapter, now)
         if engine is None:
             return UNSERVED, self.policy.on_request(now, event, None, UNSERVED)
         state = self.book.engines[engine]
@@ -152,6 +159,13 @@ class PolicyCore:
             return []
         state.finish_load(adapter, prefetched=reason != DEMAND)
         return self.policy.on_load_done(now, engine, adapter)
+
+    def next_wakeup(self) -> float | None:
+        return self.policy.next_wakeup()
+
+    def tick(self, now: float) -> list[Decision]:
+        """Let time pass: decisions scheduled for `now` or earlier (drivers call it at `next_wakeup()`)."""
+        return self.policy.tick(now)
 
     def engine_restarted(self, engine: str) -> None:
         """The engine lost everything (the daemon's reconcile saw an empty registry)."""

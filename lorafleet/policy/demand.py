@@ -9,11 +9,69 @@ Workflows from the inventory enter as prior transitions that fade as real observ
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
+from collections import deque
 from collections.abc import Iterable
 
 _RESCALE_EXPONENT = 200.0
+
+
+class AgedCounts:
+    """Counts that halve every `half_life` observations, kept with growing weights so adding is O(1)."""
+
+    def __init__(self, half_life: float) -> None:
+        self.rate = math.log(2) / half_life
+        self.exponent = 0.0
+        self.weight = 1.0
+        self.counts: dict[str, float] = {}
+
+    def add(self, key: str) -> None:
+        self.exponent += self.rate
+        if self.exponent > _RESCALE_EXPONENT:
+            factor = math.exp(-self.exponent)
+            for k in self.counts:
+                self.counts[k] *= factor
+            self.exponent = 0.0
+        self.weight = math.exp(self.exponent)
+        self.counts[key] = self.counts.get(key, 0.0) + self.weight
+
+    def share(self, key: str) -> float:
+        """The key's recent share of observations (a steady share s settles at a count of about s / rate)."""
+        return min(1.0, self.counts.get(key, 0.0) / self.weight * self.rate)
+
+
+class GapHistory:
+    """The last few gaps between two kinds of event, kept in arrival order and sorted, for quantiles."""
+
+    __slots__ = ("recent", "sorted")
+
+    def __init__(self, size: int = 16) -> None:
+        self.recent: deque[float] = deque(maxlen=size)
+        self.sorted: list[float] = []
+
+    def add(self, gap: float) -> None:
+        if len(self.recent) == self.recent.maxlen:
+            del self.sorted[bisect.bisect_left(self.sorted, self.recent[0])]
+        self.recent.append(gap)
+        bisect.insort(self.sorted, gap)
+
+    def __len__(self) -> int:
+        return len(self.sorted)
+
+    def quantile(self, q: float) -> float:
+        ordered = self.sorted
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def within(self, elapsed: float, window: float) -> float:
+        """Chance the next event comes within `window` s, given none came in the `elapsed` s so far."""
+        ordered = self.sorted
+        done = bisect.bisect_right(ordered, elapsed)
+        waiting = len(ordered) - done
+        if waiting == 0:
+            return 0.25  # later than ever seen: the source may have gone quiet
+        return (bisect.bisect_right(ordered, elapsed + window) - done) / waiting
 
 
 class DemandModel:
@@ -22,7 +80,7 @@ class DemandModel:
         half_life: float = 200.0,
         workflows: dict[str, Iterable[Iterable[str]]] | None = None,
         prior_weight: float = 2.0,
-        min_evidence: float = 2.0,
+        min_evidence: float = 5.0,
     ) -> None:
         self.rate = math.log(2) / half_life
         self.clock = 0  # requests observed
@@ -30,17 +88,28 @@ class DemandModel:
         self.weight = 1.0  # e^exponent: the weight of an observation now
         self.min_evidence = min_evidence
         self.popularity: dict[str, float] = {}
+        # A second, 8x longer memory of popularity; which of the two predicts requests better decides how
+        # much each counts (stable Zipf traffic favours the long one, a drifting hot set the short one).
+        self.long_popularity = AgedCounts(half_life * 8)
+        self.log_odds_short = 0.0
         self.tenant_activity: dict[str | None, float] = {}
         self.tenant_adapter: dict[tuple[str | None, str], float] = {}
         self.transitions: dict[tuple[str | None, str], dict[str, float]] = {}
         self.transition_totals: dict[tuple[str | None, str], float] = {}
         self.transition_seen: dict[tuple[str | None, str], float] = {}  # undecayed evidence per key
         self.last: dict[str | None, str] = {}
+        self.last_time: dict[str | None, float] = {}
+        self.gaps: dict[tuple[str | None, str], GapHistory] = {}  # seconds from (tenant, adapter) to its next
+        self.adapter_gaps: dict[str, GapHistory] = {}  # seconds between requests for the same adapter
+        self.adapter_last: dict[str, float] = {}
+        self.arrival_gap = 0.0  # moving average of seconds between requests, fleet-wide
+        self.last_arrival: float | None = None
         for tenant, chains in (workflows or {}).items():
             for chain in chains:
                 steps = list(chain)
                 for prev, nxt in itertools.pairwise(steps):
-                    self._add_transition((tenant, prev), nxt, prior_weight, evidence=prior_weight)
+                    # A declared workflow is evidence enough to predict from the first request.
+                    self._add_transition((tenant, prev), nxt, prior_weight, evidence=min_evidence)
 
     def _tick(self) -> float:
         self.clock += 1
@@ -68,8 +137,26 @@ class DemandModel:
         row[nxt] = row.get(nxt, 0.0) + weight
         self.transition_totals[key] = self.transition_totals.get(key, 0.0) + weight
 
-    def observe(self, tenant: str | None, adapter: str) -> None:
+    def observe(self, tenant: str | None, adapter: str, now: float = 0.0) -> None:
+        if self.clock:
+            short = self._short_share(adapter)
+            long = self.long_popularity.share(adapter)
+            self.log_odds_short = max(
+                -8.0, min(8.0, 0.999 * self.log_odds_short + 0.05 * (math.log(short + 1e-4) - math.log(long + 1e-4)))
+            )
+        self.long_popularity.add(adapter)
+        previous = self.adapter_last.get(adapter)
+        if previous is not None:
+            history = self.adapter_gaps.get(adapter)
+            if history is None:
+                history = self.adapter_gaps[adapter] = GapHistory()
+            history.add(now - previous)
+        self.adapter_last[adapter] = now
         w = self._tick()
+        if self.last_arrival is not None:
+            gap = max(0.0, now - self.last_arrival)
+            self.arrival_gap = gap if self.clock <= 2 else self.arrival_gap + 0.01 * (gap - self.arrival_gap)
+        self.last_arrival = now
         self.popularity[adapter] = self.popularity.get(adapter, 0.0) + w
         self.tenant_activity[tenant] = self.tenant_activity.get(tenant, 0.0) + w
         key = (tenant, adapter)
@@ -78,18 +165,57 @@ class DemandModel:
             prev = self.last.get(tenant)
             if prev is not None:
                 self._add_transition((tenant, prev), adapter, w)
+                key = (tenant, prev)
+                gaps = self.gaps.get(key)
+                if gaps is None:
+                    gaps = self.gaps[key] = GapHistory()
+                gaps.add(now - self.last_time[tenant])
             self.last[tenant] = adapter
+            self.last_time[tenant] = now
 
     def count(self, adapter: str) -> float:
         """Requests for the adapter, each aged by the traffic since (1.0 = one request just now)."""
         return self.popularity.get(adapter, 0.0) / self.weight
 
-    def share(self, adapter: str) -> float:
-        """The adapter's recent share of all requests (a steady share s settles at a count of about s / rate)."""
+    def _short_share(self, adapter: str) -> float:
         return min(1.0, self.popularity.get(adapter, 0.0) / self.weight * self.rate)
+
+    def share(self, adapter: str) -> float:
+        """The adapter's expected share of requests: the short and long memories, weighed by how well each
+        has been predicting requests lately (a steady share s settles at a count of about s / rate)."""
+        w_short = 1.0 / (1.0 + math.exp(-self.log_odds_short))
+        return w_short * self._short_share(adapter) + (1.0 - w_short) * self.long_popularity.share(adapter)
 
     def tenant_share(self, tenant: str | None) -> float:
         return min(1.0, self.tenant_activity.get(tenant, 0.0) / self.weight * self.rate)
+
+    def gap_quantile(self, tenant: str | None, adapter: str, q: float = 0.1) -> float | None:
+        """How soon after asking for `adapter` this tenant usually sends its next request (a low quantile)."""
+        gaps = self.gaps.get((tenant, adapter))
+        return gaps.quantile(q) if gaps is not None and len(gaps) >= 3 else None
+
+    def next_within(self, tenant: str | None, adapter: str, elapsed: float, window: float) -> float | None:
+        """Chance the tenant's next request (after `adapter`, `elapsed` s ago) comes within `window` s,
+        from its observed gaps after that adapter; None without enough history."""
+        gaps = self.gaps.get((tenant, adapter))
+        return gaps.within(elapsed, window) if gaps is not None and len(gaps) >= 3 else None
+
+    def period(self, adapter: str, regularity: float = 0.5) -> float | None:
+        """The adapter's period when it is requested regularly (timers, cron jobs, polling clients): the
+        shortest recent gap, when the 10th–90th percentile spread is within `regularity` of the median."""
+        gaps = self.adapter_gaps.get(adapter)
+        if gaps is None or len(gaps) < 4:
+            return None
+        median = gaps.quantile(0.5)
+        if median <= 0 or gaps.quantile(0.9) - gaps.quantile(0.1) > regularity * median:
+            return None
+        return gaps.quantile(0.0)
+
+    def adapter_next_within(self, adapter: str, now: float, window: float) -> float:
+        gaps = self.adapter_gaps.get(adapter)
+        if gaps is None or len(gaps) < 4:
+            return 0.0
+        return gaps.within(now - self.adapter_last[adapter], window)
 
     def tenant_mix(self, tenant: str | None, adapter: str) -> float:
         """How much of the tenant's recent traffic went to the adapter, whatever came before."""

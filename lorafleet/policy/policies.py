@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -44,14 +45,16 @@ class LorafleetPolicy(Policy):
     - Preload: each tenant's pinned adapters on one engine that can serve them (pinned, never evicted), then
       the first steps of their workflows.
     - Prefetch: after each request, the adapters most likely to follow it for that tenant (transition model,
-      workflows as priors) are loaded onto the serving engine, displacing only adapters worth less.
+      workflows as priors) are loaded onto the serving engine, displacing only adapters worth less. The load is
+      timed: it starts one load time (with margin) before the tenant's usual earliest next request (a low
+      quantile of its observed gaps after this adapter), so a prefetched adapter holds a slot only briefly.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
-      of requests (LRFU-style popularity), combined with each tenant's prediction of it, weighted by how
-      likely that tenant is to send a request within the horizon. A prediction lasts until the tenant's next
-      request.
-    - Trust: each tenant's predictions are weighed by how often they came true (moving average), so tenants
-      without a pattern (or a pattern that drifted) stop causing prefetches and protecting adapters.
+      of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
+      that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
+    - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
+      only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
+      without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
     """
 
     name = "lorafleet"
@@ -59,10 +62,17 @@ class LorafleetPolicy(Policy):
     observes_demand = True
     initial_trust = 0.3  # a tenant's predictions must prove themselves ...
     initial_trust_declared = 0.6  # ... unless the inventory declares its workflows
+    gap_quantile = 0.0  # the shortest gap seen: a timed prefetch should almost never be late
+    lead_factor = 1.5
+    lead_margin_s = 0.05
+    retries = 4
+    displace_margin = 1.0
+    min_lift = 2.5
+    min_edge = 0.1
 
     def __init__(
         self,
-        min_probability: float = 0.3,
+        min_probability: float = 0.2,
         max_in_flight: int = 2,
         hot_ttl_s: float = 300.0,
         trust_rate: float = 0.1,
@@ -72,9 +82,15 @@ class LorafleetPolicy(Policy):
         self.hot_ttl_s = hot_ttl_s
         self.trust_rate = trust_rate
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
-        self.hot: dict[str, dict[str | None, tuple[float, float]]] = {}  # adapter -> tenant -> (p, expires)
-        self.predicted: dict[str | None, list[str]] = {}  # tenant -> adapters it is predicted to ask for
-        self.recent: dict[str, deque[str]] = {}  # per base model: recently requested adapters (distinct)
+        self.edge: dict[str | None, float] = {}  # tenant -> how much more often than its usual mix
+        # adapter -> tenant -> (probability, made at, after adapter, expires)
+        self.hot: dict[str, dict[str | None, tuple[float, float, str, float]]] = {}
+        self.predicted: dict[str | None, tuple[list[str], float]] = {}  # tenant -> (guesses, baseline)
+        # ("tenant", name) or ("adapter", id) -> requests seen, to drop scheduled prefetches that went stale
+        self.generation: dict[tuple[str, str | None], int] = {}
+        self.scheduled: list[tuple[float, int, tuple[str, str | None], int, str, str, int]] = []
+        self.periodic: set[str] = set()  # adapters requested at regular intervals
+        self.seq = 0
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -82,16 +98,23 @@ class LorafleetPolicy(Policy):
 
     # scoring ---------------------------------------------------------------------------------------------
     def score(self, adapter: str, now: float) -> float:
-        """Chance of a request for the adapter within the horizon."""
+        """Chance of a request for the adapter within the horizon (the next `horizon` requests, or as many
+        seconds as those take at the current request rate)."""
         demand = self.core.demand
         horizon = self.horizon
         miss = math.exp(-demand.share(adapter) * horizon)
         hot = self.hot.get(adapter)
+        window = horizon * demand.arrival_gap
+        if adapter in self.periodic:
+            miss *= 1.0 - demand.adapter_next_within(adapter, now, window)
         if hot:
-            for tenant, (probability, expires) in hot.items():
-                if expires >= now:
-                    active = 1.0 - math.exp(-demand.tenant_share(tenant) * horizon)
-                    miss *= 1.0 - probability * active
+            for tenant, (probability, made_at, after, expires) in hot.items():
+                if now > expires:
+                    continue
+                soon = demand.next_within(tenant, after, now - made_at, window)
+                if soon is None:
+                    soon = 1.0 - math.exp(-demand.tenant_share(tenant) * horizon)
+                miss *= 1.0 - probability * soon
         return 1.0 - miss
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
@@ -136,66 +159,129 @@ class LorafleetPolicy(Policy):
                 return key
         return min(pool, key=lambda k: (len(engines[k].in_flight), engines[k].used_slots))
 
-    # prefetch --------------------------------------------------------------------------------------------
-    def _remember(self, base: str, adapter: str) -> None:
-        recent = self.recent.get(base)
-        if recent is None:
-            recent = self.recent[base] = deque(maxlen=32)
-        if adapter in recent:
-            recent.remove(adapter)
-        recent.append(adapter)
-
-    def _predict(self, now: float, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
-        """Score the tenant's standing predictions against this request, then replace them."""
+    # prediction ------------------------------------------------------------------------------------------
+    def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
+        """Score the tenant's standing predictions against this request, then make new ones."""
         hot = self.hot
+        demand = self.core.demand
         previous = self.predicted.pop(tenant, None)
         trust = self.trust.get(tenant)
-        if trust is None:
+        edge = self.edge.get(tenant)
+        if trust is None or edge is None:
             declared = self.core.inventory.tenants.get(tenant or "")
-            trust = self.initial_trust_declared if declared and declared.workflows else self.initial_trust
+            known = declared is not None and bool(declared.workflows)
+            trust = self.initial_trust_declared if known else self.initial_trust
+            edge = 2 * self.min_edge if known else self.min_edge
         if previous is not None:
-            came_true = 1.0 if adapter in previous else 0.0
+            guessed, baseline = previous
+            came_true = 1.0 if adapter in guessed else 0.0
             trust += self.trust_rate * (came_true - trust)
-            self.trust[tenant] = trust
-            for predicted in previous:
+            edge += self.trust_rate * (came_true - baseline - edge)
+            for predicted in guessed:
                 entry = hot.get(predicted)
                 if entry is not None:
                     entry.pop(tenant, None)
                     if not entry:
                         del hot[predicted]
-        demand = self.core.demand
+        self.trust[tenant], self.edge[tenant] = trust, edge
         guesses = [(c, p) for c, p in demand.next_after(tenant, adapter, limit=3) if c != adapter]
-        if guesses:
-            # Every guess is scored next time, acted on or not, so a tenant can earn trust back.
-            self.predicted[tenant] = [c for c, _ in guesses]
-        # Only what the sequence adds beyond the tenant's usual mix counts: popularity already holds the rest.
-        lifted = [(c, max(0.0, p - demand.tenant_mix(tenant, c)) * trust) for c, p in guesses]
-        predictions = [(c, q) for c, q in lifted if q >= self.min_probability]
-        expires = now + self.hot_ttl_s
-        for candidate, probability in predictions:
-            hot.setdefault(candidate, {})[tenant] = (probability, expires)
-        return predictions
+        if not guesses:
+            return []
+        # Every guess is scored next time, acted on or not, so a tenant can earn trust back. The baseline is
+        # how often those adapters would come next anyway, given the tenant's usual mix.
+        baseline = min(1.0, sum(demand.tenant_mix(tenant, c) for c, _ in guesses))
+        self.predicted[tenant] = ([c for c, _ in guesses], baseline)
+        if edge < self.min_edge:
+            return []  # this tenant's sequences have not been beating its plain popularity
+        return [
+            (c, p * trust)
+            for c, p in guesses
+            if p * trust >= self.min_probability and p >= self.min_lift * demand.tenant_mix(tenant, c)
+        ]
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         adapter = event.adapter
         assert adapter is not None
-        core = self.core
-        self._remember(event.base_model or "", adapter)
-        predictions = self._predict(now, event.tenant, adapter)
-        if engine is None or not predictions:
+        tenant = event.tenant
+        tenant_key = ("tenant", tenant)
+        generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
+        predictions = self._predict(tenant, adapter)
+        if engine is None:
             return []
+        core = self.core
         decisions: list[Decision] = []
-        engines = core.book.engines
-        for candidate, _ in predictions:
-            target = engine if engine in core.pools.get(candidate, ()) else self._place(candidate)
-            if target is None:
+        if predictions:
+            gap = core.demand.gap_quantile(tenant, adapter, self.gap_quantile)
+            for candidate, probability in predictions:
+                target = engine if engine in core.pools.get(candidate, ()) else self._place(candidate)
+                if target is None:
+                    continue
+                self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
+                due = now if gap is None else now + gap - self._lead(target, candidate)
+                decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter)
+        period = core.demand.period(adapter)
+        if period is None:
+            self.periodic.discard(adapter)
+        else:
+            # Requested like clockwork: protect it near its next time, and bring it back just before if lost.
+            self.periodic.add(adapter)
+            adapter_key = ("adapter", adapter)
+            adapter_generation = self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1
+            due = now + period - self._lead(engine, adapter)
+            decisions += self._prefetch_at(now, due, adapter_key, adapter_generation, engine, adapter, adapter)
+        return decisions
+
+    def _lead(self, engine: str, adapter: str) -> float:
+        """How long before it is needed a load should start: its load time, with margin, behind the queue."""
+        core = self.core
+        load_s = core.load_ms[engine].cold_ms(core.sizes[adapter]) / 1000.0
+        queued = len(core.book.engines[engine].in_flight)
+        return load_s * (self.lead_factor + queued) + self.lead_margin_s
+
+    def _prefetch_at(
+        self,
+        now: float,
+        due: float,
+        key: tuple[str, str | None],
+        generation: int,
+        target: str,
+        candidate: str,
+        keep: str,
+    ) -> list[Decision]:
+        if due <= now:
+            return self._prefetch(now, target, candidate, keep)
+        self.seq += 1
+        heapq.heappush(self.scheduled, (due, self.seq, key, generation, target, candidate, 0))
+        return []
+
+    def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
+        core = self.core
+        state = core.book.engines[target]
+        if state.holds(candidate):
+            return []
+        # Displace only what is clearly worth less, so two similar predictions do not evict each other in turn.
+        bar = self.score(candidate, now) * self.displace_margin
+        cheaper = [a for a in self.victim_order(state, now) if a != keep and self.score(a, now) < bar]
+        return core.load(now, target, candidate, PREFETCH, cheaper)
+
+    # scheduled prefetches --------------------------------------------------------------------------------
+    def next_wakeup(self) -> float | None:
+        return self.scheduled[0][0] if self.scheduled else None
+
+    def tick(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        scheduled = self.scheduled
+        engines = self.core.book.engines
+        while scheduled and scheduled[0][0] <= now:
+            _, _, key, generation, target, candidate, attempt = heapq.heappop(scheduled)
+            if self.generation.get(key) != generation:
+                continue  # a newer request replaced this prediction
+            if len(engines[target].in_flight) >= self.max_in_flight and attempt < self.retries:
+                self.seq += 1
+                retry = (now + self.lead_margin_s, self.seq, key, generation, target, candidate, attempt + 1)
+                heapq.heappush(scheduled, retry)
                 continue
-            state = engines[target]
-            if state.holds(candidate) or len(state.in_flight) >= self.max_in_flight:
-                continue
-            worth = self.score(candidate, now)
-            cheaper = [a for a in self.victim_order(state, now) if a != adapter and self.score(a, now) < worth]
-            decisions += core.load(now, target, candidate, PREFETCH, cheaper)
+            decisions += self._prefetch(now, target, candidate, None)
         return decisions
 
 

@@ -136,6 +136,21 @@ class Simulation:
             self._apply(done_ms, decisions)
             self._start_next(done_ms, engine)
 
+    def _advance(self, until_ms: float) -> None:
+        """Run load completions and the policy's scheduled wakeups in time order up to `until_ms`."""
+        core = self.core
+        while True:
+            wakeup = core.next_wakeup()
+            wake_ms = wakeup * 1000.0 if wakeup is not None else float("inf")
+            done_ms = self.completions[0][0] if self.completions else float("inf")
+            if min(wake_ms, done_ms) > until_ms:
+                return
+            if done_ms <= wake_ms:
+                self._complete_until(done_ms)
+            else:
+                assert wakeup is not None
+                self._apply(wake_ms, core.tick(wakeup))  # the policy's own time, not a ms round trip
+
     # the run -------------------------------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
         started = time.perf_counter()
@@ -156,6 +171,9 @@ class Simulation:
             now_ms = (event.time - origin) * 1000.0
             if self.completions and self.completions[0][0] <= now_ms:
                 self._complete_until(now_ms)
+            wakeup = core.next_wakeup()
+            if wakeup is not None and wakeup * 1000.0 <= now_ms:
+                self._advance(now_ms)
             if event.kind != ADAPTER:
                 if event.kind == BASE:
                     result.base_requests += 1
@@ -190,7 +208,7 @@ class Simulation:
                     result.cold_ms.append(self.loaders[engine].load.cold_ms(core.sizes[adapter]))
             if decisions:
                 self._apply(now_ms, decisions)
-        self._complete_until(float("inf"))
+        self._complete_until(float("inf"))  # finish what is loading; later wakeups serve no request
         counters = core.counters
         result.loads = counters.loads
         result.prefetch_loads = counters.prefetch_loads

@@ -4,13 +4,14 @@ Shapes (all deterministic for a given seed):
 
 - `seed`: the shape of the published benchmark lorafleet answers: 800 requests, 8 tenants, 10 adapters of ranks
   8–128 on one vLLM engine holding 4 (2 GPU slots). Each tenant works through its own 3-step workflow
-  (e.g. code → review → sql) with exponential think time (mean 2 s) and 20% noise; half of the workflows are
-  declared in the inventory as priors.
+  (e.g. code → review → sql) with think time between steps (Gamma, shape 4, mean 2 s), sessions starting
+  at exponential gaps (mean 6 s), and 10% stray requests; half of the workflows are declared in the inventory.
 - `zipf`: true Zipf popularity (s = 1.1) over 300 adapters owned by 40 tenants, bursty arrivals (Gamma inter-arrival,
   shape 0.3, CV ≈ 1.8, mean 50 ms); two vLLM engines holding 24 adapters each.
-- `workflows`: 12 tenants, each with 2 chains of 3–4 steps over 40 adapters; sessions walk a chain with think time
-  (mean 3 s) and 10% noise; sessions of different tenants interleave. Two vLLM engines holding 8 each; half the
-  chains are declared as inventory workflows.
+- `workflows`: agentic sessions. 12 tenants over 40 adapters; each tenant's sessions begin at its entry adapter
+  and follow one of its 2 chains (3–4 steps, e.g. plan → code → review → sql), with think time between steps
+  (Gamma, shape 4, mean 3 s), sessions starting at exponential gaps (mean 20 s), and 1% stray requests.
+  Two vLLM engines holding 8 each; half the tenants declare their first chain as an inventory workflow.
 - `drift`: 100 adapters; 80% of requests go to a hot set of 8 that is replaced every fifth of the trace, the
   rest to a Zipf tail; one vLLM engine holding 12.
 """
@@ -92,8 +93,10 @@ def _sessions(
     think_s: float,
     noise: float,
     session_gap_s: float,
+    think_shape: float = 4.0,
 ) -> list[tuple[float, str, str]]:
-    """Tenants start sessions at random; a session walks one of the tenant's chains with think time."""
+    """Tenants start sessions at random (exponential gaps); a session walks one of the tenant's chains with a
+    Gamma-distributed think time between steps (shape 4: generation plus reading, rarely near zero)."""
     records: list[tuple[float, str, str]] = []
     clock = {t: rng.expovariate(1 / session_gap_s) for t in tenants}
     while len(records) < requests:
@@ -103,7 +106,7 @@ def _sessions(
         for step in chain:
             adapter = rng.choice(all_adapters) if rng.random() < noise else step
             records.append((now, tenant, adapter))
-            now += rng.expovariate(1 / think_s)
+            now += rng.gammavariate(think_shape, think_s / think_shape)
         clock[tenant] = now + rng.expovariate(1 / session_gap_s)
     records.sort()
     return records[:requests]
@@ -115,7 +118,7 @@ def _seed(rng: random.Random, requests: int) -> _Spec:
     tenants = [f"tenant-{i}" for i in range(8)]
     chains = {t: [rng.sample(names, 3)] for t in tenants}
     owners = {a: [t for t in tenants if a in chains[t][0]] or [tenants[0]] for a in names}
-    records = _sessions(rng, tenants, chains, names, requests, think_s=2.0, noise=0.2, session_gap_s=6.0)
+    records = _sessions(rng, tenants, chains, names, requests, think_s=2.0, noise=0.1, session_gap_s=6.0)
     return _Spec(
         adapters=[(a, r, owners[a][0]) for a, r in ids],
         tenants={
@@ -157,9 +160,12 @@ def _workflows(rng: random.Random, requests: int) -> _Spec:
     ids = _adapter_ids(rng, 40)
     names = [a for a, _ in ids]
     tenants = [f"tenant-{i:02d}" for i in range(12)]
-    chains = {t: [rng.sample(names, rng.choice((3, 4))) for _ in range(2)] for t in tenants}
+    chains = {}
+    for tenant in tenants:
+        entry, *rest = rng.sample(names, 7)
+        chains[tenant] = [[entry, *rest[:3]], [entry, *rest[3 : 3 + rng.choice((2, 3))]]]
     owners = {a: next((t for t in tenants if any(a in c for c in chains[t])), tenants[0]) for a in names}
-    records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.1, session_gap_s=20.0)
+    records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.01, session_gap_s=20.0)
     return _Spec(
         adapters=[(a, r, owners[a]) for a, r in ids],
         tenants={
