@@ -7,7 +7,7 @@ through engine clients, replay through simulated engines) and report back with `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from lorafleet.inventory.model import Inventory
@@ -144,7 +144,7 @@ class PolicyCore:
                 self.loading_reason[key] = DEMAND  # claimed: it will not count as an unused prefetch
         else:
             outcome = MISS
-            decisions = self.load(now, engine, adapter, DEMAND, self.policy.victim_order(state, now))
+            decisions = self.load(now, engine, adapter, DEMAND, lambda: self.policy.victim_order(state, now))
             if not decisions:
                 self.counters.bypassed += 1
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
@@ -176,14 +176,21 @@ class PolicyCore:
 
     # --- helpers for policies -----------------------------------------------------------------------------
     def load(
-        self, now: float, engine: str, adapter: str, reason: str, victim_order: Iterable[str], pin: bool = False
+        self,
+        now: float,
+        engine: str,
+        adapter: str,
+        reason: str,
+        victim_order: Callable[[], Iterable[str]],
+        pin: bool = False,
     ) -> list[Decision]:
-        """Make room (evicting in `victim_order`) and start a load; [] when no room can be made."""
+        """Make room (evicting in the order `victim_order()` gives, asked only when room is needed) and start
+        a load; [] when no room can be made."""
         state = self.book.engines[engine]
         if state.holds(adapter):
             return []
         size = self.sizes[adapter]
-        victims = state.victims_for(size, victim_order)
+        victims = [] if state.has_room(size) else state.victims_for(size, victim_order())
         if victims is None:
             return []
         decisions = []

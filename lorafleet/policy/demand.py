@@ -92,6 +92,8 @@ class DemandModel:
         # much each counts (stable Zipf traffic favours the long one, a drifting hot set the short one).
         self.long_popularity = AgedCounts(half_life * 8)
         self.log_odds_short = 0.0
+        self.w_short = 0.5  # 1 / (1 + e^-log_odds_short), kept current by observe()
+        self.short_scale = self.rate  # rate / weight: turns a stored count into a share
         self.tenant_activity: dict[str | None, float] = {}
         self.tenant_adapter: dict[tuple[str | None, str], float] = {}
         self.transitions: dict[tuple[str | None, str], dict[str, float]] = {}
@@ -117,6 +119,7 @@ class DemandModel:
         if self.exponent > _RESCALE_EXPONENT:
             self._rescale()
         self.weight = math.exp(self.exponent)
+        self.short_scale = self.rate / self.weight
         return self.weight
 
     def _rescale(self) -> None:
@@ -141,9 +144,8 @@ class DemandModel:
         if self.clock:
             short = self._short_share(adapter)
             long = self.long_popularity.share(adapter)
-            self.log_odds_short = max(
-                -8.0, min(8.0, 0.999 * self.log_odds_short + 0.05 * (math.log(short + 1e-4) - math.log(long + 1e-4)))
-            )
+            evidence = math.log((short + 1e-4) / (long + 1e-4))
+            self.log_odds_short = max(-8.0, min(8.0, 0.999 * self.log_odds_short + 0.05 * evidence))
         self.long_popularity.add(adapter)
         previous = self.adapter_last.get(adapter)
         if previous is not None:
@@ -178,13 +180,19 @@ class DemandModel:
         return self.popularity.get(adapter, 0.0) / self.weight
 
     def _short_share(self, adapter: str) -> float:
-        return min(1.0, self.popularity.get(adapter, 0.0) / self.weight * self.rate)
+        return min(1.0, self.popularity.get(adapter, 0.0) * self.short_scale)
+
+    def share_weights(self) -> tuple[float, float]:
+        """(a, b) such that an adapter's expected share of requests is min(1, a·short + b·long) of its stored
+        counts: the short and long memories, weighed by how well each has been predicting requests lately
+        (a steady share s settles at a count of about s / rate)."""
+        w = self.w_short
+        long = self.long_popularity
+        return w * self.short_scale, (1.0 - w) * long.rate / long.weight
 
     def share(self, adapter: str) -> float:
-        """The adapter's expected share of requests: the short and long memories, weighed by how well each
-        has been predicting requests lately (a steady share s settles at a count of about s / rate)."""
-        w_short = 1.0 / (1.0 + math.exp(-self.log_odds_short))
-        return w_short * self._short_share(adapter) + (1.0 - w_short) * self.long_popularity.share(adapter)
+        a, b = self.share_weights()
+        return min(1.0, a * self.popularity.get(adapter, 0.0) + b * self.long_popularity.counts.get(adapter, 0.0))
 
     def tenant_share(self, tenant: str | None) -> float:
         return min(1.0, self.tenant_activity.get(tenant, 0.0) / self.weight * self.rate)
@@ -204,12 +212,16 @@ class DemandModel:
         """The adapter's period when it is requested regularly (timers, cron jobs, polling clients): the
         shortest recent gap, when the 10th–90th percentile spread is within `regularity` of the median."""
         gaps = self.adapter_gaps.get(adapter)
-        if gaps is None or len(gaps) < 4:
+        if gaps is None:
             return None
-        median = gaps.quantile(0.5)
-        if median <= 0 or gaps.quantile(0.9) - gaps.quantile(0.1) > regularity * median:
+        ordered = gaps.sorted
+        n = len(ordered)
+        if n < 4:
             return None
-        return gaps.quantile(0.0)
+        median = ordered[n // 2]
+        if median <= 0 or ordered[int(0.9 * n)] - ordered[int(0.1 * n)] > regularity * median:
+            return None
+        return ordered[0]
 
     def adapter_next_within(self, adapter: str, now: float, window: float) -> float:
         gaps = self.adapter_gaps.get(adapter)

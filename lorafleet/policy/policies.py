@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from lorafleet.logs.records import ADAPTER, RequestEvent
 from lorafleet.policy.core import DEMAND, PLAN, PREFETCH, Decision, Policy, PolicyCore
@@ -100,12 +100,19 @@ class LorafleetPolicy(Policy):
     def score(self, adapter: str, now: float) -> float:
         """Chance of a request for the adapter within the horizon (the next `horizon` requests, or as many
         seconds as those take at the current request rate)."""
+        return self._boosted(adapter, now, self.core.demand.share(adapter))
+
+    def _boosted(self, adapter: str, now: float, share: float) -> float:
+        """The score from a known popularity share, raised by live predictions (never lowered)."""
         demand = self.core.demand
         horizon = self.horizon
-        miss = math.exp(-demand.share(adapter) * horizon)
+        miss = math.exp(-share * horizon)
+        periodic = adapter in self.periodic
         hot = self.hot.get(adapter)
+        if not (periodic or hot):
+            return 1.0 - miss
         window = horizon * demand.arrival_gap
-        if adapter in self.periodic:
+        if periodic:
             miss *= 1.0 - demand.adapter_next_within(adapter, now, window)
         if hot:
             for tenant, (probability, made_at, after, expires) in hot.items():
@@ -117,9 +124,34 @@ class LorafleetPolicy(Policy):
                 miss *= 1.0 - probability * soon
         return 1.0 - miss
 
+    def _cheapest(self, state: EngineResidency, now: float, keep: str | None = None) -> Iterator[tuple[float, str]]:
+        """Residents by ascending score, computed lazily.
+
+        Predictions only ever raise a score above its popularity part, so walking residents by popularity and
+        holding back each one until nothing unseen can score lower yields the exact order while computing full
+        scores for only the first few. Ties go least recently used first.
+        """
+        demand = self.core.demand
+        a_short, b_long = demand.share_weights()
+        short, long = demand.popularity.get, demand.long_popularity.counts.get
+        horizon = self.horizon
+        by_share = sorted(
+            (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
+            for i, a in enumerate(state.resident)
+            if a != keep
+        )
+        pending: list[tuple[float, int, str]] = []
+        j = 0
+        while j < len(by_share) or pending:
+            while j < len(by_share) and (not pending or 1.0 - math.exp(-by_share[j][0] * horizon) <= pending[0][0]):
+                s, i, a = by_share[j]
+                j += 1
+                heapq.heappush(pending, (self._boosted(a, now, s), i, a))
+            score, _, adapter = heapq.heappop(pending)
+            yield score, adapter
+
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        # sorted() is stable and `resident` is in LRU order, so equal values go least recently used first.
-        return sorted(state.resident, key=lambda a: self.score(a, now))
+        return (adapter for _, adapter in self._cheapest(state, now))
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -133,12 +165,12 @@ class LorafleetPolicy(Policy):
             for engine in sorted(core.pools.get(adapter, ()), key=lambda k: len(engines[k].pins)):
                 state = engines[engine]
                 if len(state.pins) < self._pin_limit(state) and state.has_room(core.sizes[adapter]):
-                    decisions += core.load(now, engine, adapter, PLAN, (), pin=True)
+                    decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
                     break
         for adapter in dict.fromkeys(heads):
             target = self._place(adapter)
             if target is not None and engines[target].has_room(core.sizes[adapter]):
-                decisions += core.load(now, target, adapter, PLAN, ())
+                decisions += core.load(now, target, adapter, PLAN, tuple)
         return decisions
 
     @staticmethod
@@ -259,9 +291,17 @@ class LorafleetPolicy(Policy):
         state = core.book.engines[target]
         if state.holds(candidate):
             return []
+        if state.has_room(core.sizes[candidate]):
+            return core.load(now, target, candidate, PREFETCH, tuple)
         # Displace only what is clearly worth less, so two similar predictions do not evict each other in turn.
         bar = self.score(candidate, now) * self.displace_margin
-        cheaper = [a for a in self.victim_order(state, now) if a != keep and self.score(a, now) < bar]
+
+        def cheaper() -> Iterator[str]:
+            for score, adapter in self._cheapest(state, now, keep):
+                if score >= bar:
+                    return
+                yield adapter
+
         return core.load(now, target, candidate, PREFETCH, cheaper)
 
     # scheduled prefetches --------------------------------------------------------------------------------
@@ -343,8 +383,13 @@ class OraclePolicy(Policy):
             ready_at = now + core.load_ms[target].cold_ms(core.sizes[adapter]) / 1000.0
             if event.time - self.origin < ready_at:
                 continue  # too late to make this request a hit; a later request may still be saved
-            later = [a for a in self.victim_order(state, now) if self.next_use(a) > j]
-            loaded = core.load(now, target, adapter, PREFETCH, later)
+            loaded = core.load(
+                now,
+                target,
+                adapter,
+                PREFETCH,
+                lambda s=state, j=j: [a for a in self.victim_order(s, now) if self.next_use(a) > j],
+            )
             busy.add(target)
             decisions += loaded
         return decisions

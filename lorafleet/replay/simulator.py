@@ -96,7 +96,9 @@ class Simulation:
 
     # loads ---------------------------------------------------------------------------------------------------
     def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
+        engines = self.core.book.engines
         for d in decisions:
+            self.result.budget_violations += engines[d.engine].violations()
             if d.action != LOAD:
                 continue
             loader = self.loaders[d.engine]
@@ -105,7 +107,6 @@ class Simulation:
             else:
                 loader.queue.append(d.adapter)
             self._start_next(now_ms, d.engine)
-        self.result.budget_violations += self.core.book.violations()
 
     def _start_next(self, now_ms: float, engine: str) -> None:
         loader = self.loaders[engine]
