@@ -2,8 +2,9 @@
 
 Popularity is counted on a request clock rather than wall time: each adapter's count halves every
 `half_life` requests (LRFU-style), so the same setting suits a fleet doing 10 requests a minute or 10,000 a
-second, and a drifting hot set is forgotten after a few half-lives. Counts are kept with growing weights
-(an observation at clock c weighs 2^{c/h}), so observing is O(1); they are rescaled before they could overflow.
+second, and a drifting hot set is forgotten after a few half-lives; a 32x longer memory is blended in.
+Counts are kept with growing weights (an observation at clock c weighs 2^{c/h}), so observing is O(1); they
+are rescaled before they could overflow.
 Workflows from the inventory enter as prior transitions that fade as real observations accumulate.
 """
 
@@ -36,10 +37,6 @@ class AgedCounts:
             self.exponent = 0.0
         self.weight = math.exp(self.exponent)
         self.counts[key] = self.counts.get(key, 0.0) + self.weight
-
-    def share(self, key: str) -> float:
-        """The key's recent share of observations (a steady share s settles at a count of about s / rate)."""
-        return min(1.0, self.counts.get(key, 0.0) / self.weight * self.rate)
 
 
 class GapHistory:
@@ -88,11 +85,11 @@ class DemandModel:
         self.weight = 1.0  # e^exponent: the weight of an observation now
         self.min_evidence = min_evidence
         self.popularity: dict[str, float] = {}
-        # A second, 8x longer memory of popularity; which of the two predicts requests better decides how
-        # much each counts (stable Zipf traffic favours the long one, a drifting hot set the short one).
-        self.long_popularity = AgedCounts(half_life * 8)
-        self.log_odds_short = 0.0
-        self.w_short = 0.5  # 1 / (1 + e^-log_odds_short), kept current by observe()
+        # A second memory, 32x longer: popularity blends both equally, so a drifting hot set is picked up
+        # quickly while stable favourites are not forgotten after a burst of something else. (Weighing the two
+        # by how well each predicted the next request favoured the short one even where hit ratios said not.)
+        self.long_popularity = AgedCounts(half_life * 32)
+        self.w_short = 0.5
         self.short_scale = self.rate  # rate / weight: turns a stored count into a share
         self.tenant_activity: dict[str | None, float] = {}
         self.tenant_adapter: dict[tuple[str | None, str], float] = {}
@@ -141,11 +138,6 @@ class DemandModel:
         self.transition_totals[key] = self.transition_totals.get(key, 0.0) + weight
 
     def observe(self, tenant: str | None, adapter: str, now: float = 0.0) -> None:
-        if self.clock:
-            short = self._short_share(adapter)
-            long = self.long_popularity.share(adapter)
-            evidence = math.log((short + 1e-4) / (long + 1e-4))
-            self.log_odds_short = max(-8.0, min(8.0, 0.999 * self.log_odds_short + 0.05 * evidence))
         self.long_popularity.add(adapter)
         previous = self.adapter_last.get(adapter)
         if previous is not None:
@@ -174,13 +166,6 @@ class DemandModel:
                 gaps.add(now - self.last_time[tenant])
             self.last[tenant] = adapter
             self.last_time[tenant] = now
-
-    def count(self, adapter: str) -> float:
-        """Requests for the adapter, each aged by the traffic since (1.0 = one request just now)."""
-        return self.popularity.get(adapter, 0.0) / self.weight
-
-    def _short_share(self, adapter: str) -> float:
-        return min(1.0, self.popularity.get(adapter, 0.0) * self.short_scale)
 
     def share_weights(self) -> tuple[float, float]:
         """(a, b) such that an adapter's expected share of requests is min(1, a·short + b·long) of its stored
