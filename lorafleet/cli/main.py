@@ -90,10 +90,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from lorafleet.cli import completion, inventory, replay, vram
+    from lorafleet.cli import completion, inventory, replay, vram, warm
 
     cli.add_command(inventory.inventory)
     cli.add_command(vram.vram)
+    cli.add_command(warm.warm)
     cli.add_command(replay.replay)
     cli.add_command(replay.trace)
     cli.add_command(completion.completion)

@@ -1,0 +1,97 @@
+"""`lorafleet warm ADAPTER...`: pre-load adapters on the right engines now."""
+
+from __future__ import annotations
+
+import click
+from rich.text import Text
+
+from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.progress import progress_bar
+from lorafleet.cli.render import console, print_json, table
+from lorafleet.engines import EngineError, make_client
+from lorafleet.inventory.model import Engine
+from lorafleet.store import open_store
+from lorafleet.warm import FAILED, SKIPPED, WarmOptions, choose_targets, resolve_adapters
+from lorafleet.warm import warm as run_warm
+
+
+def _registry_size(engine: Engine) -> int:
+    """How many adapters an engine has registered (unreachable engines sort last)."""
+    try:
+        with make_client(engine, backoff=()) as client:
+            return len(client.registry())
+    except EngineError:
+        return 1 << 30
+
+
+@click.command()
+@global_options(with_env=False)
+@json_option
+@click.argument("adapters", nargs=-1, required=True)
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    metavar="HOST/ENGINE",
+    help="Warm on this engine (repeatable). Default: every engine serving the adapter's base model.",
+)
+@click.option(
+    "--replicas", type=click.IntRange(min=1), help="At most this many engines per adapter, least loaded first."
+)
+@click.option("--prime", is_flag=True, help="Also send a 1-token request so the adapter holds a GPU slot.")
+@click.option(
+    "--pin", is_flag=True, help="Pin it (SGLang pins at most max_loras_per_batch - 1); lorafleet never evicts it."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be done; only reads the engines' registries.")
+@click.option("--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines warmed at once.")
+def warm(
+    as_json: bool,
+    adapters: tuple[str, ...],
+    engines: tuple[str, ...],
+    replicas: int | None,
+    prime: bool,
+    pin: bool,
+    dry_run: bool,
+    parallel: int,
+) -> None:
+    """Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs.
+
+    An adapter already registered is re-warmed in place rather than loaded twice. Adapters the inventory does
+    not name, engines of another base model and ranks above an engine's max_lora_rank are refused before any
+    request is sent. Exit 0 when every load succeeded, 1 when any failed or was skipped.
+    """
+    s = settings()
+    inv = s.load_inventory()
+    chosen = resolve_adapters(inv, adapters)
+    pairs = choose_targets(inv, chosen, engines, replicas, load_of=_registry_size if replicas else None)
+    options = WarmOptions(prime=prime, pin=pin, dry_run=dry_run, parallel=parallel)
+    with open_store(s.state_path) as store, progress_bar("warming", len(pairs), enabled=not as_json) as advance:
+        results = run_warm(inv, pairs, options, store=store, on_result=lambda _r: advance())
+    if as_json:
+        print_json(
+            {
+                "dry_run": dry_run,
+                "results": [
+                    {
+                        "adapter": r.adapter,
+                        "engine": r.engine,
+                        "action": r.action,
+                        "ok": r.ok,
+                        "ms": r.ms,
+                        "error": r.error,
+                    }
+                    for r in results
+                ],
+            }
+        )
+    else:
+        t = table(
+            "Dry run: nothing was loaded (registries were read)" if dry_run else None,
+            [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("error", "left")],
+        )
+        for r in results:
+            style = "red" if r.action == FAILED else "yellow" if r.action == SKIPPED else "green"
+            t.add_row(r.adapter, r.engine, Text(r.action, style=style), f"{r.ms:.0f}", r.error or "")
+        console().print(t)
+    if not all(r.ok for r in results):
+        raise SystemExit(1)

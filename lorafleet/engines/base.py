@@ -1,0 +1,233 @@
+"""What every engine client shares: one HTTP client per engine, explicit timeouts, one function mapping status
+codes to errors, bounded retries with backoff that honour Retry-After, and the API key from the environment.
+
+4xx answers are the engine's word and are not retried; connect errors, timeouts and 5xx are retried on a
+short, bounded backoff list. The API key is read from the variable the inventory names and is never put in a
+message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from lorafleet.errors import InputError, OperationError
+from lorafleet.inventory.model import Engine
+
+BACKOFF_S: tuple[float, ...] = (0.2, 0.5, 1.0)
+MAX_RETRY_AFTER_S = 10.0
+
+
+class EngineError(OperationError):
+    """An engine did not do what was asked; `message` is one line and carries the engine's own words."""
+
+    def __init__(self, engine: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.engine = engine
+        self.status = status
+
+
+class EngineUnavailableError(EngineError):
+    """Could not reach the engine, it timed out, or it kept answering 5xx after the retries."""
+
+
+class EngineRejectedError(EngineError):
+    """The engine answered with an error about this request (4xx, or a 5xx that is not transient)."""
+
+
+class AlreadyLoadedError(EngineRejectedError):
+    """The adapter name is already registered on the engine: for lorafleet a state, not a failure."""
+
+
+class MissingApiKeyError(InputError):
+    """The inventory names an API-key variable that is not set."""
+
+
+def api_key(engine: Engine) -> str | None:
+    if engine.api_key_env is None:
+        return None
+    value = os.environ.get(engine.api_key_env)
+    if not value:
+        raise MissingApiKeyError(
+            f"engine {engine.key}: environment variable {engine.api_key_env} (its API key) is not set",
+            hint=f"export {engine.api_key_env}=... before running lorafleet",
+        )
+    return value
+
+
+def error_message(response: httpx.Response) -> str:
+    """The engine's own message from any of the error body shapes vLLM and SGLang use, or the plain text."""
+    text = response.text.strip()
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, ValueError):
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return _one_line(str(error["message"]))
+        for key in ("message", "error_message", "detail"):
+            if isinstance(body.get(key), str) and body[key]:
+                return _one_line(body[key])
+        if isinstance(error, str) and error:
+            return _one_line(error)
+    return _one_line(text) or f"HTTP {response.status_code}"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Adapters with requests in flight (vLLM's lora_requests_info): activity, not residency."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    max_lora: int | None
+
+
+class EngineClient:
+    """One engine's HTTP API. Subclasses speak vLLM or SGLang; callers use only these methods."""
+
+    kind = ""
+
+    def __init__(
+        self,
+        engine: Engine,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        backoff: Sequence[float] = BACKOFF_S,
+    ) -> None:
+        self.engine = engine
+        self.sleep = sleep
+        self.backoff = tuple(backoff)
+        headers = {"User-Agent": "lorafleet"}
+        key = api_key(engine)
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        timeout = httpx.Timeout(engine.request_timeout_s, connect=min(5.0, engine.request_timeout_s))
+        self.http = httpx.Client(base_url=engine.url, headers=headers, timeout=timeout, transport=transport)
+        self._served_model: str | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.engine.key})"
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- HTTP with retries ----------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        """Send once, then retry transient failures on the backoff list; raise EngineError when it fails."""
+        key = self.engine.key
+        attempt = 0
+        while True:
+            retry_after: float | None = None
+            try:
+                response = self.http.request(method, path, json=body)
+            except httpx.TimeoutException:
+                failure: EngineError = EngineUnavailableError(
+                    key, f"{key}: {method} {path} timed out after {self.engine.request_timeout_s:g}s"
+                )
+            except httpx.TransportError as exc:
+                failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({_one_line(str(exc))})")
+            else:
+                if response.status_code < 400:
+                    return response
+                message = f"{key}: HTTP {response.status_code}: {error_message(response)}"
+                if response.status_code < 500 and response.status_code != 429:
+                    raise EngineRejectedError(key, message, response.status_code)
+                failure = EngineUnavailableError(key, message, response.status_code)
+                retry_after = _retry_after(response)
+            if attempt >= len(self.backoff):
+                raise failure
+            delay = self.backoff[attempt] if retry_after is None else min(retry_after, MAX_RETRY_AFTER_S)
+            attempt += 1
+            self.sleep(delay)
+
+    def get_json(self, path: str) -> Any:
+        response = self.request("GET", path)
+        try:
+            return response.json()
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise EngineRejectedError(self.engine.key, f"{self.engine.key}: {path} did not answer JSON") from exc
+
+    # --- the interface --------------------------------------------------------------------------------------
+    def registry(self) -> set[str]:
+        """Adapter names the engine has registered (`/v1/models` cards with a parent)."""
+        cards = self._model_cards()
+        return {c["id"] for c in cards if c.get("parent") not in (None, "") and isinstance(c.get("id"), str)}
+
+    def served_model(self) -> str:
+        """The name the engine serves its base model under (the card without a parent)."""
+        if self._served_model is None:
+            cards = self._model_cards()
+            base = [c["id"] for c in cards if not c.get("parent") and isinstance(c.get("id"), str)]
+            if not base:
+                raise EngineRejectedError(self.engine.key, f"{self.engine.key}: /v1/models lists no base model")
+            self._served_model = base[0]
+        return self._served_model
+
+    def _model_cards(self) -> list[dict[str, Any]]:
+        body = self.get_json("/v1/models")
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise EngineRejectedError(self.engine.key, f"{self.engine.key}: /v1/models answered an unexpected shape")
+        return [c for c in data if isinstance(c, dict)]
+
+    def load(self, name: str, path: str, pinned: bool = False) -> None:
+        """Register and load an adapter; AlreadyLoadedError when the name is taken."""
+        raise NotImplementedError
+
+    def rewarm(self, name: str, path: str) -> None:
+        """Make an adapter that is already registered hot again (it may have fallen out of the caches)."""
+        raise NotImplementedError
+
+    def prime(self, name: str) -> None:
+        """A 1-token request naming the adapter, so it takes a GPU slot."""
+        raise NotImplementedError
+
+    def unload(self, name: str) -> None:
+        raise NotImplementedError
+
+    def health(self) -> bool:
+        try:
+            self.request("GET", "/health")
+        except EngineError:
+            return False
+        return True
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def make_client(engine: Engine, **kwargs: Any) -> EngineClient:
+    if engine.kind == "vllm":
+        from lorafleet.engines.vllm import VllmClient
+
+        return VllmClient(engine, **kwargs)
+    if engine.kind == "sglang":
+        from lorafleet.engines.sglang import SglangClient
+
+        return SglangClient(engine, **kwargs)
+    raise InputError(f"engine {engine.key}: unknown kind {engine.kind!r}")

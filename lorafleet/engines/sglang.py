@@ -1,0 +1,65 @@
+"""SGLang's dynamic LoRA API (needs --enable-lora and dp_size 1).
+
+Load answers JSON `{"success", "error_message", "loaded_adapters"}` (200 on success, 400 on failure) and only
+fills host memory: the GPU slot is taken by the first batch using the adapter, so warming it for real means a
+1-token request (`model: "<base>:<adapter>"`) or pinning. At most max_loras_per_batch − 1 adapters may be pinned.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lorafleet.engines.base import AlreadyLoadedError, EngineClient, EngineRejectedError
+
+_ALREADY = re.compile(r"already exists", re.IGNORECASE)
+
+
+class SglangClient(EngineClient):
+    kind = "sglang"
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        response = self.request("POST", path, body)
+        try:
+            payload = response.json()
+        except ValueError:
+            return  # some builds answer plain text on success
+        if isinstance(payload, dict) and payload.get("success") is False:
+            message = f"{self.engine.key}: {payload.get('error_message') or 'the engine reported failure'}"
+            raise EngineRejectedError(self.engine.key, " ".join(message.split()), response.status_code)
+
+    def load(self, name: str, path: str, pinned: bool = False) -> None:
+        try:
+            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": path, "pinned": pinned})
+        except EngineRejectedError as exc:
+            if _ALREADY.search(exc.message):
+                raise AlreadyLoadedError(exc.engine, exc.message, exc.status) from exc
+            raise
+
+    def rewarm(self, name: str, path: str) -> None:
+        self.prime(name)  # registered adapters stay in host memory; a request takes the GPU slot
+
+    def prime(self, name: str) -> None:
+        model = f"{self.served_model()}:{name}"
+        self.request("POST", "/v1/completions", {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0})
+
+    def unload(self, name: str) -> None:
+        self._post("/unload_lora_adapter", {"lora_name": name})
+
+    def server_info(self) -> dict[str, Any]:
+        info = self.get_json("/get_server_info")
+        if not isinstance(info, dict):
+            raise EngineRejectedError(
+                self.engine.key, f"{self.engine.key}: /get_server_info answered an unexpected shape"
+            )
+        return info
+
+    def launch_limits(self) -> tuple[int | None, int | None]:
+        """(max_loras_per_batch, max_loaded_loras) as the engine was launched."""
+        info = self.server_info()
+
+        def number(key: str) -> int | None:
+            value = info.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        return number("max_loras_per_batch"), number("max_loaded_loras")

@@ -1,0 +1,72 @@
+"""vLLM's runtime LoRA API (needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+
+Load answers plain text on success and 400 "has already been loaded" for a registered name. Re-warming uses
+`load_inplace` where the version has it; older versions ignore the field and answer "already loaded", and
+then a 1-token completion naming the adapter pulls it back into a GPU slot. An unload frees nothing on the
+GPU (vllm issues 42633, 54839): callers never count it as freed budget.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lorafleet.engines.base import Activity, AlreadyLoadedError, EngineClient, EngineRejectedError
+
+_ALREADY = re.compile(r"has already been loaded", re.IGNORECASE)
+_SERIES = re.compile(r"^vllm:lora_requests_info\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class VllmClient(EngineClient):
+    kind = "vllm"
+
+    def load(self, name: str, path: str, pinned: bool = False) -> None:
+        try:
+            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        except EngineRejectedError as exc:
+            if _ALREADY.search(exc.message):
+                raise AlreadyLoadedError(exc.engine, exc.message, exc.status) from exc
+            raise
+
+    def rewarm(self, name: str, path: str) -> None:
+        try:
+            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True})
+        except EngineRejectedError as exc:
+            if not _ALREADY.search(exc.message):
+                raise
+            self.prime(name)  # a version without load_inplace: a tiny request pulls it back in
+
+    def prime(self, name: str) -> None:
+        self.request("POST", "/v1/completions", {"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0})
+
+    def unload(self, name: str) -> None:
+        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+
+    def activity(self) -> Activity:
+        return parse_lora_requests_info(self.request("GET", "/metrics").text)
+
+
+def parse_lora_requests_info(text: str) -> Activity:
+    """The newest `vllm:lora_requests_info` series (its value is a timestamp); empty when there is none."""
+    newest: tuple[float, dict[str, str]] | None = None
+    for match in _SERIES.finditer(text):
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(match.group("labels")))
+        if newest is None or value > newest[0]:
+            newest = (value, labels)
+    if newest is None:
+        return Activity((), (), None)
+    labels = newest[1]
+
+    def names(key: str) -> tuple[str, ...]:
+        return tuple(n for n in labels.get(key, "").split(",") if n)
+
+    max_lora = labels.get("max_lora")
+    return Activity(
+        names("running_lora_adapters"),
+        names("waiting_lora_adapters"),
+        int(max_lora) if max_lora and max_lora.isdigit() else None,
+    )

@@ -1,0 +1,391 @@
+"""A real HTTP server on 127.0.0.1 that speaks vLLM's and SGLang's adapter APIs as engines.md describes them.
+
+Status codes, message texts, plain-text success on vLLM, JSON bodies on SGLang, two LRU tiers with the
+configured slot counts, a load delay proportional to adapter size, rank checks from adapter_config.json, and
+injectable faults (HTTP errors with Retry-After, hangs, restarts that empty the registry). Used by the warm
+tests and, later, the daemon's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Fault:
+    status: int = 500
+    times: int = 1
+    message: str = "injected failure"
+    retry_after: float | None = None
+    hang_s: float = 0.0  # sleep before answering (a timeout when longer than the client's)
+    path: str | None = None  # only requests to this path
+
+
+@dataclass
+class EngineState:
+    kind: str
+    served_model: str = "base-model"
+    gpu_slots: int = 2
+    host_slots: int | None = 4
+    max_lora_rank: int = 64
+    load_s_per_mb: float = 0.0
+    api_key: str | None = None
+    legacy_errors: bool = False  # old vLLM: flat error bodies
+    legacy_cap: bool = False  # old SGLang: refuse loads at max_loaded_loras instead of evicting
+    registry: dict[str, str] = field(default_factory=dict)  # name -> path
+    host: OrderedDict[str, None] = field(default_factory=OrderedDict)  # LRU first
+    gpu: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    pinned: set[str] = field(default_factory=set)
+    faults: list[Fault] = field(default_factory=list)
+    requests: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
+    loads: int = 0
+
+    def restart(self) -> None:
+        """What an engine restart does: everything registered or cached is gone."""
+        self.registry.clear()
+        self.host.clear()
+        self.gpu.clear()
+        self.pinned.clear()
+
+
+def adapter_rank(path: str) -> int | None:
+    try:
+        return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def adapter_mb(path: str) -> float:
+    try:
+        return sum(p.stat().st_size for p in Path(path).glob("*.safetensors")) / 1e6
+    except OSError:
+        return 0.0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    # plumbing ----------------------------------------------------------------------------------------------
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _error(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        state = self.server.state
+        if state.kind == "sglang":
+            self._send(status, {"success": False, "error_message": message, "loaded_adapters": dict(state.registry)})
+        elif state.legacy_errors:
+            self._send(status, {"object": "error", "message": message, "type": kind, "param": None, "code": status})
+        else:
+            self._send(status, {"error": {"message": message, "type": kind, "param": None, "code": status}})
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return None
+        try:
+            body = json.loads(self.rfile.read(length))
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _handle(self, method: str) -> None:
+        state = self.server.state
+        body = self._body() if method == "POST" else None
+        path = self.path.split("?")[0]
+        with self.server.lock:
+            state.requests.append((method, path, body))
+            fault = next((f for f in state.faults if f.path in (None, path)), None)
+            if fault is not None:
+                fault.times -= 1
+                if fault.times <= 0:
+                    state.faults.remove(fault)
+        if fault is not None:
+            if fault.hang_s:
+                time.sleep(fault.hang_s)
+            if fault.status:
+                headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else None
+                self._send(
+                    fault.status,
+                    {"error": {"message": fault.message, "type": "Injected", "param": None, "code": fault.status}},
+                    headers,
+                )
+                return
+        if state.api_key is not None and self.headers.get("Authorization") != f"Bearer {state.api_key}":
+            self._send(401, {"error": "Unauthorized"})
+            return
+        route = (method, path)
+        handler = (VLLM_ROUTES if state.kind == "vllm" else SGLANG_ROUTES).get(route)
+        if handler is None:
+            self._error(404, f"no route {method} {path}", "NotFoundError")
+            return
+        handler(self, body or {})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    # shared semantics ----------------------------------------------------------------------------------------
+    def _cache(self, name: str) -> None:
+        """Load into host memory (LRU beyond host_slots) and a GPU slot (LRU beyond gpu_slots)."""
+        state = self.server.state
+        path = state.registry[name]
+        if name not in state.host:
+            delay = adapter_mb(path) * state.load_s_per_mb
+            if delay:
+                time.sleep(delay)
+            state.loads += 1
+        with self.server.lock:
+            state.host.pop(name, None)
+            state.host[name] = None
+            while state.host_slots is not None and len(state.host) > state.host_slots:
+                victim = next((a for a in state.host if a not in state.pinned), None)
+                if victim is None:
+                    break
+                del state.host[victim]
+                state.gpu.pop(victim, None)
+                if state.kind == "sglang":
+                    state.registry.pop(victim, None)  # SGLang's LRU eviction unloads it
+            state.gpu.pop(name, None)
+            state.gpu[name] = None
+            while len(state.gpu) > state.gpu_slots:
+                victim = next((a for a in state.gpu if a not in state.pinned), next(iter(state.gpu)))
+                del state.gpu[victim]
+
+    def models(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        cards = [{"id": state.served_model, "object": "model", "root": "/models/base", "parent": None}]
+        cards += [
+            {"id": n, "object": "model", "root": p, "parent": state.served_model} for n, p in state.registry.items()
+        ]
+        self._send(200, {"object": "list", "data": cards})
+
+    def health(self, body: dict[str, Any]) -> None:
+        self._send(200, "")
+
+    def _complete(self, adapter: str | None) -> None:
+        if adapter is not None:
+            self._cache(adapter)
+        self._send(
+            200,
+            {
+                "object": "text_completion",
+                "model": adapter or self.server.state.served_model,
+                "choices": [{"index": 0, "text": " warm", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
+
+    # vLLM ----------------------------------------------------------------------------------------------------
+    def vllm_load(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            self._error(400, "Both 'lora_name' and 'lora_path' must be provided.")
+            return
+        if name in state.registry and not body.get("load_inplace"):
+            self._error(
+                400,
+                f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                "in place, set 'load_inplace' to True.",
+                "InvalidUserInput",
+            )
+            return
+        if not os.path.isdir(path):
+            self._error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
+            return
+        rank = adapter_rank(path)
+        if rank is not None and rank > state.max_lora_rank:
+            self._error(
+                500,
+                f"Call to add_lora method failed: Worker failed with error 'LoRA rank {rank} is greater "
+                f"than max_lora_rank {state.max_lora_rank}.', please check the stack trace above for "
+                "the root cause",
+                "InternalServerError",
+            )
+            return
+        state.registry[name] = path
+        if body.get("load_inplace"):
+            state.host.pop(name, None)  # re-read from disk
+        self._cache(name)
+        self._send(200, f"Success: LoRA adapter '{name}' added successfully.")
+
+    def vllm_unload(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        name = body.get("lora_name")
+        if name not in state.registry:
+            self._error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+            return
+        del state.registry[name]  # known defect: the weights keep their slot until LRU pushes them out
+        self._send(200, f"Success: LoRA adapter '{name}' removed successfully.")
+
+    def vllm_complete(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        model = body.get("model")
+        if model == state.served_model:
+            self._complete(None)
+        elif model in state.registry:
+            self._complete(model)
+        else:
+            self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+
+    def vllm_metrics(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        running = ",".join(state.gpu)
+        self._send(
+            200,
+            (
+                "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+                "# TYPE vllm:lora_requests_info gauge\n"
+                f'vllm:lora_requests_info{{max_lora="{state.gpu_slots}",running_lora_adapters="",'
+                f'waiting_lora_adapters=""}} {time.time() - 60:.6e}\n'
+                f'vllm:lora_requests_info{{max_lora="{state.gpu_slots}",running_lora_adapters="{running}",'
+                f'waiting_lora_adapters=""}} {time.time():.6e}\n'
+            ),
+        )
+
+    # SGLang --------------------------------------------------------------------------------------------------
+    def sglang_load(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        name, path, pinned = body.get("lora_name"), body.get("lora_path"), bool(body.get("pinned"))
+        if name in state.registry:
+            self._error(400, f"LoRA with name {name} already exists. Loaded LoRA adapters: {dict(state.registry)}")
+            return
+        if not path or not os.path.isdir(path):
+            self._error(400, f"Failed to load LoRA adapter {name} from {path}: no such directory")
+            return
+        rank = adapter_rank(path)
+        if rank is not None and rank > state.max_lora_rank:
+            self._error(
+                400,
+                f"LoRA adapter {name} with rank {rank} is incompatible with the current LoRA memory "
+                f"pool configuration (max_lora_rank={state.max_lora_rank}).",
+            )
+            return
+        if state.legacy_cap and state.host_slots is not None and len(state.registry) >= state.host_slots:
+            self._error(
+                400,
+                f"Cannot load LoRA adapter {name} at this time. Maximum number of loaded LoRA adapters "
+                f"is {state.host_slots}.",
+            )
+            return
+        if pinned and len(state.pinned) >= state.gpu_slots - 1:
+            self._error(400, f"Cannot pin LoRA adapter {name}: at most {state.gpu_slots - 1} adapters may be pinned.")
+            return
+        state.registry[name] = path
+        if pinned:
+            state.pinned.add(name)
+        with self.server.lock:
+            state.host.pop(name, None)
+        self._cache(name)
+        state.gpu.pop(name, None)  # SGLang: a load fills host memory; the first batch takes the GPU slot
+        self._send(200, {"success": True, "error_message": None, "loaded_adapters": dict(state.registry)})
+
+    def sglang_unload(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        name = body.get("lora_name")
+        if name not in state.registry:
+            self._error(400, f"LoRA with name {name} does not exist. Loaded LoRA adapters: {dict(state.registry)}")
+            return
+        del state.registry[name]
+        state.host.pop(name, None)
+        state.gpu.pop(name, None)
+        state.pinned.discard(name)
+        self._send(200, {"success": True, "error_message": None, "loaded_adapters": dict(state.registry)})
+
+    def sglang_info(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        self._send(
+            200,
+            {
+                "model_path": "/models/base",
+                "served_model_name": state.served_model,
+                "enable_lora": True,
+                "max_loras_per_batch": state.gpu_slots,
+                "max_loaded_loras": state.host_slots,
+                "max_lora_rank": state.max_lora_rank,
+                "lora_eviction_policy": "lru",
+            },
+        )
+
+    def sglang_complete(self, body: dict[str, Any]) -> None:
+        state = self.server.state
+        model = str(body.get("model", ""))
+        base, _, adapter = model.partition(":")
+        if base != state.served_model:
+            self._error(400, f"The model `{model}` does not exist.")
+        elif adapter and adapter not in state.registry:
+            self._error(400, f"LoRA adapter {adapter} is not loaded.")
+        else:
+            self._complete(adapter or None)
+
+
+VLLM_ROUTES = {
+    ("POST", "/v1/load_lora_adapter"): _Handler.vllm_load,
+    ("POST", "/v1/unload_lora_adapter"): _Handler.vllm_unload,
+    ("GET", "/v1/models"): _Handler.models,
+    ("POST", "/v1/completions"): _Handler.vllm_complete,
+    ("POST", "/v1/chat/completions"): _Handler.vllm_complete,
+    ("GET", "/metrics"): _Handler.vllm_metrics,
+    ("GET", "/health"): _Handler.health,
+}
+SGLANG_ROUTES = {
+    ("POST", "/load_lora_adapter"): _Handler.sglang_load,
+    ("POST", "/unload_lora_adapter"): _Handler.sglang_unload,
+    ("GET", "/v1/models"): _Handler.models,
+    ("GET", "/get_server_info"): _Handler.sglang_info,
+    ("POST", "/v1/completions"): _Handler.sglang_complete,
+    ("POST", "/v1/chat/completions"): _Handler.sglang_complete,
+    ("GET", "/health"): _Handler.health,
+}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, state: EngineState) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.state = state
+        self.lock = threading.Lock()
+
+
+class EngineEmulator:
+    """Start with `EngineEmulator(EngineState(kind="vllm", ...))`; `.url`, `.state`, `.stop()`."""
+
+    def __init__(self, state: EngineState) -> None:
+        self.state = state
+        self.server = _Server(state)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,202 @@
+"""Contract tests of the vLLM and SGLang clients with pytest-httpx: every request is expected, none unexpected."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from pytest_httpx import HTTPXMock
+
+from lorafleet.engines import (
+    AlreadyLoadedError,
+    EngineRejectedError,
+    EngineUnavailableError,
+    MissingApiKeyError,
+    make_client,
+)
+from lorafleet.engines.vllm import parse_lora_requests_info
+from tests.engines.conftest import make_engine
+
+URL = "http://engine.test:8000"
+NO_WAIT: list[float] = []
+
+
+def client(kind: str = "vllm", **kwargs):  # type: ignore[no-untyped-def]
+    return make_client(make_engine(kind, URL, **kwargs), sleep=NO_WAIT.append)
+
+
+def test_vllm_load_plain_text_success(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(
+        method="POST",
+        url=f"{URL}/v1/load_lora_adapter",
+        text="Success: LoRA adapter 'a' added successfully.",
+        match_json={"lora_name": "a", "lora_path": "/p/a"},
+    )
+    client().load("a", "/p/a")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "error": {
+                "message": "The lora adapter 'a' has already been loaded. If you want to load the adapter in "
+                "place, set 'load_inplace' to True.",
+                "type": "InvalidUserInput",
+                "code": 400,
+            }
+        },
+        {
+            "object": "error",
+            "message": "The lora adapter 'a' has already been loaded.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+    ],
+    ids=["current", "old-flat"],
+)
+def test_vllm_already_loaded_in_both_error_shapes(httpx_mock: HTTPXMock, body: dict) -> None:
+    httpx_mock.add_response(method="POST", url=f"{URL}/v1/load_lora_adapter", status_code=400, json=body)
+    with pytest.raises(AlreadyLoadedError, match="has already been loaded"):
+        client().load("a", "/p/a")
+
+
+def test_4xx_is_not_retried_and_carries_the_engines_message(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(
+        method="POST", status_code=404, json={"error": {"message": "Loading lora a failed: No adapter found for /nope"}}
+    )
+    with pytest.raises(EngineRejectedError) as caught:
+        client().load("a", "/nope")
+    assert caught.value.status == 404 and "No adapter found for /nope" in caught.value.message
+    assert len(httpx_mock.get_requests()) == 1
+
+
+def test_5xx_and_connect_errors_are_retried_on_the_backoff_list(httpx_mock: HTTPXMock) -> None:
+    waits: list[float] = []
+    c = make_client(make_engine("vllm", URL), sleep=waits.append)
+    httpx_mock.add_exception(httpx.ConnectError("refused"), method="POST")
+    httpx_mock.add_response(method="POST", status_code=503, headers={"Retry-After": "2"})
+    httpx_mock.add_response(method="POST", text="Success: LoRA adapter 'a' added successfully.")
+    c.load("a", "/p/a")
+    assert waits == [0.2, 2.0]  # backoff, then the engine's Retry-After
+
+
+def test_retries_are_bounded(httpx_mock: HTTPXMock) -> None:
+    for _ in range(4):
+        httpx_mock.add_response(method="POST", status_code=500, json={"error": {"message": "worker died"}})
+    with pytest.raises(EngineUnavailableError, match="HTTP 500: worker died"):
+        client().load("a", "/p/a")
+    assert len(httpx_mock.get_requests()) == 4
+
+
+def test_timeout_becomes_unavailable(httpx_mock: HTTPXMock) -> None:
+    for _ in range(4):
+        httpx_mock.add_exception(httpx.ReadTimeout("slow"))
+    with pytest.raises(EngineUnavailableError, match="timed out after 5s"):
+        client().registry()
+
+
+def test_rewarm_in_place_then_falls_back_to_a_completion(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(
+        method="POST",
+        url=f"{URL}/v1/load_lora_adapter",
+        status_code=400,
+        match_json={"lora_name": "a", "lora_path": "/p/a", "load_inplace": True},
+        json={"object": "error", "message": "The lora adapter 'a' has already been loaded."},
+    )
+    httpx_mock.add_response(
+        method="POST",
+        url=f"{URL}/v1/completions",
+        match_json={"model": "a", "prompt": "ping", "max_tokens": 1, "temperature": 0},
+        json={"choices": [{"text": "x"}]},
+    )
+    client().rewarm("a", "/p/a")
+
+
+def test_registry_is_cards_with_a_parent(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(
+        url=f"{URL}/v1/models",
+        is_reusable=True,
+        json={
+            "data": [
+                {"id": "base", "parent": None},
+                {"id": "a", "root": "/p/a", "parent": "base"},
+                {"id": "b", "parent": "base"},
+            ]
+        },
+    )
+    c = client()
+    assert c.registry() == {"a", "b"}
+    assert c.served_model() == "base"
+
+
+def test_bearer_key_from_the_environment_and_never_in_repr(httpx_mock: HTTPXMock, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_VLLM_KEY", "sk-test-secret")
+    httpx_mock.add_response(url=f"{URL}/health", match_headers={"Authorization": "Bearer sk-test-secret"})
+    c = client(api_key_env="TEST_VLLM_KEY")
+    assert c.health()
+    assert "sk-test-secret" not in repr(c)
+
+
+def test_missing_key_variable_is_named(monkeypatch) -> None:
+    monkeypatch.delenv("NOT_SET_KEY", raising=False)
+    with pytest.raises(MissingApiKeyError, match="NOT_SET_KEY"):
+        client(api_key_env="NOT_SET_KEY")
+
+
+def test_vllm_metrics_take_the_newest_series() -> None:
+    text = (
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="old",waiting_lora_adapters=""} 1.7e+09\n'
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.8e+09\n'
+    )
+    activity = parse_lora_requests_info(text)
+    assert (activity.running, activity.waiting, activity.max_lora) == (("a", "b"), ("c",), 2)
+    assert parse_lora_requests_info("").running == ()
+
+
+def test_sglang_load_json_success_and_pinned_flag(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(
+        method="POST",
+        url=f"{URL}/load_lora_adapter",
+        match_json={"lora_name": "a", "lora_path": "/p/a", "pinned": True},
+        json={"success": True, "error_message": None, "loaded_adapters": {"a": "/p/a"}},
+    )
+    client("sglang").load("a", "/p/a", pinned=True)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "error"),
+    [
+        (400, "LoRA with name a already exists. Loaded LoRA adapters: {...}", AlreadyLoadedError),
+        (
+            400,
+            "LoRA adapter a with rank 128 is incompatible with the current LoRA memory pool configuration.",
+            EngineRejectedError,
+        ),
+        (200, "LoRA is not enabled", EngineRejectedError),  # success false even with 200
+    ],
+)
+def test_sglang_failures(httpx_mock: HTTPXMock, status: int, message: str, error: type) -> None:
+    httpx_mock.add_response(
+        method="POST", status_code=status, json={"success": False, "error_message": message, "loaded_adapters": {}}
+    )
+    with pytest.raises(error) as caught:
+        client("sglang").load("a", "/p/a")
+    assert type(caught.value) is error and message.split(".")[0] in caught.value.message
+
+
+def test_sglang_prime_names_base_and_adapter(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(url=f"{URL}/v1/models", json={"data": [{"id": "qwen", "parent": None}]})
+    httpx_mock.add_response(
+        method="POST",
+        url=f"{URL}/v1/completions",
+        match_json={"model": "qwen:a", "prompt": "ping", "max_tokens": 1, "temperature": 0},
+        json={"choices": []},
+    )
+    client("sglang").prime("a")
+
+
+def test_sglang_launch_limits(httpx_mock: HTTPXMock) -> None:
+    httpx_mock.add_response(url=f"{URL}/get_server_info", json={"max_loras_per_batch": 8, "max_loaded_loras": 24})
+    assert client("sglang").launch_limits() == (8, 24)

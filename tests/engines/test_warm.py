@@ -1,0 +1,235 @@
+"""`lorafleet warm` against emulated vLLM and SGLang engines on loopback."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.engine_emulator import EngineEmulator, Fault
+from tests.sshd_server import free_port
+
+BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+
+
+def write_inventory(tmp_path: Path, engines: list[str], adapter_dirs: dict[int, Path], extra: str = "") -> Path:
+    adapters = "".join(
+        f"  - {{id: r{rank}, base_model: m, path: '{path}', rank: {rank}, target_modules: [q_proj, v_proj]}}\n"
+        for rank, path in adapter_dirs.items()
+    )
+    adapters += f"  - {{id: missing, base_model: m, path: '{tmp_path / 'nowhere'}', rank: 8}}\n"
+    text = (
+        f"base_models:\n{BASE}  other: {{hidden_size: 64, intermediate_size: 128, num_layers: 2, "
+        "num_attention_heads: 4}\n"
+        "hosts:\n  - name: h\n    provider: onprem\n    request_timeout_s: 2\n    engines:\n"
+        + "".join(f"      - {e}\n" for e in engines)
+        + f"adapters:\n{adapters}{extra}"
+    )
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    return path
+
+
+def vllm_entry(name: str, emulator_url: str, slots: int = 2, host: int = 4, rank: int = 64) -> str:
+    return (
+        f"{{name: {name}, kind: vllm, url: '{emulator_url}', base_model: m, max_loras: {slots}, "
+        f"max_cpu_loras: {host}, max_lora_rank: {rank}}}"
+    )
+
+
+def sglang_entry(name: str, emulator_url: str, slots: int = 2, host: int = 4) -> str:
+    return (
+        f"{{name: {name}, kind: sglang, url: '{emulator_url}', base_model: m, max_loras_per_batch: {slots}, "
+        f"max_loaded_loras: {host}}}"
+    )
+
+
+def warm_json(run_cli, inventory: Path, *args: str) -> tuple[int, list[dict]]:
+    result = run_cli("warm", "--json", "-i", str(inventory), *args)
+    assert "Traceback" not in result.stdout + result.stderr
+    if result.exit_code == 2:
+        return 2, [{"stderr": result.stderr}]
+    return result.exit_code, json.loads(result.stdout)["results"]
+
+
+def posts(emulator: EngineEmulator) -> list[tuple[str, dict | None]]:
+    return [(path, body) for method, path, body in emulator.state.requests if method == "POST"]
+
+
+def test_load_then_rewarm_in_place(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8")
+    assert code == 0
+    assert [(r["adapter"], r["engine"], r["action"], r["ok"], r["error"]) for r in results] == [
+        ("r8", "h/v", "loaded", True, None)
+    ]
+    assert results[0]["ms"] >= 0 and "r8" in e.state.registry
+    code, results = warm_json(run_cli, inv, "r8")
+    assert code == 0 and results[0]["action"] == "reloaded"
+    assert posts(e)[-1] == (
+        "/v1/load_lora_adapter",
+        {"lora_name": "r8", "lora_path": str(adapter_dirs[8]), "load_inplace": True},
+    )
+
+
+def test_missing_path_is_a_failure_with_the_engines_message(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "missing")
+    assert code == 1
+    (r,) = results
+    assert (r["action"], r["ok"]) == ("failed", False)
+    assert "HTTP 404: Loading lora missing failed: No adapter found for" in r["error"]
+
+
+def test_rank_above_max_is_refused_before_any_request(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url, rank=64)], adapter_dirs)
+    result = run_cli("warm", "-i", str(inv), "r128", "--engine", "h/v")
+    assert result.exit_code == 2
+    assert "refusing to warm: r128 has rank 128, above h/v's max_lora_rank 64" in result.stderr
+    assert e.state.requests == []
+
+
+def test_engine_rank_check_reported_cleanly_when_inventory_disagrees(
+    tmp_path, run_cli, emulators, adapter_dirs
+) -> None:
+    e = emulators(kind="vllm", max_lora_rank=64)
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url, rank=128)], adapter_dirs)  # inventory says 128
+    code, results = warm_json(run_cli, inv, "r128")
+    assert code == 1
+    assert "LoRA rank 128 is greater than max_lora_rank 64" in results[0]["error"]
+
+
+def test_one_engine_down_among_three(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    a, b = emulators(kind="vllm"), emulators(kind="sglang")
+    dead = f"http://127.0.0.1:{free_port()}"
+    inv = write_inventory(
+        tmp_path, [vllm_entry("a", a.url), sglang_entry("b", b.url), vllm_entry("dead", dead)], adapter_dirs
+    )
+    code, results = warm_json(run_cli, inv, "r16")
+    assert code == 1
+    by_engine = {r["engine"]: r for r in results}
+    assert by_engine["h/a"]["action"] == by_engine["h/b"]["action"] == "loaded"
+    assert by_engine["h/dead"]["action"] == "failed" and "cannot reach" in by_engine["h/dead"]["error"]
+    table = run_cli("warm", "-i", str(inv), "r16")
+    assert table.exit_code == 1 and "h/dead" in table.stdout and "failed" in table.stdout
+
+
+def test_budget_is_never_exceeded_in_the_book(tmp_path, run_cli, emulators, adapter_dirs, isolated_env) -> None:
+    e = emulators(kind="vllm", gpu_slots=1, host_slots=2)
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url, slots=1, host=2)], adapter_dirs)
+    for adapter in ("r8", "r16", "r64", "r8"):
+        code, _ = warm_json(run_cli, inv, adapter)
+        assert code == 0
+        with sqlite3.connect(isolated_env) as db:
+            rows = db.execute("SELECT adapter FROM residency WHERE engine = 'h/v' ORDER BY lru_position").fetchall()
+        assert len(rows) <= 2
+        assert len(e.state.host) <= 2
+    assert [r[0] for r in rows] == ["r64", "r8"]
+    with sqlite3.connect(isolated_env) as db:
+        journal = db.execute("SELECT adapter, engine, action, ok FROM loads ORDER BY id").fetchall()
+    assert journal == [
+        ("r8", "h/v", "loaded", 1),
+        ("r16", "h/v", "loaded", 1),
+        ("r64", "h/v", "loaded", 1),
+        ("r8", "h/v", "reloaded", 1),
+    ]
+
+
+def test_sglang_pin_limit_prime_and_already_warm(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    inv = write_inventory(tmp_path, [sglang_entry("s", e.url, slots=2, host=4)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "--pin")
+    assert code == 0 and results[0]["action"] == "loaded" and "r8" in e.state.pinned
+    code, results = warm_json(run_cli, inv, "r16", "--pin")
+    assert code == 1 and results[0]["action"] == "skipped"
+    assert "pin limit reached: SGLang allows 1 pinned" in results[0]["error"]
+    assert "r16" not in e.state.registry
+    code, results = warm_json(run_cli, inv, "r8")
+    assert code == 0 and results[0]["action"] == "already-warm"
+    code, results = warm_json(run_cli, inv, "r16", "--prime")
+    assert code == 0 and results[0]["action"] == "loaded"
+    assert (
+        "/v1/completions",
+        {"model": "base-model:r16", "prompt": "ping", "max_tokens": 1, "temperature": 0},
+    ) in posts(e)
+    assert "r16" in e.state.gpu
+
+
+def test_dry_run_sends_nothing_that_changes_an_engine(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    result = run_cli("warm", "-i", str(inv), "r8", "r16", "--dry-run")
+    assert result.exit_code == 0 and "Dry run" in result.stdout and "loaded" in result.stdout
+    assert posts(e) == [] and e.state.registry == {}
+
+
+def test_unknown_adapter_and_wrong_base_model(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(
+        tmp_path,
+        [vllm_entry("v", e.url)],
+        adapter_dirs,
+        extra="  - {id: other-r8, base_model: other, path: /x, rank: 8}\n",
+    )
+    result = run_cli("warm", "-i", str(inv), "r88")
+    assert result.exit_code == 2 and "'r88' is not an adapter in the inventory; did you mean 'r8'?" in result.stderr
+    result = run_cli("warm", "-i", str(inv), "other-r8", "--engine", "h/v")
+    assert result.exit_code == 2 and "h/v serves m, not other-r8's base model other" in result.stderr
+    result = run_cli("warm", "-i", str(inv), "r8", "--engine", "h/nope")
+    assert result.exit_code == 2 and "'h/nope' is not an engine" in result.stderr
+    assert e.state.requests == []
+
+
+def test_replicas_pick_the_least_loaded(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    busy, idle = emulators(kind="vllm"), emulators(kind="vllm")
+    busy.state.registry.update({"x": "/x", "y": "/y"})
+    inv = write_inventory(tmp_path, [vllm_entry("busy", busy.url), vllm_entry("idle", idle.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "--replicas", "1")
+    assert code == 0 and [r["engine"] for r in results] == ["h/idle"]
+
+
+def test_transient_500_is_retried(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    e.state.faults.append(Fault(status=503, times=1, retry_after=0, path="/v1/load_lora_adapter"))
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8")
+    assert code == 0 and results[0]["action"] == "loaded"
+    assert [p for p, _ in posts(e)].count("/v1/load_lora_adapter") == 2
+
+
+def test_engine_restart_loses_the_registry_and_warm_loads_again(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8")[0] == 0
+    e.state.restart()
+    code, results = warm_json(run_cli, inv, "r8")
+    assert code == 0 and results[0]["action"] == "loaded"
+
+
+def test_api_key_from_environment(tmp_path, run_cli, emulators, adapter_dirs, monkeypatch) -> None:
+    e = emulators(kind="vllm", api_key="sk-emulated")
+    entry = vllm_entry("v", e.url).replace("}", ", api_key_env: EMU_VLLM_KEY}")
+    inv = write_inventory(tmp_path, [entry], adapter_dirs)
+    monkeypatch.delenv("EMU_VLLM_KEY", raising=False)
+    result = run_cli("warm", "-i", str(inv), "r8")
+    assert result.exit_code == 2 and "environment variable EMU_VLLM_KEY" in result.stderr
+    assert e.state.requests == []
+    monkeypatch.setenv("EMU_VLLM_KEY", "sk-emulated")
+    result = run_cli("warm", "-i", str(inv), "r8", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "sk-emulated" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_emulator_lru_tiers_hold_their_slot_counts(kind: str, tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind=kind, gpu_slots=1, host_slots=2)
+    entry = (vllm_entry if kind == "vllm" else sglang_entry)("e", e.url, slots=1, host=2)
+    inv = write_inventory(tmp_path, [entry], adapter_dirs)
+    for adapter in ("r8", "r16", "r64"):
+        assert warm_json(run_cli, inv, adapter, "--prime")[0] == 0
+    assert list(e.state.host) == ["r16", "r64"] and list(e.state.gpu) == ["r64"]
