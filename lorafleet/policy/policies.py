@@ -245,7 +245,7 @@ class LorafleetPolicy(Policy):
         if predictions:
             gap = core.demand.gap_quantile(tenant, adapter, self.gap_quantile)
             for candidate, probability in predictions:
-                target = engine if engine in core.pools.get(candidate, ()) else self._place(candidate)
+                target = self._target(event, engine, candidate)
                 if target is None:
                     continue
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
@@ -259,9 +259,19 @@ class LorafleetPolicy(Policy):
             self.periodic.add(adapter)
             adapter_key = ("adapter", adapter)
             adapter_generation = self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1
-            due = now + period - self._lead(engine, adapter)
-            decisions += self._prefetch_at(now, due, adapter_key, adapter_generation, engine, adapter, adapter)
+            target = self._target(event, engine, adapter)
+            if target is not None:
+                due = now + period - self._lead(target, adapter)
+                decisions += self._prefetch_at(now, due, adapter_key, adapter_generation, target, adapter, adapter)
         return decisions
+
+    def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
+        """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
+        tenant's next request will likely go there too); otherwise where the candidate already is or the
+        routing rule would put it, so engines of a pool do not hold needless copies."""
+        if event.engine is not None and engine in self.core.pools.get(candidate, ()):
+            return engine
+        return self._place(candidate)
 
     def _lead(self, engine: str, adapter: str) -> float:
         """How long before it is needed a load should start: its load time, with margin, behind the queue."""

@@ -128,3 +128,18 @@ def test_workflow_prefetch_turns_chain_steps_into_hits(tmp_path: Path) -> None:
     assert results["lru"].hits == 0
     assert results["lorafleet"].hits > 0.4 * len(chain)
     assert results["lorafleet"].budget_violations == 0
+
+
+def test_prefetch_keeps_no_needless_copies_across_a_pool(tmp_path: Path) -> None:
+    """Engine-less traffic on two engines with room for everything: lorafleet must not fall behind lru by
+    prefetching copies of adapters already resident on the other engine."""
+    tenants = {"t0": "{workflows: [[a0, a1, a2]]}", "t1": "{workflows: [[a3, a4, a5]]}"}
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3},
+        {"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 3},
+    ]
+    inv = make_inventory(tmp_path, adapters=6, engines=engines, tenants=tenants)
+    rng = random.Random(3)
+    sequence = [a for _ in range(60) for a in rng.choice([[0, 1, 2], [3, 4, 5]])]
+    results = {r.policy: r for r in replay(inv, stream(sequence, gap_s=2.0), ["lru", "lorafleet"])}
+    assert results["lorafleet"].hit_ratio >= results["lru"].hit_ratio
