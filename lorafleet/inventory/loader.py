@@ -42,6 +42,16 @@ HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 SECRET_HINT = "secrets are never stored in the inventory: name an environment variable with {env} instead"
 LOG_FIELDS = ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model")
+ENGINE_TUNING = (
+    "load_fixed_ms",
+    "disk_gbps",
+    "h2d_gbps",
+    "request_timeout_s",
+    "api_key_env",
+    "lora_budget_mb",
+    "max_lora_rank",
+)
+# Host-level settings, and the engine tuning that defaults, groups and hosts may set for their engines.
 SETTING_KEYS = (
     "provider",
     "connection",
@@ -52,22 +62,7 @@ SETTING_KEYS = (
     "gpus",
     "ssh",
     "nvidia_smi",
-    "load_fixed_ms",
-    "disk_gbps",
-    "h2d_gbps",
-    "request_timeout_s",
-    "api_key_env",
-    "lora_budget_mb",
-    "max_lora_rank",
-)
-ENGINE_TUNING = (
-    "load_fixed_ms",
-    "disk_gbps",
-    "h2d_gbps",
-    "request_timeout_s",
-    "api_key_env",
-    "lora_budget_mb",
-    "max_lora_rank",
+    *ENGINE_TUNING,
 )
 KIND_KEYS = {"vllm": ("max_loras", "max_cpu_loras"), "sglang": ("max_loras_per_batch", "max_loaded_loras")}
 KIND_EQUIVALENT = {

@@ -98,19 +98,23 @@ class PolicyCore:
         return self.policy.start(now)
 
     def route(self, event: RequestEvent) -> str | None:
-        """The engine that serves a request.
-
-        The engine the log names, when it can serve the adapter; otherwise, among the engines that can: one
-        where the adapter is resident, else one loading it, else the one with the fewest loads in flight and
-        then the fewest adapters held (inventory order breaks ties).
-        """
+        """The engine that serves a request: the one the log names, when it can serve the adapter; otherwise
+        the one `place` picks."""
         adapter = event.adapter
-        pool = self.pools.get(adapter) if adapter is not None else None
-        if not pool:
+        if adapter is None:
             return None
         engine = event.engine
-        if engine is not None and engine in pool:
+        if engine is not None and engine in self.pools.get(adapter, ()):
             return engine
+        return self.place(adapter)
+
+    def place(self, adapter: str) -> str | None:
+        """Among the engines that can serve the adapter: one where it is resident, else one loading it, else
+        the one with the fewest loads in flight and then the fewest adapters held (inventory order breaks ties).
+        """
+        pool = self.pools.get(adapter)
+        if not pool:
+            return None
         if len(pool) == 1:
             return pool[0]
         engines = self.book.engines

@@ -168,7 +168,7 @@ class LorafleetPolicy(Policy):
                     decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
                     break
         for adapter in dict.fromkeys(heads):
-            target = self._place(adapter)
+            target = self.core.place(adapter)
             if target is not None and engines[target].has_room(core.sizes[adapter]):
                 decisions += core.load(now, target, adapter, PLAN, tuple)
         return decisions
@@ -179,17 +179,6 @@ class LorafleetPolicy(Policy):
         host = state.budget.host_slots
         limits = [state.budget.gpu_slots - 1] + ([host - 1] if host is not None else [])
         return max(0, min(limits))
-
-    def _place(self, adapter: str) -> str | None:
-        core = self.core
-        pool = core.pools.get(adapter)
-        if not pool:
-            return None
-        engines = core.book.engines
-        for key in pool:
-            if engines[key].holds(adapter):
-                return key
-        return min(pool, key=lambda k: (len(engines[k].in_flight), engines[k].used_slots))
 
     # prediction ------------------------------------------------------------------------------------------
     def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
@@ -271,7 +260,7 @@ class LorafleetPolicy(Policy):
         routing rule would put it, so engines of a pool do not hold needless copies."""
         if event.engine is not None and engine in self.core.pools.get(candidate, ()):
             return engine
-        return self._place(candidate)
+        return self.core.place(candidate)
 
     def _lead(self, engine: str, adapter: str) -> float:
         """How long before it is needed a load should start: its load time, with margin, behind the queue."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from lorafleet.inventory.model import Inventory
+from lorafleet.logs.reader import DEFAULT_JSONL
 
 SHAPES = ("seed", "zipf", "workflows", "drift")
 START = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC).timestamp()
@@ -211,6 +212,21 @@ def _bisect(cumulative: list[float], x: float) -> int:
     return lo
 
 
+def _write_log(path: Path, records: list[tuple[float, str, str]], upstream: str | None) -> None:
+    """JSON lines in the reference inventory's gateway layout (see DEFAULT_JSONL)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for when, tenant, adapter in records:
+            line = {
+                "ts": _iso(START + when),
+                "tenant_id": tenant,
+                "model": adapter,
+                "upstream": upstream,
+                "status": 200,
+                "ttft_ms": None,
+            }
+            fh.write(json.dumps(line) + "\n")
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -227,21 +243,7 @@ def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthe
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "access.jsonl"
     engine_keys = [f"localhost/{e['name']}" for e in spec.engines]
-    with log_path.open("w", encoding="utf-8") as fh:
-        for when, tenant, adapter in spec.records:
-            fh.write(
-                json.dumps(
-                    {
-                        "ts": _iso(START + when),
-                        "tenant_id": tenant,
-                        "model": adapter,
-                        "upstream": None if len(engine_keys) > 1 else engine_keys[0],
-                        "status": 200,
-                        "ttft_ms": None,
-                    }
-                )
-                + "\n"
-            )
+    _write_log(log_path, spec.records, None if len(engine_keys) > 1 else engine_keys[0])
     inventory = {
         "fleet": f"synthetic-{shape}",
         "defaults": {"load_fixed_ms": 15, "disk_gbps": 3, "h2d_gbps": 25},
@@ -276,14 +278,7 @@ def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthe
                 {
                     "path": "access.jsonl",
                     "format": "jsonl",
-                    "fields": {
-                        "time": "ts",
-                        "tenant": "tenant_id",
-                        "adapter": "model",
-                        "engine": "upstream",
-                        "status": "status",
-                        "ttft_ms": "ttft_ms",
-                    },
+                    "fields": dict(DEFAULT_JSONL.fields),
                 }
             ]
         },
@@ -317,19 +312,5 @@ def synthesize_for_inventory(inventory: Inventory, requests: int, seed: int, out
         chains[tenant] = [[rng.choices(own, weights)[0] for _ in range(3)] for _ in range(3)]
     records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.1, session_gap_s=10.0)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as fh:
-        for when, tenant, adapter in records:
-            fh.write(
-                json.dumps(
-                    {
-                        "ts": _iso(START + when),
-                        "tenant_id": tenant,
-                        "model": adapter,
-                        "upstream": None,
-                        "status": 200,
-                        "ttft_ms": None,
-                    }
-                )
-                + "\n"
-            )
+    _write_log(out, records, None)
     return Synthetic(out, Path(inventory.sources[0]) if inventory.sources else out, len(records))

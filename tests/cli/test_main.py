@@ -130,3 +130,12 @@ def test_committed_completions_match_the_command(shell: str, run_cli) -> None:
     assert result.exit_code == 0
     committed = ROOT / "completions" / f"lorafleet.{shell}"
     assert committed.read_text() == result.stdout, f"run: lorafleet completion {shell} > {committed}"
+
+
+def test_cli_reference_is_current(monkeypatch) -> None:
+    from lorafleet.cli.main import cli
+    from lorafleet.cli.reference import cli_reference
+
+    monkeypatch.setenv("COLUMNS", "100")
+    committed = (ROOT / "docs" / "cli.md").read_text()
+    assert committed == cli_reference(cli), "run: COLUMNS=100 python -m lorafleet.cli.reference > docs/cli.md"
