@@ -16,7 +16,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-_RESCALE_EXPONENT = 200.0
+_RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
 
 
 class AgedCounts:
@@ -24,18 +24,16 @@ class AgedCounts:
 
     def __init__(self, half_life: float) -> None:
         self.rate = math.log(2) / half_life
-        self.exponent = 0.0
+        self.step = math.exp(self.rate)  # the weight grows by this factor per observation
         self.weight = 1.0
         self.counts: dict[str, float] = {}
 
     def add(self, key: str) -> None:
-        self.exponent += self.rate
-        if self.exponent > _RESCALE_EXPONENT:
-            factor = math.exp(-self.exponent)
+        self.weight *= self.step
+        if self.weight > _RESCALE_WEIGHT:
             for k in self.counts:
-                self.counts[k] *= factor
-            self.exponent = 0.0
-        self.weight = math.exp(self.exponent)
+                self.counts[k] /= self.weight
+            self.weight = 1.0
         self.counts[key] = self.counts.get(key, 0.0) + self.weight
 
 
@@ -81,8 +79,8 @@ class DemandModel:
     ) -> None:
         self.rate = math.log(2) / half_life
         self.clock = 0  # requests observed
-        self.exponent = 0.0  # rate * clock since the last rescale
-        self.weight = 1.0  # e^exponent: the weight of an observation now
+        self.step = math.exp(self.rate)
+        self.weight = 1.0  # the weight of an observation now: grows by `step` per request
         self.min_evidence = min_evidence
         self.popularity: dict[str, float] = {}
         # A second memory, 32x longer: popularity blends both equally, so a drifting hot set is picked up
@@ -112,16 +110,15 @@ class DemandModel:
 
     def _tick(self) -> float:
         self.clock += 1
-        self.exponent += self.rate
-        if self.exponent > _RESCALE_EXPONENT:
+        self.weight *= self.step
+        if self.weight > _RESCALE_WEIGHT:
             self._rescale()
-        self.weight = math.exp(self.exponent)
         self.short_scale = self.rate / self.weight
         return self.weight
 
     def _rescale(self) -> None:
-        factor = math.exp(-self.exponent)
-        self.exponent = 0.0
+        factor = 1.0 / self.weight
+        self.weight = 1.0
         for table in (self.popularity, self.tenant_activity, self.tenant_adapter, self.transition_totals):
             for key in table:
                 table[key] *= factor
@@ -169,8 +166,7 @@ class DemandModel:
 
     def share_weights(self) -> tuple[float, float]:
         """(a, b) such that an adapter's expected share of requests is min(1, a·short + b·long) of its stored
-        counts: the short and long memories, weighed by how well each has been predicting requests lately
-        (a steady share s settles at a count of about s / rate)."""
+        counts: the short and long memories blended (a steady share s settles at a count of about s / rate)."""
         w = self.w_short
         long = self.long_popularity
         return w * self.short_scale, (1.0 - w) * long.rate / long.weight
