@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -40,6 +41,7 @@ class EngineState:
     api_key: str | None = None
     legacy_errors: bool = False  # old vLLM: flat error bodies
     legacy_cap: bool = False  # old SGLang: refuse loads at max_loaded_loras instead of evicting
+    require_paths: bool = True  # False: accept any lora_path (for the README tour, which has no adapter files)
     registry: dict[str, str] = field(default_factory=dict)  # name -> path
     host: OrderedDict[str, None] = field(default_factory=OrderedDict)  # LRU first
     gpu: OrderedDict[str, None] = field(default_factory=OrderedDict)
@@ -76,6 +78,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes; without this, Nagle and delayed ACKs add 40 ms per request.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # plumbing ----------------------------------------------------------------------------------------------
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
@@ -211,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "InvalidUserInput",
             )
             return
-        if not os.path.isdir(path):
+        if state.require_paths and not os.path.isdir(path):
             self._error(404, f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError")
             return
         rank = adapter_rank(path)
@@ -271,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         if name in state.registry:
             self._error(400, f"LoRA with name {name} already exists. Loaded LoRA adapters: {dict(state.registry)}")
             return
-        if not path or not os.path.isdir(path):
+        if not path or (state.require_paths and not os.path.isdir(path)):
             self._error(400, f"Failed to load LoRA adapter {name} from {path}: no such directory")
             return
         rank = adapter_rank(path)
@@ -363,8 +370,8 @@ SGLANG_ROUTES = {
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, state: EngineState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, state: EngineState, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
         self.lock = threading.Lock()
 
@@ -375,7 +382,7 @@ class EngineEmulator:
     def __init__(self, state: EngineState) -> None:
         self.state = state
         self.server = _Server(state)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -389,3 +396,38 @@ class EngineEmulator:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def main() -> None:
+    """Serve an emulated vLLM and SGLang engine on loopback until interrupted (for trying `lorafleet warm`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--vllm-port", type=int, default=18000)
+    parser.add_argument("--sglang-port", type=int, default=18001)
+    args = parser.parse_args()
+    servers = []
+    for kind, port in (("vllm", args.vllm_port), ("sglang", args.sglang_port)):
+        state = EngineState(
+            kind=kind,
+            served_model="meta-llama/Meta-Llama-3-8B-Instruct",
+            max_lora_rank=128,
+            gpu_slots=2,
+            host_slots=2,
+            require_paths=False,
+        )
+        server = _Server(state, port)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        print(f"emulated {kind} engine on http://127.0.0.1:{port}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
+if __name__ == "__main__":
+    main()
