@@ -46,7 +46,7 @@ class LorafleetPolicy(Policy):
       the first steps of their workflows.
     - Prefetch: after each request, the adapters most likely to follow it for that tenant (transition model,
       workflows as priors) are loaded onto the serving engine, displacing only adapters worth less. The load is
-      timed: it starts one load time (with margin) before the tenant's usual earliest next request (a low
+      timed: it starts a few load times (with margin) before the tenant's usual earliest next request (a low
       quantile of its observed gaps after this adapter), so a prefetched adapter holds a slot only briefly.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
@@ -63,7 +63,7 @@ class LorafleetPolicy(Policy):
     initial_trust = 0.3  # a tenant's predictions must prove themselves ...
     initial_trust_declared = 0.6  # ... unless the inventory declares its workflows
     gap_quantile = 0.0  # the shortest gap seen: a timed prefetch should almost never be late
-    lead_factor = 1.5
+    lead_factor = 3.0
     lead_margin_s = 0.05
     retries = 4
     displace_margin = 1.0
