@@ -11,12 +11,17 @@ Workflows from the inventory enter as prior transitions that fade as real observ
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 from collections import deque
 from collections.abc import Iterable
 
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
+
+
+def _weight(item: tuple[str, float]) -> float:
+    return item[1]
 
 
 class AgedCounts:
@@ -227,5 +232,5 @@ class DemandModel:
         if self.transition_seen[key] < self.min_evidence:
             return []
         total = self.transition_totals[key]
-        ranked = sorted(row.items(), key=lambda kv: -kv[1])[:limit]
-        return [(a, w / total) for a, w in ranked]
+        ranked = heapq.nlargest(limit, row.items(), key=_weight) if len(row) > limit else row.items()
+        return [(a, w / total) for a, w in sorted(ranked, key=_weight, reverse=True)]

@@ -90,6 +90,7 @@ class LorafleetPolicy(Policy):
         self.generation: dict[tuple[str, str | None], int] = {}
         self.scheduled: list[tuple[float, int, tuple[str, str | None], int, str, str, int]] = []
         self.periodic: set[str] = set()  # adapters requested at regular intervals
+        self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
         self.seq = 0
 
     def bind(self, core: PolicyCore) -> None:
@@ -135,17 +136,16 @@ class LorafleetPolicy(Policy):
         a_short, b_long = demand.share_weights()
         short, long = demand.popularity.get, demand.long_popularity.counts.get
         horizon = self.horizon
-        by_share = sorted(
+        by_share = [
             (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
             for i, a in enumerate(state.resident)
             if a != keep
-        )
+        ]
+        heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
-        j = 0
-        while j < len(by_share) or pending:
-            while j < len(by_share) and (not pending or 1.0 - math.exp(-by_share[j][0] * horizon) <= pending[0][0]):
-                s, i, a = by_share[j]
-                j += 1
+        while by_share or pending:
+            while by_share and (not pending or 1.0 - math.exp(-by_share[0][0] * horizon) <= pending[0][0]):
+                s, i, a = heapq.heappop(by_share)
                 heapq.heappush(pending, (self._boosted(a, now, s), i, a))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
@@ -210,14 +210,14 @@ class LorafleetPolicy(Policy):
             return []
         # Every guess is scored next time, acted on or not, so a tenant can earn trust back. The baseline is
         # how often those adapters would come next anyway, given the tenant's usual mix.
-        baseline = min(1.0, sum(demand.tenant_mix(tenant, c) for c, _ in guesses))
-        self.predicted[tenant] = ([c for c, _ in guesses], baseline)
+        mixes = [demand.tenant_mix(tenant, c) for c, _ in guesses]
+        self.predicted[tenant] = ([c for c, _ in guesses], min(1.0, sum(mixes)))
         if edge < self.min_edge:
             return []  # this tenant's sequences have not been beating its plain popularity
         return [
             (c, p * trust)
-            for c, p in guesses
-            if p * trust >= self.min_probability and p >= self.min_lift * demand.tenant_mix(tenant, c)
+            for (c, p), mix in zip(guesses, mixes, strict=True)
+            if p * trust >= self.min_probability and p >= self.min_lift * mix
         ]
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
@@ -265,9 +265,11 @@ class LorafleetPolicy(Policy):
     def _lead(self, engine: str, adapter: str) -> float:
         """How long before it is needed a load should start: its load time, with margin, behind the queue."""
         core = self.core
-        load_s = core.load_ms[engine].cold_ms(core.sizes[adapter]) / 1000.0
-        queued = len(core.book.engines[engine].in_flight)
-        return load_s * (self.lead_factor + queued) + self.lead_margin_s
+        key = (engine, adapter)
+        load_s = self._load_s.get(key)
+        if load_s is None:
+            load_s = self._load_s[key] = core.load_ms[engine].cold_ms(core.sizes[adapter]) / 1000.0
+        return load_s * (self.lead_factor + len(core.book.engines[engine].in_flight)) + self.lead_margin_s
 
     def _prefetch_at(
         self,
