@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -206,7 +205,8 @@ def warm(
 ) -> list[WarmResult]:
     """Warm every pair; engines in parallel (at most `options.parallel`), each engine's adapters in order.
 
-    Results are journaled as they arrive (one transaction each), and the book of each engine is saved after.
+    Results are journaled as they arrive (one transaction each), and each engine's book as soon as that
+    engine is done.
     """
     book = ResidencyBook.from_inventory(inventory)
     if store is not None:
@@ -217,57 +217,53 @@ def warm(
         by_engine.setdefault(engine.key, []).append(adapter)
         engines[engine.key] = engine
     check_api_keys(list(engines.values()))
-    done: queue.Queue[WarmResult | None] = queue.Queue()
+    # Workers report each result, then their engine's name when done; the main thread alone writes the store.
+    done: queue.Queue[WarmResult | str] = queue.Queue()
     order = {(a.id, e.key): i for i, (a, e) in enumerate(pairs)}
     results: list[WarmResult] = []
-    workers: list[_EngineWorker] = []
-    lock = threading.Lock()
 
     def run(key: str) -> None:
         engine = engines[key]
+        pending = list(by_engine[key])
         try:
-            client = client_factory(engine)
-        except EngineError as exc:
-            for adapter in by_engine[key]:
-                done.put(WarmResult(adapter.id, key, FAILED, False, 0.0, exc.message))
-            return
-        worker = _EngineWorker(engine, client, book, options)
-        with lock:
-            workers.append(worker)
-        try:
-            for adapter in by_engine[key]:
-                done.put(worker.warm(adapter))
+            with client_factory(engine) as client:
+                worker = _EngineWorker(engine, client, book, options)
+                while pending:
+                    done.put(worker.warm(pending[0]))
+                    pending.pop(0)
+        except Exception as exc:  # nothing one engine does may hang or abort the others
+            message = exc.message if isinstance(exc, EngineError) else f"{key}: {type(exc).__name__}: {exc}"
+            for adapter in pending:
+                done.put(WarmResult(adapter.id, key, FAILED, False, 0.0, message))
         finally:
-            client.close()
+            done.put(key)
 
     with ThreadPoolExecutor(max_workers=max(1, min(options.parallel, len(engines)))) as pool:
-        futures = [pool.submit(run, key) for key in by_engine]
-        remaining = len(pairs)
-        while remaining:
-            result = done.get()
-            assert result is not None
-            remaining -= 1
-            results.append(result)
+        for key in by_engine:
+            pool.submit(run, key)
+        running = len(by_engine)
+        while running:
+            item = done.get()
+            if isinstance(item, str):
+                running -= 1
+                if store is not None and not options.dry_run:
+                    store.save_residency(book[item])
+                continue
+            results.append(item)
             if store is not None and not options.dry_run:
-                adapter = inventory.adapters[result.adapter]
                 store.record_load(
                     LoadRecord(
                         utc_now(),
                         "warm",
-                        result.adapter,
-                        result.engine,
-                        result.action,
-                        result.ok,
-                        result.ms,
-                        adapter.size_bytes,
-                        result.error,
+                        item.adapter,
+                        item.engine,
+                        item.action,
+                        item.ok,
+                        item.ms,
+                        inventory.adapters[item.adapter].size_bytes,
+                        item.error,
                     )
                 )
             if on_result is not None:
-                on_result(result)
-        for future in futures:
-            future.result()
-    if store is not None and not options.dry_run:
-        for key in by_engine:
-            store.save_residency(book[key])
+                on_result(item)
     return sorted(results, key=lambda r: order[(r.adapter, r.engine)])

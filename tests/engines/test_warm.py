@@ -233,3 +233,25 @@ def test_emulator_lru_tiers_hold_their_slot_counts(kind: str, tmp_path, run_cli,
     for adapter in ("r8", "r16", "r64"):
         assert warm_json(run_cli, inv, adapter, "--prime")[0] == 0
     assert list(e.state.host) == ["r16", "r64"] and list(e.state.gpu) == ["r64"]
+
+
+def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emulators, adapter_dirs) -> None:
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+    from lorafleet.warm import WarmOptions, choose_targets, resolve_adapters, warm
+
+    good = emulators(kind="vllm")
+    inv = load_inventory(
+        write_inventory(tmp_path, [vllm_entry("good", good.url), vllm_entry("bad", good.url)], adapter_dirs)
+    )
+
+    def factory(engine):  # type: ignore[no-untyped-def]
+        if engine.name == "bad":
+            raise RuntimeError("driver exploded")
+        return make_client(engine)
+
+    pairs = choose_targets(inv, resolve_adapters(inv, ["r8", "r16"]))
+    results = {(r.adapter, r.engine): r for r in warm(inv, pairs, WarmOptions(), client_factory=factory)}
+    assert results[("r8", "h/good")].action == results[("r16", "h/good")].action == "loaded"
+    assert results[("r8", "h/bad")].action == results[("r16", "h/bad")].action == "failed"
+    assert "RuntimeError: driver exploded" in (results[("r8", "h/bad")].error or "")
