@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lorafleet.inventory import load_inventory
 from lorafleet.inventory.model import LogSource
@@ -150,3 +152,28 @@ def test_read_events_sorts_and_merges_files(tmp_path: Path) -> None:
     events, tally = read_events([a, b], REFERENCE)
     assert [e.time for e in events] == [10, 20, 30]
     assert (tally.lines, tally.adapter_requests, tally.bad_lines) == (4, 3, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    line=st.one_of(
+        st.binary(max_size=300),
+        st.text(max_size=300).map(str.encode),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.sampled_from(["ts", "model", "tenant_id", "upstream", "x"]), inner, max_size=5)
+            ),
+            max_leaves=8,
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_any_line_is_an_event_or_a_counted_bad_line(line: bytes) -> None:
+    for source in (JSONL, NGINX):
+        parser = LineParser(source, REFERENCE)
+        event = parser.parse(line)
+        tally = parser.tally
+        assert (event is None) == (tally.adapter_requests + tally.base_requests + tally.unknown_requests == 0)
+        if event is not None:
+            assert event.adapter is None or event.adapter in REFERENCE.adapters
