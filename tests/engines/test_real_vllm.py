@@ -30,7 +30,7 @@ def vllm_python() -> Path | None:
     return path if path.exists() else None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after this module, so it takes no CPU or memory from later tests
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     python = vllm_python()
     if python is None:
