@@ -283,6 +283,8 @@ class LorafleetPolicy(Policy):
     ) -> list[Decision]:
         if due <= now:
             return self._prefetch(now, target, candidate, keep)
+        if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
+            return []  # already there, and the prediction now protects it: nothing to schedule
         self.seq += 1
         heapq.heappush(self.scheduled, (due, self.seq, key, generation, target, candidate, 0))
         return []
