@@ -62,6 +62,9 @@ class Policy:
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return []
 
+    def on_evicted(self, now: float, engine: str, adapter: str) -> None:
+        """An adapter left an engine (to make room). Policies may schedule work; they may not decide now."""
+
     def next_wakeup(self) -> float | None:
         """When the policy next wants `tick` (a scheduled prefetch), or None."""
         return None
@@ -203,6 +206,7 @@ class PolicyCore:
                 self.counters.wasted_prefetches += 1
             self.counters.evictions += 1
             decisions.append(Decision(EVICT, engine, victim, adapter))
+            self.policy.on_evicted(now, engine, victim)
         state.start_load(adapter, size)
         if pin and self.policy.honours_pins:
             state.pins.add(adapter)

@@ -240,19 +240,26 @@ class LorafleetPolicy(Policy):
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
                 due = now if gap is None else now + gap - self._lead(target, candidate)
                 decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter)
-        period = core.demand.period(adapter)
-        if period is None:
+        # Requested like clockwork: protected near its next time (score), brought back before it if evicted.
+        if core.demand.period(adapter) is None:
             self.periodic.discard(adapter)
         else:
-            # Requested like clockwork: protect it near its next time, and bring it back just before if lost.
             self.periodic.add(adapter)
             adapter_key = ("adapter", adapter)
-            adapter_generation = self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1
-            target = self._target(event, engine, adapter)
-            if target is not None:
-                due = now + period - self._lead(target, adapter)
-                decisions += self._prefetch_at(now, due, adapter_key, adapter_generation, target, adapter, adapter)
+            self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1  # stale: pending returns
         return decisions
+
+    def on_evicted(self, now: float, engine: str, adapter: str) -> None:
+        if adapter not in self.periodic:
+            return
+        demand = self.core.demand
+        period = demand.period(adapter)
+        if period is None:
+            return
+        due = max(now, demand.adapter_last[adapter] + period - self._lead(engine, adapter))
+        key = ("adapter", adapter)
+        self.seq += 1
+        heapq.heappush(self.scheduled, (due, self.seq, key, self.generation.get(key, 0), engine, adapter, 0))
 
     def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
         """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
