@@ -17,7 +17,3 @@ def format_bytes(n: int | float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
-
-
-def mib_to_bytes(mib: int | float) -> int:
-    return round(mib * MIB)

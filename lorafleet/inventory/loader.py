@@ -138,46 +138,40 @@ def _merge(checker: Checker, docs: list[LDict]) -> LDict:
                 continue
             have = out[key]
             if isinstance(have, list) and isinstance(value, list):
-                for i, item in enumerate(value):
-                    have.append(item)
-                    have.item_lines.append(value.item_lines[i])
-                    have.item_files.append(value.item_files[i])
-            elif key == "gateway" and isinstance(have, dict) and isinstance(value, dict):
-                _merge_gateway(checker, have, value)
+                _extend(have, value)
             elif isinstance(have, dict) and isinstance(value, dict):
-                for sub, sub_value in value.items():
-                    if sub in have and (key != "defaults" or have[sub] != sub_value):
-                        ofile, oline = where(have, sub)
-                        checker.add(value, sub, join(key, sub), f"conflicts with the one defined at {ofile}:{oline}")
-                        continue
-                    have[sub] = sub_value
-                    have.key_lines[sub], have.key_files[sub] = where(value, sub)[1] or 1, value.file
+                _merge_mapping(checker, have, value, key)
             elif have != value:
                 ofile, oline = where(out, key)
                 checker.add(doc, key, key, f"conflicts with the value at {ofile}:{oline}")
     return out
 
 
-def _merge_gateway(checker: Checker, have: LDict, value: LDict) -> None:
+def _merge_mapping(checker: Checker, have: LDict, value: LDict, section: str) -> None:
+    """Merge one section's keys: gateway logs concatenate, equal defaults agree, anything else defined twice
+    is a conflict naming both places."""
     for sub, sub_value in value.items():
-        if sub == "logs" and isinstance(have.get("logs"), list) and isinstance(sub_value, list):
-            for i, item in enumerate(sub_value):
-                have["logs"].append(item)
-                have["logs"].item_lines.append(sub_value.item_lines[i])
-                have["logs"].item_files.append(sub_value.item_files[i])
-        elif sub in have:
+        if section == "gateway" and sub == "logs" and isinstance(have.get(sub), list) and isinstance(sub_value, list):
+            _extend(have[sub], sub_value)
+            continue
+        if sub in have and not (section == "defaults" and have[sub] == sub_value):
             ofile, oline = where(have, sub)
-            checker.add(value, sub, join("gateway", sub), f"conflicts with the one defined at {ofile}:{oline}")
-        else:
-            have[sub] = sub_value
-            have.key_lines[sub], have.key_files[sub] = where(value, sub)[1] or 1, value.file
+            checker.add(value, sub, join(section, sub), f"conflicts with the one defined at {ofile}:{oline}")
+            continue
+        have[sub] = sub_value
+        have.key_lines[sub], have.key_files[sub] = where(value, sub)[1] or 1, value.file
+
+
+def _extend(have: LList, value: LList) -> None:
+    """Append a line-aware list, keeping each item's file and line."""
+    have.extend(value)
+    have.item_lines.extend(value.item_lines)
+    have.item_files.extend(value.item_files)
 
 
 def _copy_list(value: LList) -> LList:
     out = new_llist(value.file, value.line)
-    out.extend(value)
-    out.item_lines.extend(value.item_lines)
-    out.item_files.extend(value.item_files)
+    _extend(out, value)
     return out
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lorafleet.units import MIB
-
 PROVIDERS = (
     "aws",
     "gcp",
@@ -98,10 +96,6 @@ class Engine:
         """The fleet-wide name, `HOST/ENGINE`."""
         return f"{self.host}/{self.name}"
 
-    @property
-    def lora_budget_mb(self) -> float | None:
-        return None if self.lora_budget_bytes is None else self.lora_budget_bytes / MIB
-
 
 @dataclass(frozen=True)
 class Host:
@@ -173,6 +167,3 @@ class Inventory:
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
-
-    def engines_for(self, base_model: str) -> tuple[Engine, ...]:
-        return tuple(e for e in self.engines if e.base_model == base_model)

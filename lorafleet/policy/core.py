@@ -8,7 +8,7 @@ through engine clients, replay through simulated engines) and report back with `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.records import RequestEvent
@@ -37,7 +37,6 @@ class CoreCounters:
     evictions: int = 0
     bypassed: int = 0  # misses that could not be kept resident (no room could be made)
     failed_loads: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class Policy:
@@ -174,13 +173,6 @@ class PolicyCore:
         """Let time pass: decisions scheduled for `now` or earlier (drivers call it at `next_wakeup()`)."""
         return self.policy.tick(now)
 
-    def engine_restarted(self, engine: str) -> None:
-        """The engine lost everything (the daemon's reconcile saw an empty registry)."""
-        state = self.book.engines[engine]
-        for adapter in state.in_flight:
-            self.loading_reason.pop((engine, adapter), None)
-        state.forget_all()
-
     # --- helpers for policies -----------------------------------------------------------------------------
     def load(
         self,
@@ -212,7 +204,6 @@ class PolicyCore:
             state.pins.add(adapter)
         self.loading_reason[(engine, adapter)] = reason
         self.counters.loads += 1
-        self.counters.by_reason[reason] = self.counters.by_reason.get(reason, 0) + 1
         if reason != DEMAND:
             self.counters.prefetch_loads += 1
         decisions.append(Decision(LOAD, engine, adapter, reason))

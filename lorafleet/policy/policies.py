@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 
 from lorafleet.logs.records import ADAPTER, RequestEvent
-from lorafleet.policy.core import DEMAND, PLAN, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.residency import EngineResidency
 
 POLICY_NAMES = ("lru", "lfu", "lorafleet", "oracle")
@@ -417,4 +417,4 @@ def make_policy(name: str, events: Sequence[RequestEvent] = ()) -> Policy:
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
 
 
-__all__ = ["DEMAND", "POLICY_NAMES", "LfuPolicy", "LorafleetPolicy", "LruPolicy", "OraclePolicy", "make_policy"]
+__all__ = ["POLICY_NAMES", "LfuPolicy", "LorafleetPolicy", "LruPolicy", "OraclePolicy", "make_policy"]

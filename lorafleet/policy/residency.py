@@ -75,9 +75,6 @@ class EngineResidency:
             b.budget_bytes is None or self.used_bytes + size <= b.budget_bytes
         )
 
-    def evictable(self, adapter: str) -> bool:
-        return adapter in self.resident and adapter not in self.pins
-
     def victims_for(self, size: int, order: Iterable[str]) -> list[str] | None:
         """The first victims from `order` that make room for `size` bytes, or None if they cannot.
 
@@ -192,6 +189,3 @@ class ResidencyBook:
 
     def __getitem__(self, key: str) -> EngineResidency:
         return self.engines[key]
-
-    def violations(self) -> int:
-        return sum(e.violations() for e in self.engines.values())

@@ -41,10 +41,6 @@ def select_hosts(inv: Inventory, selection: HostFilter) -> list[Host]:
     return hosts
 
 
-def probe_local() -> list[GpuInfo]:
-    return nvml.read_local_gpus()
-
-
 def probe_remote(host: Host, pool: SshPool, jump_settings: JumpSettings) -> list[GpuInfo]:
     target = resolve_target(host.address, host.ssh, jump_settings)
     result = pool.connection(target, host.name).run(smi_command(host.nvidia_smi))
@@ -60,7 +56,7 @@ def probe_remote(host: Host, pool: SshPool, jump_settings: JumpSettings) -> list
 def probe_host(host: Host, pool: SshPool, jump_settings: JumpSettings) -> HostVram:
     started = time.monotonic()
     try:
-        gpus = probe_local() if host.connection == "local" else probe_remote(host, pool, jump_settings)
+        gpus = nvml.read_local_gpus() if host.connection == "local" else probe_remote(host, pool, jump_settings)
         return HostVram(host.name, host.provider, "ok", None, tuple(gpus), time.monotonic() - started)
     except ProbeError as exc:
         return HostVram(host.name, host.provider, exc.status, exc.message, (), time.monotonic() - started)

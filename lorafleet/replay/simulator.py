@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from lorafleet.inventory.model import Inventory, LoadModel
 from lorafleet.logs.records import ADAPTER, BASE, RequestEvent
-from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
 from lorafleet.policy.policies import make_policy
 
 
@@ -245,4 +245,4 @@ def headroom_captured(result: PolicyResult, lru: PolicyResult, oracle: PolicyRes
     return (result.hit_ratio - lru.hit_ratio) / gap
 
 
-__all__ = ["HIT", "LATE", "MISS", "PolicyResult", "Simulation", "headroom_captured", "replay"]
+__all__ = ["PolicyResult", "Simulation", "headroom_captured", "replay"]
