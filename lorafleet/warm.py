@@ -3,24 +3,26 @@ re-warm in parallel per engine, keeping the residency book within budget and jou
 
 The book mirrors what the engines do when full: vLLM (and current SGLang) push out their least recently used
 unpinned adapter, so a load on a full engine displaces the book's least recently used unpinned entry. When
-every entry is pinned, the load is skipped rather than breaking a pin or the budget.
+every entry is pinned, the load is skipped rather than breaking a pin or the budget. Pins are held to the
+engine kind's limit (placement.pin_limit) on every kind.
 """
 
 from __future__ import annotations
 
 import difflib
-import queue
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, make_client
 from lorafleet.engines.base import api_key
+from lorafleet.engines.executor import EngineExecutor, Outcome, Stop
 from lorafleet.errors import InputError
 from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.policy.placement import can_pin, pin_limit, rank_engines, serving_pools, unservable_reason, why_not
 from lorafleet.policy.residency import ResidencyBook
-from lorafleet.store.db import LoadRecord, Store, utc_now
+from lorafleet.store.db import LoadRecord, Store
 
 LOADED, RELOADED, ALREADY_WARM, SKIPPED, FAILED = "loaded", "reloaded", "already-warm", "skipped", "failed"
 ClientFactory = Callable[[Engine], EngineClient]
@@ -56,27 +58,17 @@ def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter
     return adapters
 
 
-def check_pair(adapter: Adapter, engine: Engine) -> str | None:
-    """Why this engine can never serve this adapter, or None."""
-    if engine.base_model != adapter.base_model:
-        return f"{engine.key} serves {engine.base_model}, not {adapter.id}'s base model {adapter.base_model}"
-    if engine.max_lora_rank is not None and adapter.rank > engine.max_lora_rank:
-        return f"{adapter.id} has rank {adapter.rank}, above {engine.key}'s max_lora_rank {engine.max_lora_rank}"
-    budget = engine.lora_budget_bytes
-    if budget is not None and adapter.size_bytes > budget:
-        return f"{adapter.id} needs {adapter.size_bytes} bytes, more than {engine.key}'s whole lora_budget_mb"
-    return None
-
-
 def choose_targets(
     inventory: Inventory,
     adapters: Sequence[Adapter],
     engine_keys: Sequence[str] = (),
     replicas: int | None = None,
     load_of: Callable[[Engine], int] | None = None,
+    book: ResidencyBook | None = None,
 ) -> list[tuple[Adapter, Engine]]:
     """(adapter, engine) pairs to warm. Named engines are checked and must suit every adapter; otherwise every
-    engine that can serve the adapter, limited to `replicas` chosen least loaded first (`load_of`)."""
+    engine that can serve the adapter, limited to `replicas` in the placement rule's order (resident first, then
+    least loaded by `load_of`)."""
     pairs: list[tuple[Adapter, Engine]] = []
     if engine_keys:
         engines = []
@@ -89,23 +81,24 @@ def choose_targets(
             engines.append(engine)
         for adapter in adapters:
             for engine in engines:
-                reason = check_pair(adapter, engine)
+                reason = why_not(adapter, engine)
                 if reason is not None:
                     raise InputError(f"refusing to warm: {reason}")
                 pairs.append((adapter, engine))
         return pairs
+    pools = serving_pools(inventory)
+    book = book or ResidencyBook.from_inventory(inventory)
     for adapter in adapters:
-        pool = [e for e in inventory.engines if check_pair(adapter, e) is None]
+        pool = pools[adapter.id]
         if not pool:
-            same_base = [e for e in inventory.engines if e.base_model == adapter.base_model]
-            why = check_pair(adapter, same_base[0]) if same_base else f"no engine serves {adapter.base_model}"
-            raise InputError(f"refusing to warm {adapter.id}: {why}")
+            raise InputError(f"refusing to warm {adapter.id}: {unservable_reason(inventory, adapter)}")
         if replicas is not None and replicas < len(pool):
+            load = None
             if load_of is not None:
-                loads = {e.key: load_of(e) for e in pool}
-                pool = sorted(pool, key=lambda e: loads[e.key])
-            pool = pool[:replicas]
-        pairs.extend((adapter, engine) for engine in pool)
+                loads = {key: load_of(inventory.engine(key)) for key in pool}  # type: ignore[arg-type]
+                load = loads.__getitem__
+            pool = rank_engines(adapter.id, pool, book.engines, load)[:replicas]
+        pairs.extend((adapter, engine) for engine in (inventory.engine(k) for k in pool) if engine is not None)
     return pairs
 
 
@@ -130,23 +123,27 @@ class _EngineWorker:
             self._registry = self.client.registry()
         return self._registry
 
-    def warm(self, adapter: Adapter) -> WarmResult:
+    def warm(self, adapter: Adapter) -> tuple[WarmResult, list[str]]:
+        """The result, and the adapters the book dropped to make room (for the store's delta)."""
         started = time.perf_counter()
         key = self.engine.key
+        victims: list[str] = []
         try:
-            action, reason = self._warm(adapter)
+            action, reason = self._warm(adapter, victims)
         except EngineError as exc:
-            return WarmResult(adapter.id, key, FAILED, False, _ms(started), exc.message)
-        return WarmResult(adapter.id, key, action, action != SKIPPED, _ms(started), reason)
+            return WarmResult(adapter.id, key, FAILED, False, _ms(started), exc.message), []
+        return WarmResult(adapter.id, key, action, action != SKIPPED, _ms(started), reason), victims
 
-    def _warm(self, adapter: Adapter) -> tuple[str, str | None]:
+    def _warm(self, adapter: Adapter, dropped: list[str]) -> tuple[str, str | None]:
         options = self.options
         state = self.state
-        sglang = self.engine.kind == "sglang"
-        if options.pin and sglang and adapter.id not in state.pins:
-            limit = max(0, self.engine.gpu_slots - 1)
-            if len(state.pins) >= limit:
-                return SKIPPED, f"pin limit reached: SGLang allows {limit} pinned with {self.engine.gpu_slots} slots"
+        profile = self.engine.profile
+        if options.pin and not can_pin(state, adapter.id):
+            limit = pin_limit(state)
+            return (
+                SKIPPED,
+                f"pin limit reached: {profile.title} allows {limit} pinned with {self.engine.gpu_slots} slots",
+            )
         victims: list[str] = []
         if not state.holds(adapter.id):
             found = state.victims_for(adapter.size_bytes, [a for a in state.resident if a not in state.pins])
@@ -157,42 +154,42 @@ class _EngineWorker:
         if options.dry_run:
             if not registered:
                 return LOADED, None
-            return (ALREADY_WARM if sglang and not options.prime else RELOADED), None
+            return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else RELOADED), None
         if registered:
             action = self._rewarm(adapter)
         else:
             try:
-                self.client.load(adapter.id, adapter.path, pinned=options.pin and sglang)
+                self.client.load(adapter.id, adapter.path, pinned=options.pin and profile.engine_pins)
                 action = LOADED
             except AlreadyLoadedError:  # registered meanwhile (another admin, the daemon): re-warm it instead
                 action = self._rewarm(adapter)
             self.registry().add(adapter.id)
             if options.prime and action == LOADED:
                 self.client.prime(adapter.id)
-        self._book(adapter, victims)
+        state.admit(adapter.id, adapter.size_bytes, victims)
+        if options.pin:
+            state.pin(adapter.id)
+        dropped.extend(victims)
         return action, None
 
     def _rewarm(self, adapter: Adapter) -> str:
-        if self.engine.kind == "sglang" and not self.options.prime:
+        if not self.engine.profile.load_fills_gpu and not self.options.prime:
             return ALREADY_WARM  # registered on SGLang means in host memory; --prime takes a GPU slot
         self.client.rewarm(adapter.id, adapter.path)
         return RELOADED
 
-    def _book(self, adapter: Adapter, victims: list[str]) -> None:
-        state = self.state
-        for victim in victims:
-            state.evict(victim)
-        if state.holds(adapter.id):
-            state.touch(adapter.id)
-        else:
-            state.start_load(adapter.id, adapter.size_bytes)
-            state.finish_load(adapter.id)
-        if self.options.pin:
-            state.pins.add(adapter.id)
-
 
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000.0, 1)
+
+
+def restore_book(inventory: Inventory, store: Store | None) -> ResidencyBook:
+    """The book as lorafleet last knew it (empty without a store)."""
+    book = ResidencyBook.from_inventory(inventory)
+    if store is not None:
+        for key, state in book.engines.items():
+            state.restore((r.adapter, r.size_bytes, r.pinned) for r in store.residency(key))
+    return book
 
 
 def warm(
@@ -202,68 +199,60 @@ def warm(
     store: Store | None = None,
     client_factory: ClientFactory = make_client,
     on_result: Callable[[WarmResult], None] | None = None,
+    stop: Stop | None = None,
 ) -> list[WarmResult]:
     """Warm every pair; engines in parallel (at most `options.parallel`), each engine's adapters in order.
 
-    Results are journaled as they arrive (one transaction each), and each engine's book as soon as that
-    engine is done.
+    Each result is journaled as it arrives, in one transaction with the residency change it caused.
     """
-    book = ResidencyBook.from_inventory(inventory)
-    if store is not None:
-        store.load_residency(book.engines.values())
+    book = restore_book(inventory, store)
     by_engine: dict[str, list[Adapter]] = {}
     engines: dict[str, Engine] = {}
     for adapter, engine in pairs:
         by_engine.setdefault(engine.key, []).append(adapter)
         engines[engine.key] = engine
     check_api_keys(list(engines.values()))
-    # Workers report each result, then their engine's name when done; the main thread alone writes the store.
-    done: queue.Queue[WarmResult | str] = queue.Queue()
     order = {(a.id, e.key): i for i, (a, e) in enumerate(pairs)}
     results: list[WarmResult] = []
+    journal = store is not None and not options.dry_run
 
-    def run(key: str) -> None:
-        engine = engines[key]
-        pending = list(by_engine[key])
-        try:
-            with client_factory(engine) as client:
-                worker = _EngineWorker(engine, client, book, options)
-                while pending:
-                    done.put(worker.warm(pending[0]))
-                    pending.pop(0)
-        except Exception as exc:  # nothing one engine does may hang or abort the others
+    @contextmanager
+    def worker(key: str) -> Iterator[Callable[[Adapter], tuple[WarmResult, list[str]]]]:
+        with client_factory(engines[key]) as client:
+            yield _EngineWorker(engines[key], client, book, options).warm
+
+    def record(outcome: Outcome[Adapter, tuple[WarmResult, list[str]]]) -> None:
+        key, adapter = outcome.engine, outcome.item
+        if outcome.result is not None:
+            result, dropped = outcome.result
+        else:  # nothing one engine does may hang or abort the others
+            exc = outcome.error
             message = exc.message if isinstance(exc, EngineError) else f"{key}: {type(exc).__name__}: {exc}"
-            for adapter in pending:
-                done.put(WarmResult(adapter.id, key, FAILED, False, 0.0, message))
-        finally:
-            done.put(key)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(options.parallel, len(engines)))) as pool:
-        for key in by_engine:
-            pool.submit(run, key)
-        running = len(by_engine)
-        while running:
-            item = done.get()
-            if isinstance(item, str):
-                running -= 1
-                if store is not None and not options.dry_run:
-                    store.save_residency(book[item])
-                continue
-            results.append(item)
-            if store is not None and not options.dry_run:
+            result, dropped = WarmResult(adapter.id, key, FAILED, False, 0.0, message), []
+        results.append(result)
+        if journal:
+            assert store is not None
+            with store.transaction():
                 store.record_load(
                     LoadRecord(
-                        utc_now(),
+                        store.clock(),
                         "warm",
-                        item.adapter,
-                        item.engine,
-                        item.action,
-                        item.ok,
-                        item.ms,
-                        inventory.adapters[item.adapter].size_bytes,
-                        item.error,
+                        result.adapter,
+                        result.engine,
+                        result.action,
+                        result.ok,
+                        result.ms,
+                        adapter.size_bytes,
+                        result.error,
                     )
                 )
-            if on_result is not None:
-                on_result(item)
+                if result.ok:
+                    state = book[key]
+                    store.change_residency(
+                        key, [(adapter.id, adapter.size_bytes, adapter.id in state.pins)], dropped=dropped
+                    )
+        if on_result is not None:
+            on_result(result)
+
+    EngineExecutor[Adapter, tuple[WarmResult, list[str]]](options.parallel, stop).run(by_engine, worker, record)
     return sorted(results, key=lambda r: order[(r.adapter, r.engine)])

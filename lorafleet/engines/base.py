@@ -8,6 +8,7 @@ message, a log line or a repr.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -222,12 +223,8 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def make_client(engine: Engine, **kwargs: Any) -> EngineClient:
-    if engine.kind == "vllm":
-        from lorafleet.engines.vllm import VllmClient
-
-        return VllmClient(engine, **kwargs)
-    if engine.kind == "sglang":
-        from lorafleet.engines.sglang import SglangClient
-
-        return SglangClient(engine, **kwargs)
-    raise InputError(f"engine {engine.key}: unknown kind {engine.kind!r}")
+    """The client class the engine kind's profile names (imported on first use, so base never imports its
+    subclasses)."""
+    module_name, _, class_name = engine.profile.client.partition(":")
+    cls: type[EngineClient] = getattr(importlib.import_module(module_name), class_name)
+    return cls(engine, **kwargs)

@@ -21,7 +21,6 @@ from lorafleet.inventory.model import (
     CONNECTIONS,
     DTYPE_ALIASES,
     DTYPE_BYTES,
-    ENGINE_KINDS,
     PROVIDERS,
     Adapter,
     BaseModel,
@@ -35,11 +34,11 @@ from lorafleet.inventory.model import (
 )
 from lorafleet.inventory.ranges import expand_hostname
 from lorafleet.inventory.yamlsource import LDict, LList, load_yaml, new_ldict, new_llist, where
+from lorafleet.kinds import ENGINE_KINDS, equivalent_key, kind_of, slot_keys
 from lorafleet.units import MIB
 
 TOP_KEYS = ("version", "fleet", "defaults", "base_models", "groups", "hosts", "adapters", "tenants", "gateway")
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 SECRET_HINT = "secrets are never stored in the inventory: name an environment variable with {env} instead"
 LOG_FIELDS = ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model")
 ENGINE_TUNING = (
@@ -64,13 +63,6 @@ SETTING_KEYS = (
     "nvidia_smi",
     *ENGINE_TUNING,
 )
-KIND_KEYS = {"vllm": ("max_loras", "max_cpu_loras"), "sglang": ("max_loras_per_batch", "max_loaded_loras")}
-KIND_EQUIVALENT = {
-    "max_loras": "max_loras_per_batch",
-    "max_cpu_loras": "max_loaded_loras",
-    "max_loras_per_batch": "max_loras",
-    "max_loaded_loras": "max_cpu_loras",
-}
 FORBIDDEN = {
     "api_key": SECRET_HINT.format(env="api_key_env"),
     "password": SECRET_HINT.format(env="password_env"),
@@ -539,8 +531,7 @@ class _Resolver:
             "base_model",
             "gpus",
             *ENGINE_TUNING,
-            *KIND_KEYS["vllm"],
-            *KIND_KEYS["sglang"],
+            *slot_keys(),
         )
         c.keys(m, path, allowed, FORBIDDEN)
         if not c.required(m, path, ("name", "kind", "url", "base_model")):
@@ -554,10 +545,7 @@ class _Resolver:
                 "url": c.string,
                 "base_model": c.string,
                 "gpus": lambda m, k, p: c.int_list(m, k, p),
-                **{
-                    k: (lambda m, k, p: c.integer(m, k, p, minimum=1))
-                    for k in (*KIND_KEYS["vllm"], *KIND_KEYS["sglang"])
-                },
+                **{k: (lambda m, k, p: c.integer(m, k, p, minimum=1)) for k in slot_keys()},
             },
         )
         tuning = _inherit(settings, self._read_settings(m, path, c, ENGINE_TUNING))
@@ -575,14 +563,15 @@ class _Resolver:
             ok = False
         url = _render_url(c, m, path, got["url"], host, address)
         ok = ok and url is not None
-        kind = got["kind"]
-        for other in KIND_KEYS["sglang" if kind == "vllm" else "vllm"]:
-            if other in m:
+        kind = kind_of(got["kind"])
+        own = (kind.gpu_slots_key, kind.host_slots_key)
+        for other in slot_keys():
+            if other in m and other not in own:
                 c.add(
                     m,
                     other,
                     join(path, other),
-                    f"{other} is not a {kind} setting; on {kind} use {KIND_EQUIVALENT[other]}",
+                    f"{other} is not a {kind.name} setting; on {kind.name} use {equivalent_key(other, kind)}",
                 )
                 ok = False
         host_gpus = settings.get("gpus")
@@ -598,39 +587,27 @@ class _Resolver:
                     )
                     ok = False
         max_rank = tuning.get("max_lora_rank")
-        if kind == "vllm":
-            gpu_slots = got.get("max_loras", 1)
-            host_slots = got.get("max_cpu_loras", gpu_slots)
-            if host_slots < gpu_slots:
-                c.add(
-                    m,
-                    "max_cpu_loras",
-                    join(path, "max_cpu_loras"),
-                    f"must be at least max_loras ({gpu_slots}), as vLLM requires; got {host_slots}",
-                )
-                ok = False
-            if max_rank is None:
-                max_rank = 16
-            elif max_rank not in VLLM_RANKS:
-                where_key = "max_lora_rank" if "max_lora_rank" in m else None
-                c.add(
-                    m,
-                    where_key,
-                    join(path, "max_lora_rank"),
-                    f"vLLM accepts max_lora_rank {', '.join(map(str, VLLM_RANKS))}; got {max_rank}",
-                )
-                ok = False
-        else:
-            gpu_slots = got.get("max_loras_per_batch", 8)
-            host_slots = got.get("max_loaded_loras")
-            if host_slots is not None and host_slots < gpu_slots:
-                c.add(
-                    m,
-                    "max_loaded_loras",
-                    join(path, "max_loaded_loras"),
-                    f"must be at least max_loras_per_batch ({gpu_slots}), as SGLang requires; got {host_slots}",
-                )
-                ok = False
+        gpu_slots = got.get(kind.gpu_slots_key, kind.gpu_slots_default)
+        host_slots = got.get(kind.host_slots_key, gpu_slots if kind.host_slots_default_is_gpu else None)
+        if host_slots is not None and host_slots < gpu_slots:
+            c.add(
+                m,
+                kind.host_slots_key,
+                join(path, kind.host_slots_key),
+                f"must be at least {kind.gpu_slots_key} ({gpu_slots}), as {kind.title} requires; got {host_slots}",
+            )
+            ok = False
+        if max_rank is None:
+            max_rank = kind.max_rank_default
+        elif kind.ranks is not None and max_rank not in kind.ranks:
+            where_key = "max_lora_rank" if "max_lora_rank" in m else None
+            c.add(
+                m,
+                where_key,
+                join(path, "max_lora_rank"),
+                f"{kind.title} accepts max_lora_rank {', '.join(map(str, kind.ranks))}; got {max_rank}",
+            )
+            ok = False
         if not ok:
             return None
         file, line = where(container, key)
@@ -638,7 +615,7 @@ class _Resolver:
         return Engine(
             host=host,
             name=got["name"],
-            kind=kind,
+            kind=kind.name,
             url=url or "",
             base_model=got["base_model"],
             gpus=tuple(gpus),

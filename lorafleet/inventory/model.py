@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lorafleet.kinds import EngineKind, kind_of
+
 PROVIDERS = (
     "aws",
     "gcp",
@@ -19,7 +21,6 @@ PROVIDERS = (
     "kubernetes",
     "onprem",
 )
-ENGINE_KINDS = ("vllm", "sglang")
 CONNECTIONS = ("ssh", "local")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -95,6 +96,11 @@ class Engine:
     def key(self) -> str:
         """The fleet-wide name, `HOST/ENGINE`."""
         return f"{self.host}/{self.name}"
+
+    @property
+    def profile(self) -> EngineKind:
+        """What this engine's kind is and lets a controller do."""
+        return kind_of(self.kind)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.records import RequestEvent
 from lorafleet.policy.demand import DemandModel
+from lorafleet.policy.placement import choose_engine, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 
 HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
@@ -78,11 +79,7 @@ class PolicyCore:
         self.book = ResidencyBook.from_inventory(inventory)
         self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
         engines = inventory.engines
-        # Engines able to serve each adapter: same base model, and rank within the engine's max_lora_rank.
-        self.pools: dict[str, list[str]] = {
-            a.id: [e.key for e in engines if e.base_model == a.base_model and (e.max_lora_rank or a.rank) >= a.rank]
-            for a in inventory.adapters.values()
-        }
+        self.pools = serving_pools(inventory)
         self.load_ms = {e.key: e.load for e in engines}
         workflows = {t.name: t.workflows for t in inventory.tenants.values() if t.workflows}
         if half_life is None:
@@ -111,22 +108,8 @@ class PolicyCore:
         return self.place(adapter)
 
     def place(self, adapter: str) -> str | None:
-        """Among the engines that can serve the adapter: one where it is resident, else one loading it, else
-        the one with the fewest loads in flight and then the fewest adapters held (inventory order breaks ties).
-        """
-        pool = self.pools.get(adapter)
-        if not pool:
-            return None
-        if len(pool) == 1:
-            return pool[0]
-        engines = self.book.engines
-        for key in pool:
-            if adapter in engines[key].resident:
-                return key
-        for key in pool:
-            if adapter in engines[key].in_flight:
-                return key
-        return min(pool, key=lambda k: (len(engines[k].in_flight), engines[k].used_slots))
+        """The engine the placement rule picks among those that can serve the adapter."""
+        return choose_engine(adapter, self.pools.get(adapter, ()), self.book.engines)
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
         """Classify an adapter request (hit, late, miss) and return the decisions it leads to."""

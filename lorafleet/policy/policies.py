@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from lorafleet.logs.records import ADAPTER, RequestEvent
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.placement import can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
 
 POLICY_NAMES = ("lru", "lfu", "lorafleet", "oracle")
@@ -162,9 +163,9 @@ class LorafleetPolicy(Policy):
         engines = core.book.engines
         for adapter in dict.fromkeys(pinned):
             # One resident copy per pool: requests without an engine are routed to where it is resident.
-            for engine in sorted(core.pools.get(adapter, ()), key=lambda k: len(engines[k].pins)):
+            for engine in rank_engines(adapter, core.pools.get(adapter, ()), engines):
                 state = engines[engine]
-                if len(state.pins) < self._pin_limit(state) and state.has_room(core.sizes[adapter]):
+                if can_pin(state, adapter) and state.has_room(core.sizes[adapter]):
                     decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
                     break
         for adapter in dict.fromkeys(heads):
@@ -172,13 +173,6 @@ class LorafleetPolicy(Policy):
             if target is not None and engines[target].has_room(core.sizes[adapter]):
                 decisions += core.load(now, target, adapter, PLAN, tuple)
         return decisions
-
-    @staticmethod
-    def _pin_limit(state: EngineResidency) -> int:
-        # SGLang allows at most max_loras_per_batch - 1 pinned; keep one host slot free for everything else.
-        host = state.budget.host_slots
-        limits = [state.budget.gpu_slots - 1] + ([host - 1] if host is not None else [])
-        return max(0, min(limits))
 
     # prediction ------------------------------------------------------------------------------------------
     def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:

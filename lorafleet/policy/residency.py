@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lorafleet.inventory.model import Engine, Inventory
+from lorafleet.kinds import kind_of
 
 
 class BudgetError(RuntimeError):
@@ -37,6 +38,7 @@ class EngineResidency:
         "loads_fill_gpu",
         "pins",
         "prefetched",
+        "profile",
         "resident",
         "sizes",
         "used_bytes",
@@ -54,8 +56,9 @@ class EngineResidency:
         self.pins: set[str] = set()
         self.prefetched: set[str] = set()  # resident because of a prefetch, not yet requested
         self.used_bytes = 0
+        self.profile = kind_of(kind)
         # vLLM copies a loaded adapter into a GPU slot at once; SGLang only fills host memory.
-        self.loads_fill_gpu = kind == "vllm"
+        self.loads_fill_gpu = self.profile.load_fills_gpu
 
     # --- queries ------------------------------------------------------------------------------------------
     @property
@@ -162,6 +165,42 @@ class EngineResidency:
                     break
         gpu[adapter] = None
         return False
+
+    def admit(self, adapter: str, size: int, victims: Iterable[str] = ()) -> None:
+        """Record a load that already happened (warm, a restored book): the victims leave, then the adapter is
+        resident and most recent; one already held is only touched."""
+        for victim in victims:
+            self.evict(victim)
+        if adapter in self.resident:
+            self.touch(adapter)
+            return
+        self.start_load(adapter, size)
+        self.finish_load(adapter)
+
+    def pin(self, adapter: str) -> None:
+        if adapter not in self.resident and adapter not in self.in_flight:
+            raise BudgetError(f"{adapter} is not held on {self.key}; only a held adapter can be pinned")
+        self.pins.add(adapter)
+
+    def unpin(self, adapter: str) -> None:
+        self.pins.discard(adapter)
+
+    def snapshot(self) -> list[tuple[str, int, bool]]:
+        """(adapter, bytes, pinned) for every resident adapter, least recently used first."""
+        return [(a, self.sizes[a], a in self.pins) for a in self.resident]
+
+    def restore(self, rows: Iterable[tuple[str, int, bool]]) -> None:
+        """Refill from a snapshot (least recently used first). When the budget shrank since, the most recent
+        rows that fit are kept; rows for adapters already held are skipped."""
+        chosen: list[tuple[str, bool]] = []
+        for adapter, size, pinned in reversed(list(rows)):
+            if not self.holds(adapter) and self.has_room(size):
+                self.start_load(adapter, size)  # reserves, so has_room sees every row kept so far
+                chosen.append((adapter, pinned))
+        for adapter, pinned in reversed(chosen):
+            self.finish_load(adapter)
+            if pinned:
+                self.pins.add(adapter)
 
     def forget_all(self) -> None:
         """An engine restart empties it: nothing resident, nothing loading (pins are kept as intent)."""

@@ -1,58 +1,41 @@
 """SQLite state: one connection per process, WAL mode, named ordered migrations, UTC ISO-8601 timestamps.
 
-Every write is its own transaction, committed before the next action, so a crash loses at most the action in
-progress. The daemon will add its tables (rollups, log positions) as further migrations.
+Writes go through `with store.transaction():` so several rows (a log checkpoint and the rollups derived from
+it, a journal row and the residency change it caused) commit together or not at all; a write outside an
+explicit transaction is its own. Transactions start with BEGIN IMMEDIATE, so two processes never both read and
+then both write: the second waits (up to `busy_timeout_s`) for the first to commit. Migrations run the same way,
+so two processes opening a new file at once apply each migration exactly once.
+
+Durability: `synchronous=FULL`. In WAL mode NORMAL keeps the file consistent after a crash but can lose the
+last commits on power loss; warm journals loads that the engines already performed, so a committed row must
+survive. The cost is one fsync per transaction, which is why writers batch their rows into one.
+
+The store deals in plain rows and imports nothing from the policy: the residency book turns its own state into
+rows (`snapshot`) and back (`restore`).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet.errors import OperationError
-from lorafleet.policy.residency import EngineResidency
+from lorafleet.errors import InputError
+from lorafleet.store.migrations import MIGRATIONS, statements
 
-MIGRATIONS: tuple[tuple[str, str], ...] = (
-    (
-        "001_loads",
-        """
-        CREATE TABLE loads (
-            id INTEGER PRIMARY KEY,
-            at TEXT NOT NULL,            -- UTC ISO-8601
-            source TEXT NOT NULL,        -- warm, daemon
-            adapter TEXT NOT NULL,
-            engine TEXT NOT NULL,        -- HOST/ENGINE
-            action TEXT NOT NULL,        -- loaded, reloaded, already-warm, skipped, failed
-            ok INTEGER NOT NULL,
-            ms REAL,
-            size_bytes INTEGER,
-            error TEXT
-        );
-        CREATE INDEX loads_engine_adapter ON loads (engine, adapter, at);
-        """,
-    ),
-    (
-        "002_residency",
-        """
-        CREATE TABLE residency (
-            engine TEXT NOT NULL,
-            adapter TEXT NOT NULL,
-            size_bytes INTEGER NOT NULL,
-            pinned INTEGER NOT NULL DEFAULT 0,
-            lru_position INTEGER NOT NULL,   -- 0 = least recently used
-            updated_at TEXT NOT NULL,
-            PRIMARY KEY (engine, adapter)
-        );
-        """,
-    ),
-)
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_utc(datetime.now(UTC))
+
+
+def format_utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -68,10 +51,28 @@ class LoadRecord:
     error: str | None
 
 
+@dataclass(frozen=True)
+class ResidencyRow:
+    """One adapter lorafleet last knew resident on one engine; `lru_position` grows with each use."""
+
+    engine: str
+    adapter: str
+    size_bytes: int
+    pinned: bool
+    lru_position: int
+
+
 class Store:
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        path: Path,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
         self.db = connection
         self.path = path
+        self.clock = clock
+        self._depth = 0
 
     def close(self) -> None:
         self.db.close()
@@ -82,25 +83,52 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit of writes; nested uses join the outermost one."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.db
+            finally:
+                self._depth -= 1
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield self.db
+        except BaseException:
+            self._depth = 0
+            self.db.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        self.db.execute("COMMIT")
+
     def migrate(self) -> list[str]:
-        """Apply the migrations not yet applied, each in its own transaction; returns their names."""
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
-        done = {row[0] for row in self.db.execute("SELECT name FROM schema_migrations")}
-        applied = []
-        for name, sql in MIGRATIONS:
-            if name in done:
-                continue
-            with self.db:
-                self.db.executescript(
-                    f"BEGIN; {sql}; INSERT INTO schema_migrations VALUES ('{name}', '{utc_now()}'); COMMIT;"
+        """Apply the migrations not yet applied, all under one write lock; returns their names."""
+        with self.transaction() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
+            done = {row[0] for row in db.execute("SELECT name FROM schema_migrations")}
+            unknown = done - {name for name, _ in MIGRATIONS}
+            if unknown:
+                raise InputError(
+                    f"state database {self.path} was written by a newer lorafleet (schema {sorted(unknown)[-1]})",
+                    hint="upgrade lorafleet, or pass --state with another file",
                 )
-            applied.append(name)
+            applied = []
+            for name, sql in MIGRATIONS:
+                if name in done:
+                    continue
+                for statement in statements(sql):
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self.clock()))
+                applied.append(name)
         return applied
 
     # --- loads ----------------------------------------------------------------------------------------------
     def record_load(self, record: LoadRecord) -> None:
-        with self.db:
-            self.db.execute(
+        with self.transaction() as db:
+            db.execute(
                 "INSERT INTO loads (at, source, adapter, engine, action, ok, ms, size_bytes, error) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -126,57 +154,66 @@ class Store:
         return [LoadRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8]) for r in rows]
 
     # --- residency ------------------------------------------------------------------------------------------
-    def load_residency(self, states: Iterable[EngineResidency]) -> None:
-        """Fill each engine's book from what lorafleet last knew, least recently used first."""
-        for state in states:
-            rows = self.db.execute(
-                "SELECT adapter, size_bytes, pinned FROM residency WHERE engine = ? ORDER BY lru_position DESC",
-                (state.key,),
-            ).fetchall()
-            budget = state.budget
-            kept: list[tuple[str, int, int]] = []
-            slots, used = state.used_slots, state.used_bytes
-            for adapter, size, pinned in rows:  # most recently used first: if the budget shrank, they stay
-                if state.holds(adapter):
-                    continue
-                if (budget.host_slots is not None and slots + 1 > budget.host_slots) or (
-                    budget.budget_bytes is not None and used + size > budget.budget_bytes
-                ):
-                    continue
-                kept.append((adapter, size, pinned))
-                slots, used = slots + 1, used + size
-            for adapter, size, pinned in reversed(kept):
-                state.start_load(adapter, size)
-                state.finish_load(adapter)
-                if pinned:
-                    state.pins.add(adapter)
+    def residency(self, engine: str) -> list[ResidencyRow]:
+        """One engine's rows, least recently used first."""
+        rows = self.db.execute(
+            "SELECT engine, adapter, size_bytes, pinned, lru_position FROM residency WHERE engine = ? "
+            "ORDER BY lru_position, adapter",
+            (engine,),
+        )
+        return [ResidencyRow(r[0], r[1], r[2], bool(r[3]), r[4]) for r in rows]
 
-    def save_residency(self, state: EngineResidency) -> None:
-        """Replace one engine's rows with its book, in LRU order."""
-        now = utc_now()
-        with self.db:
-            self.db.execute("DELETE FROM residency WHERE engine = ?", (state.key,))
-            self.db.executemany(
+    def change_residency(
+        self,
+        engine: str,
+        used: Sequence[tuple[str, int, bool]] = (),
+        dropped: Iterable[str] = (),
+    ) -> None:
+        """Apply one engine's changes as deltas: `dropped` rows go, each of `used` (adapter, bytes, pinned)
+        becomes the most recent, in order. Rows other writers changed meanwhile are left as they are."""
+        with self.transaction() as db:
+            now = self.clock()
+            db.executemany("DELETE FROM residency WHERE engine = ? AND adapter = ?", [(engine, a) for a in dropped])
+            (top,) = db.execute(
+                "SELECT COALESCE(MAX(lru_position), -1) FROM residency WHERE engine = ?", (engine,)
+            ).fetchone()
+            db.executemany(
                 "INSERT INTO residency (engine, adapter, size_bytes, pinned, lru_position, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (engine, adapter) DO UPDATE SET "
+                "size_bytes = excluded.size_bytes, pinned = excluded.pinned, "
+                "lru_position = excluded.lru_position, updated_at = excluded.updated_at",
                 [
-                    (state.key, adapter, state.sizes[adapter], int(adapter in state.pins), position, now)
-                    for position, adapter in enumerate(state.resident)
+                    (engine, adapter, size, int(pinned), top + 1 + i, now)
+                    for i, (adapter, size, pinned) in enumerate(used)
                 ],
             )
 
+    def forget_residency(self, engine: str) -> None:
+        """An engine that restarted holds nothing: drop all its rows."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM residency WHERE engine = ?", (engine,))
 
-def open_store(path: str | Path) -> Store:
+
+def check_writable(path: Path) -> None:
+    """Fail before any work when the state file (or the folder that would hold it) cannot be written."""
+    target = path if path.exists() else path.parent
+    if target.exists() and not os.access(target, os.W_OK):
+        raise InputError(f"state database {path}: not writable", hint="pass --state PATH or set LORAFLEET_STATE")
+
+
+def open_store(path: str | Path, clock: Callable[[], str] = utc_now) -> Store:
     """Open (creating) the state database and bring its schema up to date."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(path, timeout=10.0)
+        check_writable(path)
+        connection = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+        connection.execute("PRAGMA busy_timeout=30000")
         connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("PRAGMA synchronous=FULL")
         connection.execute("PRAGMA foreign_keys=ON")
-        store = Store(connection, path)
+        store = Store(connection, path, clock)
         store.migrate()
     except (OSError, sqlite3.Error) as exc:
-        raise OperationError(f"state database {path}: {exc}", hint="pass --state PATH or set LORAFLEET_STATE") from exc
+        raise InputError(f"state database {path}: {exc}", hint="pass --state PATH or set LORAFLEET_STATE") from exc
     return store

@@ -1,0 +1,93 @@
+"""Which engines can serve an adapter, and which of them to use: the one home of placement.
+
+The policy core routes and prefetches with it, `warm` chooses its targets with it, the `lorafleet` policy's
+preload pins with it, and `plan` will place with it. Pure: it reads the inventory and the residency book only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.policy.residency import EngineResidency
+
+
+def why_not(adapter: Adapter, engine: Engine) -> str | None:
+    """Why this engine can never serve this adapter (base model, rank, whole byte budget), or None."""
+    if engine.base_model != adapter.base_model:
+        return f"{engine.key} serves {engine.base_model}, not {adapter.id}'s base model {adapter.base_model}"
+    if engine.max_lora_rank is not None and adapter.rank > engine.max_lora_rank:
+        return f"{adapter.id} has rank {adapter.rank}, above {engine.key}'s max_lora_rank {engine.max_lora_rank}"
+    budget = engine.lora_budget_bytes
+    if budget is not None and adapter.size_bytes > budget:
+        return f"{adapter.id} needs {adapter.size_bytes} bytes, more than {engine.key}'s whole lora_budget_mb"
+    return None
+
+
+def can_serve(adapter: Adapter, engine: Engine) -> bool:
+    return why_not(adapter, engine) is None
+
+
+def serving_pools(inventory: Inventory) -> dict[str, list[str]]:
+    """Per adapter id, the keys of the engines that can serve it, in inventory order."""
+    engines = inventory.engines
+    return {a.id: [e.key for e in engines if can_serve(a, e)] for a in inventory.adapters.values()}
+
+
+def unservable_reason(inventory: Inventory, adapter: Adapter) -> str:
+    """Why no engine of the fleet can serve the adapter (for one that has an empty pool)."""
+    same_base = [e for e in inventory.engines if e.base_model == adapter.base_model]
+    if not same_base:
+        return f"no engine serves {adapter.base_model}"
+    return why_not(adapter, same_base[0]) or f"no engine can serve {adapter.id}"
+
+
+def _default_load(state: EngineResidency) -> tuple[int, int]:
+    return len(state.in_flight), state.used_slots
+
+
+def rank_engines(
+    adapter: str,
+    pool: Sequence[str],
+    engines: Mapping[str, EngineResidency],
+    load: Callable[[str], int] | None = None,
+) -> list[str]:
+    """The pool in order of preference: engines where the adapter is resident, then those loading it, then the
+    least loaded (by `load`, else fewest loads in flight and then fewest adapters held); pool order breaks ties,
+    so the choice is deterministic."""
+
+    def key(item: tuple[int, str]) -> tuple[int, tuple[int, ...], int]:
+        index, engine = item
+        state = engines[engine]
+        stage = 0 if adapter in state.resident else 1 if adapter in state.in_flight else 2
+        weight = (load(engine),) if load is not None else _default_load(state)
+        return stage, weight, index
+
+    return [engine for _, engine in sorted(enumerate(pool), key=key)]
+
+
+def choose_engine(adapter: str, pool: Sequence[str], engines: Mapping[str, EngineResidency]) -> str | None:
+    """The first of `rank_engines` with the default load, without sorting (the replay hot path)."""
+    if not pool:
+        return None
+    if len(pool) == 1:
+        return pool[0]
+    for key in pool:
+        if adapter in engines[key].resident:
+            return key
+    for key in pool:
+        if adapter in engines[key].in_flight:
+            return key
+    return min(pool, key=lambda k: _default_load(engines[k]))
+
+
+def pin_limit(state: EngineResidency) -> int:
+    """How many adapters may be pinned on an engine: its kind's limit, and one host slot always left free."""
+    limits = [state.profile.max_pinned(state.budget.gpu_slots)]
+    if state.budget.host_slots is not None:
+        limits.append(state.budget.host_slots - 1)
+    return max(0, min(limits))
+
+
+def can_pin(state: EngineResidency, adapter: str) -> bool:
+    return adapter in state.pins or len(state.pins) < pin_limit(state)
