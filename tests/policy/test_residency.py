@@ -76,3 +76,50 @@ def test_restart_forgets_everything() -> None:
     e.start_load("b", 5)
     e.forget_all()
     assert e.used_slots == 0 and e.used_bytes == 0 and not e.gpu
+
+
+def test_admit_evicts_victims_then_holds_adapter_most_recent() -> None:
+    e = engine(host_slots=2)
+    e.admit("a", 1)
+    e.admit("b", 1)
+    e.admit("a", 1)  # already held: only touched
+    assert list(e.resident) == ["b", "a"]
+    e.admit("c", 1, victims=["b"])
+    assert list(e.resident) == ["a", "c"] and e.violations() == 0
+
+
+def test_snapshot_restore_round_trip_keeps_order_and_pins() -> None:
+    e = engine(host_slots=3, gpu_slots=2)
+    for name in ("a", "b", "c"):
+        e.admit(name, 10)
+    e.pin("b")
+    copy = engine(host_slots=3, gpu_slots=2)
+    copy.restore(e.snapshot())
+    assert copy.snapshot() == e.snapshot() == [("a", 10, False), ("b", 10, True), ("c", 10, False)]
+
+
+def test_restore_into_a_smaller_budget_keeps_the_most_recent() -> None:
+    small = engine(host_slots=2, budget_bytes=25)
+    small.restore([("a", 10, False), ("b", 20, False), ("c", 5, False)])
+    assert list(small.resident) == ["b", "c"] and small.violations() == 0
+
+
+def test_pin_needs_a_held_adapter_and_unpin_releases() -> None:
+    e = engine()
+    with pytest.raises(BudgetError):
+        e.pin("ghost")
+    e.admit("a", 1)
+    e.pin("a")
+    with pytest.raises(BudgetError):
+        e.evict("a")
+    e.unpin("a")
+    e.evict("a")
+    assert e.snapshot() == []
+
+
+def test_load_fills_gpu_comes_from_the_kind_profile() -> None:
+    vllm = EngineResidency("h/v", "vllm", "m", Budget(1, 2, None))
+    sglang = EngineResidency("h/s", "sglang", "m", Budget(2, None, None))
+    vllm.admit("a", 1)
+    sglang.admit("a", 1)
+    assert list(vllm.gpu) == ["a"] and list(sglang.gpu) == []

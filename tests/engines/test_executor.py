@@ -1,0 +1,85 @@
+"""The per-engine executor: order per engine, parallel engines, failures as outcomes, a stop that wakes sleeps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from lorafleet.engines.executor import Cancelled, EngineExecutor, Outcome, Stop
+
+
+def test_items_run_in_order_per_engine_and_callbacks_run_on_the_callers_thread() -> None:
+    seen: list[tuple[str, int]] = []
+    threads: set[int] = set()
+    done: list[str] = []
+
+    @contextmanager
+    def worker(engine: str) -> Iterator[Callable[[int], int]]:
+        yield lambda item: item * 10
+
+    def on_outcome(o: Outcome[int, int]) -> None:
+        threads.add(threading.get_ident())
+        seen.append((o.engine, o.result or 0))
+
+    EngineExecutor[int, int](parallel=2).run({"a": [1, 2, 3], "b": [4], "c": []}, worker, on_outcome, done.append)
+    assert [r for e, r in seen if e == "a"] == [10, 20, 30]
+    assert ("b", 40) in seen and sorted(done) == ["a", "b"]
+    assert threads == {threading.get_ident()}
+
+
+def test_a_failing_item_is_an_outcome_and_a_worker_that_cannot_start_fails_its_items() -> None:
+    outcomes: list[Outcome[int, int]] = []
+
+    @contextmanager
+    def worker(engine: str) -> Iterator[Callable[[int], int]]:
+        if engine == "dead":
+            raise ConnectionError("no route")
+
+        def run(item: int) -> int:
+            if item == 2:
+                raise ValueError("bad item")
+            return item
+
+        yield run
+
+    EngineExecutor[int, int]().run({"ok": [1, 2, 3], "dead": [7, 8]}, worker, outcomes.append)
+    by = {(o.engine, o.item): o for o in outcomes}
+    assert by[("ok", 1)].result == 1 and by[("ok", 3)].result == 3
+    assert isinstance(by[("ok", 2)].error, ValueError)
+    assert isinstance(by[("dead", 7)].error, ConnectionError) and isinstance(by[("dead", 8)].error, ConnectionError)
+
+
+def test_stop_wakes_a_sleeping_worker_and_abandons_queued_items() -> None:
+    stop = Stop()
+    started = threading.Event()
+
+    @contextmanager
+    def worker(engine: str) -> Iterator[Callable[[int], int]]:
+        def run(item: int) -> int:
+            started.set()
+            stop.sleep(60)  # a retry backoff: must wake at once
+            return item
+
+        yield run
+
+    threading.Thread(target=lambda: (started.wait(5), stop.set()), daemon=True).start()
+    executor = EngineExecutor[int, int](stop=stop)
+    outcomes: list[Outcome[int, int]] = []
+    began = time.monotonic()
+    executor.run({"e": [1, 2, 3]}, worker, outcomes.append)
+    assert time.monotonic() - began < 5
+    assert outcomes == []
+    assert executor.abandoned == [("e", 1), ("e", 2), ("e", 3)]
+
+
+def test_stop_sleep_raises_only_when_set() -> None:
+    stop = Stop()
+    stop.sleep(0.01)
+    assert not stop.wait(0.01)
+    stop.set()
+    with pytest.raises(Cancelled):
+        stop.sleep(10)

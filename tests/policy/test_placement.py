@@ -1,0 +1,77 @@
+"""Placement: can-serve, the engine order (resident, loading, least loaded, pool order) and pin limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet.kinds import KINDS, SGLANG, VLLM, equivalent_key, slot_keys
+from lorafleet.policy.placement import (
+    can_pin,
+    choose_engine,
+    pin_limit,
+    rank_engines,
+    serving_pools,
+    unservable_reason,
+    why_not,
+)
+from lorafleet.policy.residency import ResidencyBook
+from tests.policy.fleet import make_inventory
+
+ENGINES = [
+    {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4},
+    {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4, "max_lora_rank": 16},
+    {"kind": "sglang", "max_loras_per_batch": 3},
+]
+
+
+def test_pools_honour_rank_and_byte_budget(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINES)  # ranks 8, 16, 32, 64
+    pools = serving_pools(inv)
+    assert pools["a0"] == ["h/e0", "h/e1", "h/e2"]
+    assert pools["a2"] == ["h/e0", "h/e2"]  # rank 32 > e1's 16
+    assert "max_lora_rank 16" in (why_not(inv.adapters["a2"], inv.engine("h/e1")) or "")
+    tight = make_inventory(
+        tmp_path, adapters=1, engines=[{"kind": "vllm", "lora_budget_mb": 0.001}], name="tight.yaml"
+    )
+    assert serving_pools(tight)["a0"] == []
+    assert "lora_budget_mb" in unservable_reason(tight, tight.adapters["a0"])
+
+
+def test_engine_order_resident_then_loading_then_least_loaded(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINES)
+    book = ResidencyBook.from_inventory(inv)
+    pool = ["h/e0", "h/e1", "h/e2"]
+    assert rank_engines("a0", pool, book.engines) == pool  # all empty: pool order
+    book["h/e0"].admit("a1", 1)
+    assert rank_engines("a0", pool, book.engines) == ["h/e1", "h/e2", "h/e0"]  # least loaded first
+    book["h/e2"].start_load("a0", 1)
+    assert rank_engines("a0", pool, book.engines)[0] == "h/e2"  # loading beats empty
+    book["h/e1"].admit("a0", 1)
+    assert rank_engines("a0", pool, book.engines)[0] == "h/e1"  # resident beats loading
+    assert choose_engine("a0", pool, book.engines) == "h/e1"
+    load = {"h/e0": 0, "h/e1": 9, "h/e2": 5}
+    assert rank_engines("a3", pool, book.engines, load.__getitem__) == ["h/e0", "h/e2", "h/e1"]
+    assert choose_engine("a3", [], book.engines) is None
+
+
+def test_pin_limit_is_the_kinds_and_keeps_a_host_slot(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINES)
+    book = ResidencyBook.from_inventory(inv)
+    assert pin_limit(book["h/e0"]) == 1  # vLLM: 2 GPU slots - 1
+    assert pin_limit(book["h/e2"]) == 2  # SGLang: 3 per batch - 1, no host cap
+    state = book["h/e0"]
+    state.admit("a0", 1)
+    state.pin("a0")
+    assert can_pin(state, "a0") and not can_pin(state, "a1")
+
+
+def test_kind_profiles_are_the_one_table() -> None:
+    assert set(KINDS) == {"vllm", "sglang"}
+    assert VLLM.load_fills_gpu and not SGLANG.load_fills_gpu
+    assert SGLANG.engine_pins and not VLLM.engine_pins
+    assert SGLANG.unload_frees and not VLLM.unload_frees
+    assert slot_keys() == ("max_loras", "max_cpu_loras", "max_loras_per_batch", "max_loaded_loras")
+    assert equivalent_key("max_loras", SGLANG) == "max_loras_per_batch"
+    assert equivalent_key("max_loaded_loras", VLLM) == "max_cpu_loras"
+    assert VLLM.flag("max_cpu_loras") == "--max-cpu-loras"
+    assert VLLM.max_pinned(1) == 0 and SGLANG.max_pinned(8) == 7

@@ -1,0 +1,162 @@
+"""The state store against real SQLite files and real processes: migrations, transactions, deltas, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lorafleet.errors import InputError
+from lorafleet.store.db import SCHEMA_VERSION, LoadRecord, open_store
+from lorafleet.store.migrations import MIGRATIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def record(adapter: str, engine: str = "h/e") -> LoadRecord:
+    return LoadRecord("2026-01-01T00:00:00.000Z", "warm", adapter, engine, "loaded", True, 1.0, 10, None)
+
+
+def run_python(code: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args], env=env, text=True, stdout=subprocess.PIPE
+    )
+
+
+def test_migrations_are_idempotent_and_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with open_store(path) as store:
+        assert store.migrate() == []  # the open applied them all
+        names = [r[0] for r in store.db.execute("SELECT name FROM schema_migrations ORDER BY name")]
+    assert names == [name for name, _ in MIGRATIONS]
+    assert SCHEMA_VERSION == len(MIGRATIONS)
+    with open_store(path) as store:
+        assert store.migrate() == []
+
+
+def test_injected_clock_stamps_rows(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db", clock=lambda: "2030-05-05T05:05:05.000Z") as store:
+        store.change_residency("h/e", [("a", 1, False)])
+        (stamp,) = store.db.execute("SELECT updated_at FROM residency").fetchone()
+    assert stamp == "2030-05-05T05:05:05.000Z"
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    open_store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO schema_migrations VALUES ('999_future', 'x')")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="newer lorafleet"):
+        open_store(path)
+
+
+def test_transaction_commits_together_or_not_at_all(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as store:
+        with pytest.raises(RuntimeError), store.transaction():
+            store.record_load(record("a"))
+            store.change_residency("h/e", [("a", 10, False)])
+            raise RuntimeError("crash between the rows")
+        assert store.loads() == [] and store.residency("h/e") == []
+        with store.transaction():
+            store.record_load(record("b"))
+            store.change_residency("h/e", [("b", 10, False)])
+        assert [r.adapter for r in store.loads()] == ["b"]
+        assert [r.adapter for r in store.residency("h/e")] == ["b"]
+
+
+def test_residency_deltas_keep_lru_order(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as store:
+        store.change_residency("h/e", [("a", 1, False), ("b", 2, True)])
+        store.change_residency("h/e", [("a", 1, False)])  # a used again: now most recent
+        store.change_residency("h/e", [("c", 3, False)], dropped=["b"])
+        rows = store.residency("h/e")
+    assert [(r.adapter, r.pinned) for r in rows] == [("a", False), ("c", False)]
+    assert rows[0].lru_position < rows[1].lru_position
+
+
+def test_read_only_state_file_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    open_store(path).close()
+    path.chmod(0o444)
+    if os.access(path, os.W_OK):
+        pytest.skip("running as a user who can write read-only files (root)")
+    with pytest.raises(InputError, match="not writable"):
+        open_store(path)
+
+
+def test_concurrent_first_open_by_several_processes(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    code = """
+        import sys
+        from lorafleet.store.db import open_store
+        with open_store(sys.argv[1]) as store:
+            print(len(store.residency("x")))
+    """
+    procs = [run_python(code, str(path)) for _ in range(6)]
+    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, outputs
+    db = sqlite3.connect(path)
+    names = [r[0] for r in db.execute("SELECT name FROM schema_migrations")]
+    assert sorted(names) == sorted(name for name, _ in MIGRATIONS)  # each applied exactly once
+
+
+def test_concurrent_writers_never_lose_each_others_rows(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    open_store(path).close()
+    code = """
+        import sys
+        from lorafleet.store.db import open_store
+        who = sys.argv[2]
+        with open_store(sys.argv[1]) as store:
+            for i in range(40):
+                store.change_residency("h/e", [(f"{who}-{i}", 1, False)])
+    """
+    procs = [run_python(code, str(path), who) for who in ("p", "q", "r")]
+    for p in procs:
+        p.communicate(timeout=120)
+        assert p.returncode == 0
+    with open_store(path) as store:
+        adapters = {r.adapter for r in store.residency("h/e")}
+    assert adapters == {f"{who}-{i}" for who in ("p", "q", "r") for i in range(40)}
+
+
+def test_restore_after_kill_9_keeps_every_committed_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    open_store(path).close()
+    code = """
+        import sys
+        from lorafleet.store.db import LoadRecord, open_store
+        with open_store(sys.argv[1]) as store:
+            i = 0
+            while True:
+                with store.transaction():
+                    store.record_load(LoadRecord("t", "warm", f"a{i}", "h/e", "loaded", True, 1.0, 1, None))
+                    store.change_residency("h/e", [(f"a{i}", 1, False)])
+                print(i, flush=True)
+                i += 1
+    """
+    proc = run_python(code, str(path))
+    assert proc.stdout is not None
+    committed = -1
+    deadline = time.monotonic() + 30
+    while committed < 20 and time.monotonic() < deadline:
+        committed = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    with open_store(path) as store:
+        assert store.db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        loads = {r.adapter for r in store.loads()}
+        residency = {r.adapter for r in store.residency("h/e")}
+    # Every transaction reported committed is there, and each is whole: a load row never without its residency.
+    assert {f"a{i}" for i in range(committed + 1)} <= loads
+    assert loads == residency
