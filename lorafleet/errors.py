@@ -36,6 +36,17 @@ class OperationError(LorafleetError):
     exit_code = 1
 
 
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a value was written: a file and (when known) a line."""
+
+    file: str
+    line: int | None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
 @dataclass(frozen=True)
 class Problem:
     """One mistake in an input file, located precisely enough to fix it without searching."""
@@ -45,8 +56,12 @@ class Problem:
     path: str
     message: str
 
+    @classmethod
+    def at(cls, location: Location, message: str, path: str = "") -> Problem:
+        return cls(location.file, location.line, path, message)
+
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
+        where = Location(self.file, self.line)
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 

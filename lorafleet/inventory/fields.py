@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lorafleet.errors import Problem
@@ -59,8 +59,8 @@ class Checker:
         mapping: LDict,
         path: str,
         allowed: Iterable[str],
-        forbidden: dict[str, str] | None = None,
-        hints: dict[str, str] | None = None,
+        forbidden: Mapping[str, str] | None = None,
+        hints: Mapping[str, str] | None = None,
     ) -> None:
         """Report unknown keys, with a did-you-mean suggestion, and forbidden keys with the reason."""
         allowed = list(allowed)
@@ -168,16 +168,6 @@ class Checker:
             self.add(m, key, p, "lists the same index twice")
             return INVALID
         return list(value)
-
-    def fields(self, m: LDict, path: str, readers: dict[str, Callable[[LDict, str, str], Any]]) -> dict[str, Any]:
-        """Read every present key that has a reader; invalid values are left out (already reported)."""
-        out: dict[str, Any] = {}
-        for key, read in readers.items():
-            if key in m:
-                value = read(m, key, path)
-                if value is not INVALID:
-                    out[key] = value
-        return out
 
 
 def join(path: str, key: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lorafleet.errors import Location
 from lorafleet.kinds import EngineKind, kind_of
 
 PROVIDERS = (
@@ -90,7 +91,7 @@ class Engine:
     api_key_env: str | None
     load: LoadModel
     request_timeout_s: float
-    source: str
+    source: Location  # where it was defined
 
     @property
     def key(self) -> str:
@@ -118,7 +119,7 @@ class Host:
     ssh: SshSettings
     nvidia_smi: str
     engines: tuple[Engine, ...]
-    source: str
+    source: Location  # where it was defined
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ class Adapter:
     files: str | None
     size_bytes: int
     size_source: str  # "measured" or "estimated"
-    source: str
+    source: Location  # where it was defined
 
 
 @dataclass(frozen=True)

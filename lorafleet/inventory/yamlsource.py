@@ -7,12 +7,39 @@ so that validation can name `file:line` for every field.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
 from lorafleet.errors import Problem
+
+
+def _fast_loader() -> Any:
+    """libyaml's composer (shipped in PyYAML's wheels) builds the same line-marked node tree several times faster
+    than the pure-Python one; None where PyYAML was built without it. Implicit tags are resolved per scalar by
+    regular expressions, and an inventory repeats the same short values thousands of times: remember them."""
+    base = getattr(yaml, "CSafeLoader", None)
+    if base is None:
+        return None
+
+    class Loader(base):  # type: ignore[misc,valid-type]
+        _tags: ClassVar[dict[tuple[str, bool, bool], str]] = {}
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            if kind is not yaml.ScalarNode or len(value) > 64:
+                return super().resolve(kind, value, implicit)
+            key = (value, *implicit)
+            tag = self._tags.get(key)
+            if tag is None:
+                tag = self._tags[key] = super().resolve(kind, value, implicit)
+            return tag
+
+    return Loader
+
+
+C_LOADER: Any = _fast_loader()
 
 
 class LDict(dict):
@@ -58,8 +85,11 @@ def where(container: Any, key: Any = None) -> tuple[str | None, int | None]:
     return file, line
 
 
+_STR = "tag:yaml.org,2002:str"
+
+
 class _Builder:
-    def __init__(self, file: str, loader: yaml.SafeLoader, problems: list[Problem]) -> None:
+    def __init__(self, file: str, loader: Any, problems: list[Problem]) -> None:
         self.file = file
         self.loader = loader
         self.problems = problems
@@ -74,6 +104,8 @@ class _Builder:
                 out.item_lines.append(item.start_mark.line + 1)
                 out.item_files.append(self.file)
             return out
+        if node.tag == _STR:
+            return node.value  # the resolver already said it is a plain string; skip the constructor
         return self.loader.construct_object(node, deep=True)
 
     def _mapping(self, node: yaml.MappingNode, path: str) -> LDict:
@@ -92,7 +124,7 @@ class _Builder:
                                 out.key_lines[k] = key_node.start_mark.line + 1
                                 out.key_files[k] = self.file
                 continue
-            key = self.loader.construct_object(key_node, deep=True)
+            key = key_node.value if key_node.tag == _STR else self.loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 self.problems.append(Problem(self.file, line, path, "mapping keys must be plain names"))
@@ -128,13 +160,15 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
         return None, [Problem(file, None, "", f"not UTF-8 text ({exc.reason})")]
     except OSError as exc:
         return None, [Problem(file, None, "", f"cannot read: {exc.strerror}")]
-    for number, text_line in enumerate(text.splitlines(), start=1):
+    for number, text_line in enumerate(text.splitlines() if "\t" in text else (), start=1):
         indent = text_line[: len(text_line) - len(text_line.lstrip(" \t"))]
         if "\t" in indent:
             problems.append(Problem(file, number, "", "tab in indentation; YAML indents with spaces only"))
     if problems:
         return None, problems
-    loader = yaml.SafeLoader(text)
+    loader = (C_LOADER or yaml.SafeLoader)(text)
+    collecting = gc.isenabled()
+    gc.disable()  # a big inventory is hundreds of thousands of new, long-lived objects: nothing to collect
     try:
         node = loader.get_single_node()
         if node is None:
@@ -151,3 +185,5 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
         return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
     finally:
         loader.dispose()
+        if collecting:
+            gc.enable()

@@ -15,7 +15,8 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
 
@@ -78,7 +79,7 @@ class DemandModel:
     def __init__(
         self,
         half_life: float = 200.0,
-        workflows: dict[str, Iterable[Iterable[str]]] | None = None,
+        workflows: Mapping[str, Iterable[Iterable[str]]] | None = None,
         prior_weight: float = 2.0,
         min_evidence: float = 5.0,
     ) -> None:
@@ -124,7 +125,13 @@ class DemandModel:
     def _rescale(self) -> None:
         factor = 1.0 / self.weight
         self.weight = 1.0
-        for table in (self.popularity, self.tenant_activity, self.tenant_adapter, self.transition_totals):
+        tables: tuple[dict[Any, float], ...] = (
+            self.popularity,
+            self.tenant_activity,
+            self.tenant_adapter,
+            self.transition_totals,
+        )
+        for table in tables:
             for key in table:
                 table[key] *= factor
         for row in self.transitions.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from lorafleet.logs.records import ADAPTER, RequestEvent
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
@@ -364,6 +364,10 @@ class OraclePolicy(Policy):
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return self._prefetch(now)
 
+    def _victims_after(self, state: EngineResidency, now: float, position: int) -> Callable[[], list[str]]:
+        """Victims for a prefetch serving request `position`: only adapters needed after it."""
+        return lambda: [a for a in self.victim_order(state, now) if self.next_use(a) > position]
+
     def _prefetch(self, now: float) -> list[Decision]:
         core = self.core
         engines = core.book.engines
@@ -392,7 +396,7 @@ class OraclePolicy(Policy):
                 target,
                 adapter,
                 PREFETCH,
-                lambda s=state, j=j: [a for a in self.victim_order(s, now) if self.next_use(a) > j],
+                self._victims_after(state, now, j),
             )
             busy.add(target)
             decisions += loaded

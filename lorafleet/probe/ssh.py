@@ -122,7 +122,7 @@ def resolve_target(
     return SshTarget(
         alias=address,
         hostname=looked.get("hostname", address),
-        port=int(settings.port or looked.get("port", 22)),
+        port=int(settings.port or looked.get("port") or 22),
         user=settings.user or looked.get("user") or getpass.getuser(),
         key_files=keys,
         known_hosts=os.path.expanduser(settings.known_hosts),
@@ -192,7 +192,7 @@ class SshConnection:
                     port=t.port,
                     username=t.user,
                     password=t.password,
-                    key_filename=list(t.key_files) or None,
+                    key_filename=list(t.key_files) or None,  # type: ignore[arg-type]  # paramiko takes a list too
                     look_for_keys=not t.key_files,
                     allow_agent=True,
                     timeout=t.connect_timeout_s,

@@ -30,9 +30,7 @@ def test_pools_honour_rank_and_byte_budget(tmp_path: Path) -> None:
     assert pools["a0"] == ["h/e0", "h/e1", "h/e2"]
     assert pools["a2"] == ["h/e0", "h/e2"]  # rank 32 > e1's 16
     assert "max_lora_rank 16" in (why_not(inv.adapters["a2"], inv.engine("h/e1")) or "")
-    tight = make_inventory(
-        tmp_path, adapters=1, engines=[{"kind": "vllm", "lora_budget_mb": 0.001}], name="tight.yaml"
-    )
+    tight = make_inventory(tmp_path, adapters=1, engines=[{"kind": "vllm", "lora_budget_mb": 0.001}], name="tight.yaml")
     assert serving_pools(tight)["a0"] == []
     assert "lora_budget_mb" in unservable_reason(tight, tight.adapters["a0"])
 

@@ -37,7 +37,7 @@ def test_migrations_are_idempotent_and_recorded(tmp_path: Path) -> None:
         assert store.migrate() == []  # the open applied them all
         names = [r[0] for r in store.db.execute("SELECT name FROM schema_migrations ORDER BY name")]
     assert names == [name for name, _ in MIGRATIONS]
-    assert SCHEMA_VERSION == len(MIGRATIONS)
+    assert len(MIGRATIONS) == SCHEMA_VERSION
     with open_store(path) as store:
         assert store.migrate() == []
 

@@ -1,0 +1,225 @@
+"""The inventory schema as data: per section a table of fields (name, reader, required, default).
+
+From one table follow the allowed keys, the did-you-mean on unknown ones, the required check, the reading of
+every value with its type and range, and the defaults — so a key is written down once. Fields without a reader
+are nested structures (a host's `engines`, a group's `hosts`) that the section's own module reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lorafleet.inventory.fields import ENV_RE, INVALID, NAME_RE, Checker
+from lorafleet.inventory.model import CONNECTIONS, DTYPE_ALIASES, DTYPE_BYTES, PROVIDERS
+from lorafleet.inventory.yamlsource import LDict
+from lorafleet.kinds import ENGINE_KINDS, slot_keys
+
+Reader = Callable[[Checker, LDict, str, str], Any]
+
+
+# --- readers ----------------------------------------------------------------------------------------------
+def text(pattern: re.Pattern[str] | None = None, what: str = "") -> Reader:
+    return lambda c, m, k, p: c.string(m, k, p, pattern, what)
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Reader:
+    return lambda c, m, k, p: c.integer(m, k, p, minimum=minimum, maximum=maximum)
+
+
+def number(positive: bool = True) -> Reader:
+    return lambda c, m, k, p: c.number(m, k, p, positive=positive)
+
+
+def choice(options: tuple[str, ...], what: str) -> Reader:
+    return lambda c, m, k, p: c.choice(m, k, p, options, what)
+
+
+def strings() -> Reader:
+    return lambda c, m, k, p: c.string_list(m, k, p)
+
+
+def integers() -> Reader:
+    return lambda c, m, k, p: c.int_list(m, k, p)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    read: Reader | None = None  # None: a nested structure read by the section's own code
+    required: bool = False
+    default: Any = None  # None: no default here (the model's dataclass may hold one)
+
+
+@dataclass(frozen=True)
+class Section:
+    fields: tuple[Field, ...]
+    forbidden: Mapping[str, str] = field(default_factory=dict)
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def plus(self, *fields: Field) -> Section:
+        return Section(self.fields + fields, self.forbidden, self.hints)
+
+    def only(self, names: tuple[str, ...]) -> Section:
+        return Section(tuple(f for f in self.fields if f.name in names), self.forbidden, self.hints)
+
+    def check_keys(self, c: Checker, m: LDict, path: str) -> None:
+        """Unknown keys (with did-you-mean) and forbidden ones (with the reason)."""
+        c.keys(m, path, self.names, self.forbidden or None, self.hints or None)
+
+    def check_required(self, c: Checker, m: LDict, path: str) -> bool:
+        return c.required(m, path, [f.name for f in self.fields if f.required])
+
+    def read(self, c: Checker, m: LDict, path: str) -> dict[str, Any]:
+        """Every present field that has a reader; invalid values are left out (already reported)."""
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            if f.read is not None and f.name in m:
+                value = f.read(c, m, f.name, path)
+                if value is not INVALID:
+                    out[f.name] = value
+        return out
+
+    def invalid(self, m: LDict, got: Mapping[str, Any], names: tuple[str, ...] | None = None) -> bool:
+        """True when one of `names` (default: every field with a reader) is present but did not read."""
+        check = names if names is not None else tuple(f.name for f in self.fields if f.read is not None)
+        return any(k in m and k not in got for k in check)
+
+    def defaults(self) -> dict[str, Any]:
+        return {f.name: f.default for f in self.fields if f.default is not None}
+
+
+SECRET_HINT = "secrets are never stored in the inventory: name an environment variable with {env} instead"
+FORBIDDEN = {
+    "api_key": SECRET_HINT.format(env="api_key_env"),
+    "password": SECRET_HINT.format(env="password_env"),
+    "token": SECRET_HINT.format(env="api_key_env"),
+}
+ENV_NAME = text(ENV_RE, "an environment variable name")
+
+TOP = Section(
+    tuple(
+        Field(name)
+        for name in ("version", "fleet", "defaults", "base_models", "groups", "hosts", "adapters", "tenants", "gateway")
+    )
+)
+
+# Engine tuning: defaults, groups and hosts may set it for their engines; an engine may set its own.
+TUNING = Section(
+    (
+        Field("load_fixed_ms", number(positive=False)),
+        Field("disk_gbps", number()),
+        Field("h2d_gbps", number()),
+        Field("request_timeout_s", number(), default=30.0),
+        Field("api_key_env", ENV_NAME),
+        Field("lora_budget_mb", number()),
+        Field("max_lora_rank", integer(minimum=1)),
+    ),
+    FORBIDDEN,
+)
+
+SETTINGS = Section(
+    (
+        Field("provider", choice(PROVIDERS, "provider")),
+        Field("connection", choice(CONNECTIONS, "connection"), default="ssh"),
+        Field("region", text()),
+        Field("site", text()),
+        Field("instance_type", text()),
+        Field("gpu", text()),
+        Field("gpus", integer(minimum=0, maximum=1024)),
+        Field("ssh"),
+        Field("nvidia_smi", text(), default="nvidia-smi"),
+        *TUNING.fields,
+    ),
+    FORBIDDEN,
+)
+
+SSH = Section(
+    (
+        Field("user", text()),
+        Field("key", text()),
+        Field("known_hosts", text()),
+        Field("config", text()),
+        Field("jump", text()),
+        Field("port", integer(minimum=1, maximum=65535)),
+        Field("connect_timeout_s", number()),
+        Field("command_timeout_s", number()),
+        Field("password_env", ENV_NAME),
+    ),
+    FORBIDDEN,
+    hints={
+        "identity_file": "unknown key; did you mean 'key'?",
+        "hostname": "unknown key; the host's address is set by 'address'",
+    },
+)
+
+GROUP = SETTINGS.plus(Field("hosts", required=True), Field("engines"))
+HOST_OVERRIDE = SETTINGS.plus(Field("address", text()), Field("engines"))
+HOST = SETTINGS.plus(Field("name", text(), required=True), Field("address", text()), Field("engines"))
+
+BASE_MODEL_INTS = ("hidden_size", "intermediate_size", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim")
+BASE_MODEL = Section(
+    (
+        Field("name", text()),
+        Field("dtype", choice((*DTYPE_BYTES, *DTYPE_ALIASES), "dtype"), default="bfloat16"),
+        Field("vocab_size", integer(minimum=1)),
+        *(Field(k, integer(minimum=1), required=k not in ("num_kv_heads", "head_dim")) for k in BASE_MODEL_INTS),
+    )
+)
+
+ENGINE = Section(
+    (
+        Field("name", text(NAME_RE, "a valid engine name (letters, digits, . _ -)"), required=True),
+        Field("kind", choice(ENGINE_KINDS, "engine kind"), required=True),
+        Field("url", text(), required=True),
+        Field("base_model", text(), required=True),
+        Field("gpus", integers()),
+        *TUNING.fields,
+        *(Field(k, integer(minimum=1)) for k in slot_keys()),
+    ),
+    FORBIDDEN,
+)
+
+ADAPTER = Section(
+    (
+        Field("id", text(NAME_RE, "a valid adapter id (letters, digits, . _ -)"), required=True),
+        Field("base_model", text(), required=True),
+        Field("path", text(), required=True),
+        Field("rank", integer(minimum=1)),
+        Field("alpha", number()),
+        Field("target_modules", strings(), default=("q_proj", "v_proj")),
+        Field("tenants", strings()),
+        Field("files", text()),
+        Field("description", text()),
+    ),
+    FORBIDDEN,
+)
+
+TENANT = Section(
+    (
+        Field("tier", text()),
+        Field("pinned", strings()),
+        Field("workflows"),
+        Field("weight", number()),
+        Field("description", text()),
+    )
+)
+
+GATEWAY = Section((Field("logs"),))
+LOG_SOURCE = Section(
+    (
+        Field("path", text(), required=True),
+        Field("format", choice(("jsonl", "nginx"), "log format"), required=True),
+        Field("log_format", text()),
+        Field("fields", required=True),
+    )
+)
+LOG_FIELDS = Section(
+    tuple(Field(k, text()) for k in ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model"))
+)
