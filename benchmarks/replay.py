@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from lorafleet.inventory import Inventory, load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
-from lorafleet.logs.records import ADAPTER, RequestEvent  # noqa: E402
+from lorafleet.policy.events import ADAPTER, RequestEvent  # noqa: E402
 from lorafleet.replay.simulator import PolicyResult, Simulation, headroom_captured  # noqa: E402
 from lorafleet.replay.synth import SHAPES, synthesize  # noqa: E402
 

@@ -8,13 +8,11 @@ from click.shell_completion import get_completion_class
 SHELLS = ("bash", "zsh", "fish")
 
 
-def completion_script(shell: str) -> str:
-    from lorafleet.cli.main import cli
-
+def completion_script(root: click.Command, shell: str) -> str:
     cls = get_completion_class(shell)
     if cls is None:  # pragma: no cover - guarded by click.Choice
         raise click.UsageError(f"unsupported shell {shell!r}")
-    return cls(cli, {}, "lorafleet", "_LORAFLEET_COMPLETE").source()
+    return cls(root, {}, "lorafleet", "_LORAFLEET_COMPLETE").source()
 
 
 @click.command()
@@ -27,4 +25,5 @@ def completion(shell: str) -> None:
     zsh:   lorafleet completion zsh > "${fpath[1]}/_lorafleet"
     fish:  lorafleet completion fish > ~/.config/fish/completions/lorafleet.fish
     """
-    click.echo(completion_script(shell), nl=False)
+    root = click.get_current_context().find_root().command
+    click.echo(completion_script(root, shell), nl=False)

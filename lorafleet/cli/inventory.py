@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
+from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.render import console, print_json, table
-from lorafleet.inventory.report import inventory_as_dict, summarize_providers
+from lorafleet.inventory.report import summarize_providers
 from lorafleet.units import format_bytes
 
 
@@ -24,18 +25,7 @@ def check(as_json: bool) -> None:
     inv = s.load_inventory()
     rows = summarize_providers(inv)
     if as_json:
-        print_json(
-            {
-                "ok": True,
-                "fleet": inv.fleet,
-                "sources": list(inv.sources),
-                "providers": [
-                    {"provider": r.provider, "hosts": r.hosts, "gpus": r.gpus, "engines": r.engines} for r in rows
-                ],
-                "adapters": len(inv.adapters),
-                "warnings": list(inv.warnings),
-            }
-        )
+        print_json(shapes.inventory_check(inv))
         return
     out = console()
     total_gpus = sum(r.gpus for r in rows)
@@ -57,7 +47,7 @@ def show(as_json: bool) -> None:
     """Show hosts, engines and adapters (with size and its source) as tables."""
     inv = settings().load_inventory()
     if as_json:
-        print_json(inventory_as_dict(inv))
+        print_json(shapes.inventory_show(inv))
         return
     out = console()
     hosts = table(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from lorafleet.cli.shapes import SHAPES
+
 
 def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     out = [(path, command)]
@@ -30,6 +32,15 @@ def cli_reference(root: click.Command) -> str:
         lines.append(command.get_help(ctx).rstrip())
         lines.append("```")
         lines.append("")
+    lines += [
+        "## JSON shapes",
+        "",
+        "Every listing's `--json` (from `lorafleet.cli.shapes`); keys are added, never renamed.",
+        "",
+    ]
+    for shape in SHAPES:
+        doc = " ".join((shape.__doc__ or "").split())
+        lines += [f"- {doc}", ""]
     return "\n".join(lines)
 
 

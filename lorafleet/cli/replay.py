@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, table
@@ -13,7 +14,6 @@ from lorafleet.errors import InputError
 from lorafleet.inventory.model import LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_events
 from lorafleet.policy.policies import POLICY_NAMES
-from lorafleet.replay.report import replay_as_dict
 from lorafleet.replay.simulator import headroom_captured
 from lorafleet.replay.simulator import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
@@ -72,7 +72,7 @@ def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str 
 
         results = run_replay(inv, events, names, progress=step)
     if as_json:
-        print_json(replay_as_dict(results, tally))
+        print_json(shapes.replay(results, tally))
         return
     by_name = {r.policy: r for r in results}
     lru, oracle = by_name.get("lru"), by_name.get("oracle")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
+from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, table
 from lorafleet.inventory.model import PROVIDERS
-from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts, vram_as_dict
+from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
 from lorafleet.units import format_bytes
 
 
@@ -57,7 +58,7 @@ def vram(
         rows = probe_fleet(hosts, inv, parallel, accept_new_host_keys, on_done=lambda _row: advance())
     failed = [r for r in rows if not r.ok]
     if as_json:
-        print_json(vram_as_dict(rows))
+        print_json(shapes.vram(rows))
     elif by == "engine":
         out = console()
         t = table(

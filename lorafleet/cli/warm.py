@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
+from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, table
@@ -68,22 +69,7 @@ def warm(
     with open_store(s.state_path) as store, progress_bar("warming", len(pairs), enabled=not as_json) as advance:
         results = run_warm(inv, pairs, options, store=store, on_result=lambda _r: advance())
     if as_json:
-        print_json(
-            {
-                "dry_run": dry_run,
-                "results": [
-                    {
-                        "adapter": r.adapter,
-                        "engine": r.engine,
-                        "action": r.action,
-                        "ok": r.ok,
-                        "ms": r.ms,
-                        "error": r.error,
-                    }
-                    for r in results
-                ],
-            }
-        )
+        print_json(shapes.warm(results, dry_run))
     else:
         t = table(
             "Dry run: nothing was loaded (registries were read)" if dry_run else None,

@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.nginx import NginxFormat
-from lorafleet.logs.records import ADAPTER, BASE, UNKNOWN, LogTally, RequestEvent
+from lorafleet.logs.records import LogTally
 from lorafleet.logs.timeparse import TimeParseError, parse_time
+from lorafleet.policy.events import ADAPTER, BASE, UNKNOWN, RequestEvent
 
 MAX_LINE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 256

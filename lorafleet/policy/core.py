@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lorafleet.inventory.model import Inventory
-from lorafleet.logs.records import RequestEvent
 from lorafleet.policy.demand import DemandModel
+from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import choose_engine, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 

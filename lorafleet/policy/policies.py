@@ -7,8 +7,8 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from lorafleet.logs.records import ADAPTER, RequestEvent
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
 

@@ -125,29 +125,3 @@ def by_engine(inventory: Inventory, rows: list[HostVram]) -> list[EngineVram]:
 def _sum_known(values: list[int | None]) -> int | None:
     """A sum only when every part is known: a partial figure would understate what is there."""
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
-
-
-def vram_as_dict(rows: list[HostVram]) -> dict[str, object]:
-    return {
-        "hosts": [
-            {
-                "name": r.name,
-                "provider": r.provider,
-                "status": r.status,
-                "error": r.error,
-                "gpus": [
-                    {
-                        "index": g.index,
-                        "uuid": g.uuid,
-                        "name": g.name,
-                        "total_bytes": g.total_bytes,
-                        "used_bytes": g.used_bytes,
-                        "free_bytes": g.free_bytes,
-                        "mig": g.mig,
-                    }
-                    for g in r.gpus
-                ],
-            }
-            for r in rows
-        ]
-    }

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lorafleet.inventory.model import Inventory, LoadModel
-from lorafleet.logs.records import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.policies import make_policy
 
 

@@ -14,8 +14,8 @@ from lorafleet.inventory import load_inventory
 from lorafleet.inventory.model import LogSource
 from lorafleet.logs.nginx import NginxFormat
 from lorafleet.logs.reader import LineParser, read_events
-from lorafleet.logs.records import ADAPTER, BASE, UNKNOWN
 from lorafleet.logs.timeparse import TimeParseError, parse_time
+from lorafleet.policy.events import ADAPTER, BASE, UNKNOWN
 from tests.conftest import INVENTORIES
 
 REFERENCE = load_inventory(INVENTORIES / "reference.yaml")

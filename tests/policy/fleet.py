@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorafleet.inventory import Inventory, load_inventory
-from lorafleet.logs.records import ADAPTER, RequestEvent
+from lorafleet.policy.events import ADAPTER, RequestEvent
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
 

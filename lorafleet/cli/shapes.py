@@ -1,0 +1,204 @@
+"""Every `--json` shape in one module: what a command prints is decided here and documented in each docstring.
+
+The shapes are stable: a key is added, never renamed or removed. docs/cli.md lists them (generated from these
+docstrings by `lorafleet.cli.reference`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lorafleet.inventory.model import Inventory
+from lorafleet.inventory.report import summarize_providers
+from lorafleet.logs.records import LogTally
+from lorafleet.probe.snapshot import HostVram
+from lorafleet.replay.simulator import PolicyResult, headroom_captured
+from lorafleet.warm import WarmResult
+
+
+def inventory_check(inv: Inventory) -> dict[str, Any]:
+    """`inventory check --json`: `{"ok", "fleet", "sources", "providers": [{"provider", "hosts", "gpus", "engines"}],
+    "adapters", "warnings"}` — `adapters` is a count."""
+    return {
+        "ok": True,
+        "fleet": inv.fleet,
+        "sources": list(inv.sources),
+        "providers": [
+            {"provider": r.provider, "hosts": r.hosts, "gpus": r.gpus, "engines": r.engines}
+            for r in summarize_providers(inv)
+        ],
+        "adapters": len(inv.adapters),
+        "warnings": list(inv.warnings),
+    }
+
+
+def inventory_show(inv: Inventory) -> dict[str, Any]:
+    """`inventory show --json`: `{"fleet", "sources", "hosts": [{"name", "provider", "group", "connection", "address",
+    "region", "site", "instance_type", "gpu", "gpus", "engines": [{"name", "key", "kind", "url", "base_model", "gpus",
+    "gpu_slots", "host_slots", "max_lora_rank", "lora_budget_bytes", "api_key_env", "load_model"}]}], "base_models",
+    "adapters": [{"id", "base_model", "rank", "target_modules", "path", "tenants", "size_bytes", "size_source"}],
+    "tenants": [{"name", "tier", "pinned", "workflows"}], "warnings"}` — hosts after range expansion."""
+    return {
+        "fleet": inv.fleet,
+        "sources": list(inv.sources),
+        "hosts": [
+            {
+                "name": h.name,
+                "provider": h.provider,
+                "group": h.group,
+                "connection": h.connection,
+                "address": h.address,
+                "region": h.region,
+                "site": h.site,
+                "instance_type": h.instance_type,
+                "gpu": h.gpu_model,
+                "gpus": h.gpus,
+                "engines": [
+                    {
+                        "name": e.name,
+                        "key": e.key,
+                        "kind": e.kind,
+                        "url": e.url,
+                        "base_model": e.base_model,
+                        "gpus": list(e.gpus),
+                        "gpu_slots": e.gpu_slots,
+                        "host_slots": e.host_slots,
+                        "max_lora_rank": e.max_lora_rank,
+                        "lora_budget_bytes": e.lora_budget_bytes,
+                        "api_key_env": e.api_key_env,
+                        "load_model": {
+                            "load_fixed_ms": e.load.load_fixed_ms,
+                            "disk_gbps": e.load.disk_gbps,
+                            "h2d_gbps": e.load.h2d_gbps,
+                        },
+                    }
+                    for e in h.engines
+                ],
+            }
+            for h in inv.hosts
+        ],
+        "base_models": [
+            {
+                "id": b.id,
+                "name": b.name,
+                "hidden_size": b.hidden_size,
+                "intermediate_size": b.intermediate_size,
+                "num_layers": b.num_layers,
+                "num_attention_heads": b.num_attention_heads,
+                "num_kv_heads": b.num_kv_heads,
+                "head_dim": b.head_dim,
+                "dtype": b.dtype,
+            }
+            for b in inv.base_models.values()
+        ],
+        "adapters": [
+            {
+                "id": a.id,
+                "base_model": a.base_model,
+                "rank": a.rank,
+                "target_modules": list(a.target_modules),
+                "path": a.path,
+                "tenants": list(a.tenants),
+                "size_bytes": a.size_bytes,
+                "size_source": a.size_source,
+            }
+            for a in inv.adapters.values()
+        ],
+        "tenants": [
+            {"name": t.name, "tier": t.tier, "pinned": list(t.pinned), "workflows": [list(w) for w in t.workflows]}
+            for t in inv.tenants.values()
+        ],
+        "warnings": list(inv.warnings),
+    }
+
+
+def vram(rows: list[HostVram]) -> dict[str, Any]:
+    """`vram --json`: `{"hosts": [{"name", "provider", "status", "error", "gpus": [{"index", "uuid", "name",
+    "total_bytes", "used_bytes", "free_bytes", "mig"}]}]}` — memory in bytes, unknown values null."""
+    return {
+        "hosts": [
+            {
+                "name": r.name,
+                "provider": r.provider,
+                "status": r.status,
+                "error": r.error,
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "uuid": g.uuid,
+                        "name": g.name,
+                        "total_bytes": g.total_bytes,
+                        "used_bytes": g.used_bytes,
+                        "free_bytes": g.free_bytes,
+                        "mig": g.mig,
+                    }
+                    for g in r.gpus
+                ],
+            }
+            for r in rows
+        ]
+    }
+
+
+def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
+    """`replay --json`: `{"policies": [{"policy", "requests", "hits", "late", "misses", "hit_ratio", "gpu_hits",
+    "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads", "prefetch_used",
+    "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured"}], "log": {"lines",
+    "adapter_requests", "base_requests", "unknown_requests", "bad_lines", "bad_reasons"}}`."""
+    by_name = {r.policy: r for r in results}
+    lru, oracle = by_name.get("lru"), by_name.get("oracle")
+    return {
+        "policies": [
+            {
+                "policy": r.policy,
+                "requests": r.requests,
+                "hits": r.hits,
+                "late": r.late,
+                "misses": r.misses,
+                "hit_ratio": round(r.hit_ratio, 6),
+                "gpu_hits": r.gpu_hits,
+                "cold_ms_total": round(r.cold_ms_total, 3),
+                "cold_ms_p50": round(r.cold_ms_percentile(50), 3),
+                "cold_ms_p95": round(r.cold_ms_percentile(95), 3),
+                "cold_ms_p99": round(r.cold_ms_percentile(99), 3),
+                "loads": r.loads,
+                "prefetch_loads": r.prefetch_loads,
+                "prefetch_used": r.prefetch_used,
+                "wasted_prefetches": r.wasted_prefetches,
+                "budget_violations": r.budget_violations,
+                "loader_utilization": round(r.loader_utilization, 6),
+                "unserved": r.unserved,
+                "headroom_captured": (
+                    None if lru is None or oracle is None else _round(headroom_captured(r, lru, oracle))
+                ),
+            }
+            for r in results
+        ],
+        "log": {
+            "lines": tally.lines,
+            "adapter_requests": tally.adapter_requests,
+            "base_requests": tally.base_requests,
+            "unknown_requests": tally.unknown_requests,
+            "bad_lines": tally.bad_lines,
+            "bad_reasons": dict(sorted(tally.bad_reasons.items())),
+        },
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
+    """`warm --json`: `{"dry_run", "results": [{"adapter", "engine", "action", "ok", "ms", "error"}]}` — one row per
+    (adapter, engine) in the order they were asked for."""
+    return {
+        "dry_run": dry_run,
+        "results": [
+            {"adapter": r.adapter, "engine": r.engine, "action": r.action, "ok": r.ok, "ms": r.ms, "error": r.error}
+            for r in results
+        ],
+    }
+
+
+SHAPES = (inventory_check, inventory_show, vram, warm, replay)

@@ -1,0 +1,77 @@
+"""Each `--json` shape is documented where it is built, and the document matches what is printed."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lorafleet.cli import shapes
+from lorafleet.inventory import load_inventory
+from lorafleet.logs.records import LogTally
+from lorafleet.probe.snapshot import GpuInfo, HostVram
+from lorafleet.replay.simulator import PolicyResult
+from lorafleet.warm import WarmResult
+from tests.conftest import INVENTORIES
+
+TOKEN = re.compile(r'"([^"]+)"|([{}\[\]:,])')
+
+
+def documented(shape: Any) -> Any:
+    """The key structure written in a shape's docstring: {key: None | structure | [structure]}."""
+    text = (shape.__doc__ or "").split("`")[3]  # `command --json`: `{...}`
+    tokens = [m.group(1) or m.group(2) for m in TOKEN.finditer(text)]
+    pos = 0
+
+    def value() -> Any:
+        nonlocal pos
+        if tokens[pos] == "[":
+            pos += 1
+            inner = value()
+            assert tokens[pos] == "]"
+            pos += 1
+            return [inner]
+        assert tokens[pos] == "{", tokens[pos:]
+        pos += 1
+        out: dict[str, Any] = {}
+        while tokens[pos] != "}":
+            key = tokens[pos]
+            pos += 1
+            out[key] = None
+            if tokens[pos] == ":":
+                pos += 1
+                out[key] = value()
+            if tokens[pos] == ",":
+                pos += 1
+        pos += 1
+        return out
+
+    return value()
+
+
+def matches(doc: Any, data: Any, where: str = "$") -> None:
+    if doc is None:
+        return
+    if isinstance(doc, list):
+        assert isinstance(data, list), where
+        for i, item in enumerate(data):
+            matches(doc[0], item, f"{where}[{i}]")
+        return
+    assert isinstance(data, dict), where
+    assert list(data) == list(doc), f"{where}: printed {list(data)}, documented {list(doc)}"
+    for key, sub in doc.items():
+        matches(sub, data[key], f"{where}.{key}")
+
+
+def test_every_shape_prints_what_its_docstring_says() -> None:
+    inv = load_inventory(INVENTORIES / "reference.yaml")
+    gpu = GpuInfo(0, "GPU-1", "H100", 80, 1, 79, None)
+    cases = {
+        shapes.inventory_check: (inv,),
+        shapes.inventory_show: (inv,),
+        shapes.vram: ([HostVram("h", "aws", "ok", None, (gpu,))],),
+        shapes.warm: ([WarmResult("a", "h/e", "loaded", True, 1.0)], False),
+        shapes.replay: ([PolicyResult("lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
+    }
+    assert set(cases) == set(shapes.SHAPES)
+    for shape, args in cases.items():
+        matches(documented(shape), shape(*args))
