@@ -67,13 +67,10 @@ def read_adapters(
     must_read = ("id", "base_model", "path", "rank", "files", "target_modules", "tenants")
     for i, value in enumerate(as_list(section)):
         path = f"adapters[{i}]"
-        m = c.mapping(value, section, i, path)
-        if m is None:
+        entry = schema.ADAPTER.read_entry(c, value, section, i, path)
+        if entry is None:
             continue
-        schema.ADAPTER.check_keys(c, m, path)
-        if not schema.ADAPTER.check_required(c, m, path):
-            continue
-        got = schema.ADAPTER.read(c, m, path)
+        m, got = entry
         if schema.ADAPTER.invalid(m, got, must_read):
             continue
         adapter_id = got["id"]

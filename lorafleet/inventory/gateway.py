@@ -34,13 +34,10 @@ def read_gateway(c: Checker, doc: LDict) -> list[LogSource]:
 
 
 def _log_source(c: Checker, value: object, logs: list[object], path: str, i: int) -> LogSource | None:
-    m = c.mapping(value, logs, i, path)
-    if m is None:
+    entry = schema.LOG_SOURCE.read_entry(c, value, logs, i, path)
+    if entry is None:
         return None
-    schema.LOG_SOURCE.check_keys(c, m, path)
-    if not schema.LOG_SOURCE.check_required(c, m, path):
-        return None
-    got = schema.LOG_SOURCE.read(c, m, path)
+    m, got = entry
     fpath = join(path, "fields")
     fm = c.mapping(m["fields"], m, "fields", fpath)
     if fm is None or "format" not in got or "path" not in got:

@@ -233,13 +233,10 @@ def _engine(
     base_models: dict[str, BaseModel],
 ) -> Engine | None:
     path = spot.path
-    m = c.mapping(value, spot.container, spot.key, path)
-    if m is None:
+    entry = schema.ENGINE.read_entry(c, value, spot.container, spot.key, path)
+    if entry is None:
         return None
-    schema.ENGINE.check_keys(c, m, path)
-    if not schema.ENGINE.check_required(c, m, path):
-        return None
-    got = schema.ENGINE.read(c, m, path)
+    m, got = entry
     tuning = inherit(settings, {k: v for k, v in got.items() if k in schema.TUNING.names})
     if any(k not in got for k in ("name", "kind", "url", "base_model")):
         return None

@@ -86,6 +86,19 @@ class Section:
                     out[f.name] = value
         return out
 
+    def read_entry(
+        self, c: Checker, value: Any, container: Any, key: Any, path: str
+    ) -> tuple[LDict, dict[str, Any]] | None:
+        """A list entry or named mapping of this section: its mapping and fields, or None when it is not a
+        mapping or lacks a required key (each reported)."""
+        m = c.mapping(value, container, key, path)
+        if m is None:
+            return None
+        self.check_keys(c, m, path)
+        if not self.check_required(c, m, path):
+            return None
+        return m, self.read(c, m, path)
+
     def invalid(self, m: LDict, got: Mapping[str, Any], names: tuple[str, ...] | None = None) -> bool:
         """True when one of `names` (default: every field with a reader) is present but did not read."""
         check = names if names is not None else tuple(f.name for f in self.fields if f.read is not None)
