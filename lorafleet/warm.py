@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, make_client
 from lorafleet.engines.base import api_key
-from lorafleet.engines.executor import EngineExecutor, Outcome, Stop
+from lorafleet.engines.executor import EngineExecutor, Interrupted, Outcome, Stop
 from lorafleet.errors import InputError
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.placement import can_pin, pin_limit, rank_engines, serving_pools, unservable_reason, why_not
@@ -25,6 +25,7 @@ from lorafleet.policy.residency import ResidencyBook
 from lorafleet.store.db import LoadRecord, Store
 
 LOADED, RELOADED, ALREADY_WARM, SKIPPED, FAILED = "loaded", "reloaded", "already-warm", "skipped", "failed"
+INTERRUPTED, CANCELLED = "interrupted", "cancelled"
 ClientFactory = Callable[[Engine], EngineClient]
 
 
@@ -48,7 +49,7 @@ class WarmOptions:
 
 def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter]:
     adapters = []
-    for name in names:
+    for name in dict.fromkeys(names):  # an adapter named twice is warmed once
         adapter = inventory.adapters.get(name)
         if adapter is None:
             close = difflib.get_close_matches(name, list(inventory.adapters), n=1)
@@ -123,38 +124,42 @@ class _EngineWorker:
             self._registry = self.client.registry()
         return self._registry
 
-    def warm(self, adapter: Adapter) -> tuple[WarmResult, list[str]]:
-        """The result, and the adapters the book dropped to make room (for the store's delta)."""
+    def warm(self, adapter: Adapter) -> Warmed:
+        """The result, and what the book changed (for the store's delta)."""
         started = time.perf_counter()
         key = self.engine.key
-        victims: list[str] = []
+        dropped: list[str] | None = None
         try:
-            action, reason = self._warm(adapter, victims)
+            action, error, dropped = self._warm(adapter)
         except EngineError as exc:
-            return WarmResult(adapter.id, key, FAILED, False, _ms(started), exc.message), []
-        return WarmResult(adapter.id, key, action, action != SKIPPED, _ms(started), reason), victims
+            action, error = FAILED, exc.message
+        ok = action not in (SKIPPED, FAILED) and error is None
+        return Warmed(WarmResult(adapter.id, key, action, ok, _ms(started), error), dropped)
 
-    def _warm(self, adapter: Adapter, dropped: list[str]) -> tuple[str, str | None]:
+    def _warm(self, adapter: Adapter) -> tuple[str, str | None, list[str] | None]:
+        """(action, error, adapters the book dropped — None when the book did not change)."""
         options = self.options
         state = self.state
         profile = self.engine.profile
         if options.pin and not can_pin(state, adapter.id):
-            limit = pin_limit(state)
+            slots = self.engine.gpu_slots
             return (
                 SKIPPED,
-                f"pin limit reached: {profile.title} allows {limit} pinned with {self.engine.gpu_slots} slots",
+                f"pin limit reached: {profile.title} allows {pin_limit(state)} pinned with {slots} slots",
+                None,
             )
         victims: list[str] = []
         if not state.holds(adapter.id):
             found = state.victims_for(adapter.size_bytes, [a for a in state.resident if a not in state.pins])
             if found is None:
-                return SKIPPED, f"no room on {self.engine.key}: every adapter it holds is pinned"
+                return SKIPPED, f"no room on {self.engine.key}: every adapter it holds is pinned", None
             victims = found
         registered = adapter.id in self.registry()
         if options.dry_run:
             if not registered:
-                return LOADED, None
-            return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else RELOADED), None
+                return LOADED, None, None
+            return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else RELOADED), None, None
+        error = None
         if registered:
             action = self._rewarm(adapter)
         else:
@@ -165,18 +170,35 @@ class _EngineWorker:
                 action = self._rewarm(adapter)
             self.registry().add(adapter.id)
             if options.prime and action == LOADED:
-                self.client.prime(adapter.id)
+                try:
+                    self.client.prime(adapter.id)
+                except EngineError as exc:  # the load stands: it is booked and journaled as done
+                    error = f"loaded, but the prime failed: {exc.message}"
         state.admit(adapter.id, adapter.size_bytes, victims)
         if options.pin:
             state.pin(adapter.id)
-        dropped.extend(victims)
-        return action, None
+        return action, error, victims
 
     def _rewarm(self, adapter: Adapter) -> str:
         if not self.engine.profile.load_fills_gpu and not self.options.prime:
             return ALREADY_WARM  # registered on SGLang means in host memory; --prime takes a GPU slot
         self.client.rewarm(adapter.id, adapter.path)
         return RELOADED
+
+
+@dataclass(frozen=True)
+class Warmed:
+    result: WarmResult
+    dropped: list[str] | None  # None: the book did not change; else it holds the adapter, minus these
+
+
+class WarmInterrupted(Exception):  # noqa: N818 - a state the CLI reports, like KeyboardInterrupt
+    """Ctrl-C or SIGTERM during `warm`: what was done (journaled) and what was not, and the exit code."""
+
+    def __init__(self, results: list[WarmResult], code: int) -> None:
+        super().__init__(f"interrupted after {sum(r.ok for r in results)} of {len(results)}")
+        self.results = results
+        self.code = code
 
 
 def _ms(started: float) -> float:
@@ -217,18 +239,19 @@ def warm(
     journal = store is not None and not options.dry_run
 
     @contextmanager
-    def worker(key: str) -> Iterator[Callable[[Adapter], tuple[WarmResult, list[str]]]]:
+    def worker(key: str) -> Iterator[Callable[[Adapter], Warmed]]:
         with client_factory(engines[key]) as client:
+            client.bind_stop(executor.stop)
             yield _EngineWorker(engines[key], client, book, options).warm
 
-    def record(outcome: Outcome[Adapter, tuple[WarmResult, list[str]]]) -> None:
+    def record(outcome: Outcome[Adapter, Warmed]) -> None:
         key, adapter = outcome.engine, outcome.item
         if outcome.result is not None:
-            result, dropped = outcome.result
+            result, dropped = outcome.result.result, outcome.result.dropped
         else:  # nothing one engine does may hang or abort the others
             exc = outcome.error
             message = exc.message if isinstance(exc, EngineError) else f"{key}: {type(exc).__name__}: {exc}"
-            result, dropped = WarmResult(adapter.id, key, FAILED, False, 0.0, message), []
+            result, dropped = WarmResult(adapter.id, key, FAILED, False, 0.0, message), None
         results.append(result)
         if journal:
             assert store is not None
@@ -246,13 +269,25 @@ def warm(
                         result.error,
                     )
                 )
-                if result.ok:
-                    state = book[key]
-                    store.change_residency(
-                        key, [(adapter.id, adapter.size_bytes, adapter.id in state.pins)], dropped=dropped
-                    )
+                if dropped is not None:
+                    pinned = adapter.id in book[key].pins
+                    store.change_residency(key, [(adapter.id, adapter.size_bytes, pinned)], dropped=dropped)
         if on_result is not None:
             on_result(result)
 
-    EngineExecutor[Adapter, tuple[WarmResult, list[str]]](options.parallel, stop).run(by_engine, worker, record)
+    executor = EngineExecutor[Adapter, Warmed](options.parallel, stop)
+    try:
+        executor.run(by_engine, worker, record)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        code = exc.code if isinstance(exc, Interrupted) else 130
+        for key, adapter in list(executor.in_flight.items()):
+            message = "interrupted while in flight: the engine may have done it (run warm again to check)"
+            record(Outcome(key, adapter, Warmed(WarmResult(adapter.id, key, INTERRUPTED, False, 0.0, message), None)))
+        done = {(r.adapter, r.engine) for r in results}
+        results.extend(
+            WarmResult(a.id, e.key, CANCELLED, False, 0.0, "not started: interrupted")
+            for a, e in pairs
+            if (a.id, e.key) not in done
+        )
+        raise WarmInterrupted(sorted(results, key=lambda r: order[(r.adapter, r.engine)]), code) from None
     return sorted(results, key=lambda r: order[(r.adapter, r.engine)])

@@ -4,17 +4,51 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from lorafleet.engines.executor import Interrupted
 
 
 def console(stderr: bool = False) -> Console:
     """A console on the current stdout/stderr (looked up now, so test runners that swap them work)."""
     width = None if (sys.stderr if stderr else sys.stdout).isatty() else int(os.environ.get("COLUMNS", "160"))
     return Console(file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str) -> Text:
+    """Untrusted text (an engine's message, a log field, a name) for a table: control characters (escape
+    sequences included) removed, and never read as rich markup."""
+    return Text(_CONTROL.sub("", text))
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM interrupts the main thread like Ctrl-C does (exit code 143 instead of 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def print_json(data: Any) -> None:

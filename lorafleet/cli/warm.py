@@ -8,11 +8,19 @@ from rich.text import Text
 from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.render import console, print_json, safe, table, terminate_as_interrupt
 from lorafleet.engines import EngineError, make_client
 from lorafleet.inventory.model import Engine
 from lorafleet.store import open_store
-from lorafleet.warm import FAILED, SKIPPED, WarmOptions, choose_targets, resolve_adapters
+from lorafleet.warm import (
+    CANCELLED,
+    SKIPPED,
+    WarmInterrupted,
+    WarmOptions,
+    choose_targets,
+    resolve_adapters,
+    restore_book,
+)
 from lorafleet.warm import warm as run_warm
 
 
@@ -64,10 +72,17 @@ def warm(
     s = settings()
     inv = s.load_inventory()
     chosen = resolve_adapters(inv, adapters)
-    pairs = choose_targets(inv, chosen, engines, replicas, load_of=_registry_size if replicas else None)
     options = WarmOptions(prime=prime, pin=pin, dry_run=dry_run, parallel=parallel)
-    with open_store(s.state_path) as store, progress_bar("warming", len(pairs), enabled=not as_json) as advance:
-        results = run_warm(inv, pairs, options, store=store, on_result=lambda _r: advance())
+    # The state file is opened (and so checked writable) before any engine is contacted.
+    with open_store(s.state_path) as store, terminate_as_interrupt():
+        book = restore_book(inv, store)
+        pairs = choose_targets(inv, chosen, engines, replicas, load_of=_registry_size if replicas else None, book=book)
+        code = 0
+        with progress_bar("warming", len(pairs), enabled=not as_json) as advance:
+            try:
+                results = run_warm(inv, pairs, options, store=store, on_result=lambda _r: advance())
+            except WarmInterrupted as exc:
+                results, code = exc.results, exc.code
     if as_json:
         print_json(shapes.warm(results, dry_run))
     else:
@@ -76,8 +91,12 @@ def warm(
             [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("error", "left")],
         )
         for r in results:
-            style = "red" if r.action == FAILED else "yellow" if r.action == SKIPPED else "green"
-            t.add_row(r.adapter, r.engine, Text(r.action, style=style), f"{r.ms:.0f}", r.error or "")
+            style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
+            t.add_row(safe(r.adapter), safe(r.engine), Text(r.action, style=style), f"{r.ms:.0f}", safe(r.error or ""))
         console().print(t)
+    if code:
+        done = sum(r.ok for r in results)
+        click.echo(f"error: interrupted: {done} of {len(results)} done; the rest are marked above", err=True)
+        raise SystemExit(code)
     if not all(r.ok for r in results):
         raise SystemExit(1)

@@ -1,8 +1,9 @@
 """What every engine client shares: one HTTP client per engine, explicit timeouts, one function mapping status
 codes to errors, bounded retries with backoff that honour Retry-After, and the API key from the environment.
 
-4xx answers are the engine's word and are not retried; connect errors, timeouts and 5xx are retried on a
-short, bounded backoff list. The API key is read from the variable the inventory names and is never put in a
+4xx answers are the engine's word and are not retried; refused connections and transient 5xx are retried on a
+short, bounded backoff list, timeouts only for idempotent calls, and every call has an overall deadline and a
+size cap on its answer. The API key is read from the variable the inventory names and is never put in a
 message, a log line or a repr.
 """
 
@@ -11,13 +12,17 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
+from lorafleet.engines.executor import Cancelled, Stop
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.model import Engine
 
@@ -62,12 +67,31 @@ def api_key(engine: Engine) -> str | None:
     return value
 
 
-def error_message(response: httpx.Response) -> str:
+@dataclass(frozen=True)
+class Reply:
+    """An engine's whole answer, read within the call's deadline and size cap."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.content)
+        except RecursionError as exc:  # absurdly nested: not an answer any engine gives
+            raise ValueError("JSON nested too deeply") from exc
+
+
+def error_message(response: Reply) -> str:
     """The engine's own message from any of the error body shapes vLLM and SGLang use, or the plain text."""
     text = response.text.strip()
     try:
         body = response.json()
-    except (json.JSONDecodeError, ValueError):
+    except ValueError:
         body = None
     if isinstance(body, dict):
         error = body.get("error")
@@ -99,27 +123,45 @@ class EngineClient:
     """One engine's HTTP API. Subclasses speak vLLM or SGLang; callers use only these methods."""
 
     kind = ""
+    final_errors: tuple[re.Pattern[str], ...] = ()  # 5xx messages that mean "this will never work"
 
     def __init__(
         self,
         engine: Engine,
         transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         backoff: Sequence[float] = BACKOFF_S,
+        stop: Stop | None = None,
     ) -> None:
         self.engine = engine
-        self.sleep = sleep
+        self.stop = stop
+        self.sleep = sleep or (stop.sleep if stop is not None else time.sleep)
         self.backoff = tuple(backoff)
+        self.failed: EngineUnavailableError | None = None
         headers = {"User-Agent": "lorafleet"}
         key = api_key(engine)
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
         timeout = httpx.Timeout(engine.request_timeout_s, connect=min(5.0, engine.request_timeout_s))
-        self.http = httpx.Client(base_url=engine.url, headers=headers, timeout=timeout, transport=transport)
+        # Proxy variables are ignored (a Bearer key must not travel to a proxy nobody chose for the engines)
+        # unless the inventory names a proxy for this engine.
+        self.http = httpx.Client(
+            base_url=engine.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            trust_env=False,
+            proxy=engine.proxy,
+        )
         self._served_model: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.engine.key})"
+
+    def bind_stop(self, stop: Stop) -> None:
+        """From now on no request starts once `stop` is set, and backoff sleeps wake at once."""
+        self.stop = stop
+        self.sleep = stop.sleep
 
     def close(self) -> None:
         self.http.close()
@@ -131,33 +173,86 @@ class EngineClient:
         self.close()
 
     # --- HTTP with retries ----------------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """Send once, then retry transient failures on the backoff list; raise EngineError when it fails."""
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, idempotent: bool | None = None
+    ) -> Reply:
+        """Send, then retry what may be retried, all within the engine's call deadline; raise EngineError.
+
+        Refused connections and 5xx answers are retried on the backoff list (or after Retry-After, capped); a
+        timeout or a connection lost mid-answer only for idempotent calls (by default GET), since the engine may
+        have acted. A 5xx carrying one of the engine's deterministic messages is final. An engine that failed
+        once in this client's life fails every later call at once: a dead engine costs one deadline per run.
+        """
+        if self.failed is not None:
+            raise EngineUnavailableError(self.engine.key, f"{self.failed.message} (not retried in this run)")
         key = self.engine.key
+        retry_whole = method == "GET" if idempotent is None else idempotent
+        deadline = time.monotonic() + self.engine.call_deadline_s
         attempt = 0
         while True:
+            if self.stop is not None and self.stop.is_set():
+                raise Cancelled()
             retry_after: float | None = None
+            retryable = True
             try:
-                response = self.http.request(method, path, json=body)
-            except httpx.TimeoutException:
-                failure: EngineError = EngineUnavailableError(
-                    key, f"{key}: {method} {path} timed out after {self.engine.request_timeout_s:g}s"
-                )
-            except httpx.TransportError as exc:
+                response = self._send(method, path, body, deadline)
+            except (httpx.TimeoutException, _DeadlineError):
+                failure: EngineError = EngineUnavailableError(key, f"{key}: {method} {path} {self._timed_out()}")
+                retryable = retry_whole
+            except httpx.ConnectError as exc:
                 failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({_one_line(str(exc))})")
+            except httpx.TransportError as exc:
+                failure = EngineUnavailableError(key, f"{key}: {method} {path} broke off ({_one_line(str(exc))})")
+                retryable = retry_whole
             else:
                 if response.status_code < 400:
                     return response
                 message = f"{key}: HTTP {response.status_code}: {error_message(response)}"
-                if response.status_code < 500 and response.status_code != 429:
+                if (response.status_code < 500 and response.status_code != 429) or self.is_final(message):
                     raise EngineRejectedError(key, message, response.status_code)
                 failure = EngineUnavailableError(key, message, response.status_code)
-                retry_after = _retry_after(response)
-            if attempt >= len(self.backoff):
+                retry_after = _retry_after(response.headers.get("Retry-After"))
+            delay = self.backoff[attempt] if attempt < len(self.backoff) else None
+            if delay is not None and retry_after is not None:
+                delay = min(retry_after, MAX_RETRY_AFTER_S)
+            if not retryable or delay is None or time.monotonic() + delay >= deadline:
+                if isinstance(failure, EngineUnavailableError):
+                    self.failed = failure
                 raise failure
-            delay = self.backoff[attempt] if retry_after is None else min(retry_after, MAX_RETRY_AFTER_S)
             attempt += 1
             self.sleep(delay)
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, deadline: float) -> Reply:
+        """One attempt: every wait bounded by what is left of the deadline, the body read up to the size cap."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _DeadlineError()
+        wait = min(self.engine.request_timeout_s, remaining)
+        timeout = httpx.Timeout(wait, connect=min(5.0, wait))
+        cap = self.engine.max_response_bytes
+        with self.http.stream(method, path, json=body, timeout=timeout) as response:
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise EngineRejectedError(
+                        self.engine.key,
+                        f"{self.engine.key}: {method} {path} answered more than {cap} bytes (max_response_mb)",
+                        response.status_code,
+                    )
+                if time.monotonic() > deadline:
+                    raise _DeadlineError()
+                chunks.append(chunk)
+            return Reply(response.status_code, response.headers, b"".join(chunks))
+
+    def _timed_out(self) -> str:
+        e = self.engine
+        return f"timed out after {e.request_timeout_s:g}s (whole call at most {e.call_deadline_s:g}s)"
+
+    def is_final(self, message: str) -> bool:
+        """A 5xx whose message the engine gives for a request that can never succeed (e.g. a rank error)."""
+        return any(pattern.search(message) for pattern in self.final_errors)
 
     def get_json(self, path: str) -> Any:
         response = self.request("GET", path)
@@ -212,14 +307,25 @@ class EngineClient:
         return True
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
+class _DeadlineError(Exception):
+    """The call's overall deadline passed while an answer was still arriving."""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds or as an HTTP date; None when absent or unreadable."""
     if value is None:
         return None
     try:
         return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
         return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
 def make_client(engine: Engine, **kwargs: Any) -> EngineClient:

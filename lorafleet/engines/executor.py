@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -58,11 +58,21 @@ class Outcome(Generic[Item, Result]):
 WorkerFactory = Callable[[str], AbstractContextManager[Callable[[Item], Result]]]
 
 
+class Interrupted(BaseException):
+    """SIGTERM (or another stop signal) turned into an exception in the main thread; `code` is the exit code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 class EngineExecutor(Generic[Item, Result]):
-    def __init__(self, parallel: int = 8, stop: Stop | None = None) -> None:
+    def __init__(self, parallel: int = 8, stop: Stop | None = None, grace_s: float = 1.0) -> None:
         self.parallel = max(1, parallel)
         self.stop = stop or Stop()
+        self.grace_s = grace_s  # after a stop, how long to collect outcomes from workers that are finishing
         self.abandoned: list[tuple[str, Item]] = []
+        self.in_flight: dict[str, Item] = {}  # engine -> the item its worker is running now
 
     def run(
         self,
@@ -72,24 +82,35 @@ class EngineExecutor(Generic[Item, Result]):
         on_engine_done: Callable[[str], None] | None = None,
     ) -> None:
         """Run every engine's items in order; an item that raises is an outcome with `error`, and an engine
-        whose worker cannot start fails all its items. Returns when every engine is done or abandoned."""
+        whose worker cannot start fails all its items. Returns when every engine is done or abandoned.
+
+        On an interrupt (KeyboardInterrupt, Interrupted) in the calling thread the stop flag is set, outcomes
+        arriving within `grace_s` are still delivered, and the interrupt is re-raised; `in_flight` then lists
+        the items whose fate is unknown. Workers are daemon threads: one blocked on a hung engine never holds
+        the process past its exit.
+        """
         done: queue.Queue[Outcome[Item, Result] | str] = queue.Queue()
+        slots = threading.Semaphore(self.parallel)
 
         def run_engine(engine: str) -> None:
             pending = list(work[engine])
             try:
-                if self.stop.is_set():
-                    return
-                with worker(engine) as run_one:
-                    while pending and not self.stop.is_set():
-                        item = pending[0]
-                        try:
-                            done.put(Outcome(engine, item, run_one(item)))
-                        except Cancelled:
-                            break
-                        except Exception as exc:  # one item's failure is its outcome, never the engine's end
-                            done.put(Outcome(engine, item, None, exc))
-                        pending.pop(0)
+                with slots:
+                    if self.stop.is_set():
+                        return
+                    with worker(engine) as run_one:
+                        while pending and not self.stop.is_set():
+                            item = pending[0]
+                            self.in_flight[engine] = item
+                            try:
+                                outcome: Outcome[Item, Result] = Outcome(engine, item, run_one(item))
+                            except Cancelled:
+                                return  # stopped mid-item: it stays in flight, its fate unknown
+                            except Exception as exc:  # one item's failure is its outcome, never the engine's end
+                                outcome = Outcome(engine, item, None, exc)
+                            del self.in_flight[engine]
+                            pending.pop(0)
+                            done.put(outcome)
             except Cancelled:
                 pass
             except Exception as exc:  # the worker could not start or stop: every item left fails with it
@@ -97,35 +118,58 @@ class EngineExecutor(Generic[Item, Result]):
                     done.put(Outcome(engine, item, None, exc))
                 pending = []
             finally:
-                for item in pending:
-                    self.abandoned.append((engine, item))
+                if engine in self.in_flight and pending:
+                    pending.pop(0)
+                self.abandoned.extend((engine, item) for item in pending)
                 done.put(engine)
 
         engines = [e for e in work if work[e]]
-        pool = ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(engines) or 1)))
+        for engine in engines:
+            threading.Thread(target=run_engine, args=(engine,), name=f"lorafleet {engine}", daemon=True).start()
+        running = len(engines)
         try:
-            for engine in engines:
-                pool.submit(run_engine, engine)
-            for item in _drain(done, len(engines)):
-                if isinstance(item, str):
-                    if on_engine_done is not None:
-                        on_engine_done(item)
-                else:
-                    on_outcome(item)
-        except BaseException:  # an interrupt: nothing new starts; workers return at their next sleep
+            while running:
+                item = _next(done)
+                if item is None:
+                    continue
+                running -= self._deliver(item, on_outcome, on_engine_done)
+        except BaseException:
             self.stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
+            self._grace(done, running, on_outcome, on_engine_done)
             raise
-        pool.shutdown(wait=True)
 
-
-def _drain(done: queue.Queue[Outcome[Item, Result] | str], engines: int) -> Iterator[Outcome[Item, Result] | str]:
-    running = engines
-    while running:
-        try:
-            item = done.get(timeout=0.1)  # a timeout keeps the caller's thread responsive to signals
-        except queue.Empty:
-            continue
+    def _deliver(
+        self,
+        item: Outcome[Item, Result] | str,
+        on_outcome: Callable[[Outcome[Item, Result]], None],
+        on_engine_done: Callable[[str], None] | None,
+    ) -> int:
+        """Hand one message to its callback; 1 when it says an engine is done."""
         if isinstance(item, str):
-            running -= 1
-        yield item
+            if on_engine_done is not None:
+                on_engine_done(item)
+            return 1
+        on_outcome(item)
+        return 0
+
+    def _grace(
+        self,
+        done: queue.Queue[Outcome[Item, Result] | str],
+        running: int,
+        on_outcome: Callable[[Outcome[Item, Result]], None],
+        on_engine_done: Callable[[str], None] | None,
+    ) -> None:
+        deadline = time.monotonic() + self.grace_s
+        while running and time.monotonic() < deadline:
+            try:
+                item = done.get(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
+            except queue.Empty:
+                continue
+            running -= self._deliver(item, on_outcome, on_engine_done)
+
+
+def _next(done: queue.Queue[Outcome[Item, Result] | str]) -> Outcome[Item, Result] | str | None:
+    try:
+        return done.get(timeout=0.1)  # a timeout keeps the caller's thread responsive to signals
+    except queue.Empty:
+        return None

@@ -17,9 +17,14 @@ _ALREADY = re.compile(r"already exists", re.IGNORECASE)
 
 class SglangClient(EngineClient):
     kind = "sglang"
+    final_errors = (
+        re.compile(r"incompatible with the current LoRA memory pool", re.IGNORECASE),
+        re.compile(r"LoRA is not enabled", re.IGNORECASE),
+    )
 
     def _post(self, path: str, body: dict[str, Any]) -> None:
-        response = self.request("POST", path, body)
+        # Load and unload are safe to repeat: a repeated load answers "already exists".
+        response = self.request("POST", path, body, idempotent=True)
         try:
             payload = response.json()
         except ValueError:

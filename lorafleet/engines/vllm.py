@@ -19,10 +19,17 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 class VllmClient(EngineClient):
     kind = "vllm"
+    # vLLM answers these with 500 on some versions; asking again cannot help.
+    final_errors = (
+        re.compile(r"greater than max_lora_rank", re.IGNORECASE),
+        re.compile(r"No adapter found", re.IGNORECASE),
+        re.compile(r"must be provided", re.IGNORECASE),
+    )
 
     def load(self, name: str, path: str, pinned: bool = False) -> None:
         try:
-            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            # Safe to repeat: a load that did happen answers "already loaded" the second time.
+            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, idempotent=True)
         except EngineRejectedError as exc:
             if _ALREADY.search(exc.message):
                 raise AlreadyLoadedError(exc.engine, exc.message, exc.status) from exc
@@ -30,7 +37,8 @@ class VllmClient(EngineClient):
 
     def rewarm(self, name: str, path: str) -> None:
         try:
-            self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True})
+            body = {"lora_name": name, "lora_path": path, "load_inplace": True}
+            self.request("POST", "/v1/load_lora_adapter", body, idempotent=True)
         except EngineRejectedError as exc:
             if not _ALREADY.search(exc.message):
                 raise
@@ -40,7 +48,7 @@ class VllmClient(EngineClient):
         self.request("POST", "/v1/completions", {"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0})
 
     def unload(self, name: str) -> None:
-        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, idempotent=True)
 
     def activity(self) -> Activity:
         return parse_lora_requests_info(self.request("GET", "/metrics").text)

@@ -268,7 +268,20 @@ def _engine(
         load=LoadModel(**{k: tuning[k] for k in LOAD_KEYS if k in tuning}),
         request_timeout_s=tuning.get("request_timeout_s", schema.TUNING.defaults()["request_timeout_s"]),
         source=spot.location(),
+        **_call_limits(tuning),
     )
+
+
+def _call_limits(tuning: dict[str, Any]) -> dict[str, Any]:
+    """The optional call limits, as Engine's own defaults unless the inventory sets them."""
+    out: dict[str, Any] = {}
+    if "call_deadline_s" in tuning:
+        out["call_deadline_s"] = tuning["call_deadline_s"]
+    if "max_response_mb" in tuning:
+        out["max_response_bytes"] = int(tuning["max_response_mb"] * MIB)
+    if "proxy" in tuning:
+        out["proxy"] = tuning["proxy"]
+    return out
 
 
 def _slots(

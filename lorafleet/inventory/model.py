@@ -90,8 +90,11 @@ class Engine:
     lora_budget_bytes: int | None
     api_key_env: str | None
     load: LoadModel
-    request_timeout_s: float
+    request_timeout_s: float  # each connect and each read
     source: Location  # where it was defined
+    call_deadline_s: float = 60.0  # one whole call, retries and body included
+    max_response_bytes: int = 8 * 1024 * 1024  # a longer answer is refused, not read
+    proxy: str | None = None  # engine traffic goes direct (proxy variables ignored) unless this is set
 
     @property
     def key(self) -> str:

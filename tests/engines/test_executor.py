@@ -73,7 +73,8 @@ def test_stop_wakes_a_sleeping_worker_and_abandons_queued_items() -> None:
     executor.run({"e": [1, 2, 3]}, worker, outcomes.append)
     assert time.monotonic() - began < 5
     assert outcomes == []
-    assert executor.abandoned == [("e", 1), ("e", 2), ("e", 3)]
+    assert executor.in_flight == {"e": 1}  # stopped mid-item: its fate is unknown
+    assert executor.abandoned == [("e", 2), ("e", 3)]
 
 
 def test_stop_sleep_raises_only_when_set() -> None:
@@ -83,3 +84,32 @@ def test_stop_sleep_raises_only_when_set() -> None:
     stop.set()
     with pytest.raises(Cancelled):
         stop.sleep(10)
+
+
+def test_an_interrupt_stops_workers_collects_finishing_outcomes_and_re_raises() -> None:
+    release = threading.Event()
+
+    @contextmanager
+    def worker(engine: str) -> Iterator[Callable[[int], int]]:
+        def run(item: int) -> int:
+            if engine == "hung":
+                release.wait(30)  # a read that no stop can wake
+            return item
+
+        yield run
+
+    outcomes: list[Outcome[int, int]] = []
+
+    def interrupt_on_first(o: Outcome[int, int]) -> None:
+        outcomes.append(o)
+        raise KeyboardInterrupt
+
+    executor = EngineExecutor[int, int](grace_s=0.3)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        executor.run({"fast": [1, 2], "hung": [7, 8]}, worker, interrupt_on_first)
+    release.set()
+    assert time.monotonic() - began < 3  # the hung worker did not hold the caller
+    assert executor.stop.is_set()
+    assert executor.in_flight.get("hung") == 7
+    assert outcomes[0].engine == "fast"
