@@ -12,11 +12,28 @@ from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, table
 from lorafleet.errors import InputError
 from lorafleet.inventory.model import LogSource
-from lorafleet.logs.reader import DEFAULT_JSONL, read_events
+from lorafleet.logs.reader import DEFAULT_JSONL, read_events, source_for
+from lorafleet.logs.records import LogTally
 from lorafleet.policy.policies import POLICY_NAMES
 from lorafleet.replay.simulator import headroom_captured
 from lorafleet.replay.simulator import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def explain_bad_lines(tally: LogTally, source: LogSource) -> str | None:
+    """What went wrong with the lines, and what they were read as: the way to fix a mapping."""
+    if not tally.bad_reasons:
+        return None
+    reasons = ", ".join(
+        f"{reason} ({count:,})" for reason, count in sorted(tally.bad_reasons.items(), key=lambda kv: -kv[1])
+    )
+    fields = ", ".join(f"{k}: {v}" for k, v in source.fields.items())
+    expected = f"nginx log_format {source.log_format!r}" if source.format == "nginx" else "JSON lines"
+    return f"bad lines: {reasons}; they were read as {expected} with fields {{{fields}}} (see gateway.logs)"
 
 
 def parse_policies(value: str) -> list[str]:
@@ -60,8 +77,9 @@ def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str 
     events, tally = read_events(logs, inv, source)
     if tally.adapter_requests == 0:
         raise InputError(
-            f"no adapter requests in {', '.join(logs)} ({tally.lines} lines, {tally.bad_lines} bad, "
-            f"{tally.unknown_requests} naming adapters the inventory does not know)"
+            f"no adapter requests in {', '.join(logs)} ({plural(tally.lines, 'line')}, {tally.bad_lines} bad, "
+            f"{tally.unknown_requests} naming adapters the inventory does not know)",
+            hint=explain_bad_lines(tally, source or source_for(logs[0], inv)),
         )
     with progress_bar("replaying", len(events) * len(names), enabled=not as_json) as advance:
         done: dict[str, int] = {}
@@ -158,15 +176,16 @@ def trace() -> None:
     help="Write traffic for the -i inventory (its tenants, workflows and adapters) instead of a shape; "
     "only the log is written, named like the inventory's first gateway log.",
 )
-def synth(shape: str, requests: int | None, seed: int, out: str, for_inventory: bool) -> None:
+@click.option("--force", is_flag=True, help="Overwrite files that already exist in --out.")
+def synth(shape: str, requests: int | None, seed: int, out: str, for_inventory: bool, force: bool) -> None:
     """Write a synthetic access log (JSON lines, reference layout) and a matching inventory."""
     if for_inventory:
         inv = settings().load_inventory()
         name = Path(inv.gateway_logs[0].path).name if inv.gateway_logs else "access.jsonl"
-        result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / name)
+        result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / name, force)
         click.echo(f"wrote {result.requests:,} requests to {result.log_path}")
         click.echo(f"replay it: lorafleet replay {result.log_path} -i {settings().inventory_path}")
         return
-    result = synthesize(shape, requests, seed, Path(out))
+    result = synthesize(shape, requests, seed, Path(out), force)
     click.echo(f"wrote {result.requests:,} requests to {result.log_path} and the inventory {result.inventory_path}")
     click.echo(f"replay it: lorafleet replay {result.log_path} -i {result.inventory_path}")

@@ -7,6 +7,7 @@ A name read from a log is data: it becomes an inventory adapter id only by exact
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -139,8 +140,11 @@ class LineParser:
                 return None
         else:
             try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+                record = json.loads(line, parse_constant=_no_constant)
+            except _NonFiniteError:
+                self.tally.bad("non-finite number (NaN or Infinity)")
+                return None
+            except (ValueError, RecursionError):  # ValueError: bad JSON, or an integer past Python's digit limit
                 self.tally.bad("not JSON")
                 return None
             if not isinstance(record, dict):
@@ -166,6 +170,15 @@ class LineParser:
                 return None
         else:
             when = float(self._order)  # no time in this log: one request per second, in order
+        numbers: dict[str, float | None] = {}
+        for name, low, high in NUMERIC_FIELDS:
+            if name in fields:
+                try:
+                    numbers[name] = _number(_dig(record, fields[name]), low, high)
+                except ValueError:
+                    self.tally.bad(f"{name} not a number in [{low:g}, {high:g}]")
+                    return None
+        status = numbers.get("status")
         kind, adapter, base = self.resolver.model(raw_model)
         tenant = _dig(record, fields["tenant"]) if "tenant" in fields else None
         engine = self.resolver.engine(_dig(record, fields["engine"])) if "engine" in fields else None
@@ -176,25 +189,38 @@ class LineParser:
             tenant=None if tenant is None else str(tenant)[:MAX_NAME_CHARS],
             engine=engine,
             base_model=base,
-            status=_int(_dig(record, fields["status"])) if "status" in fields else None,
-            ttft_ms=_float(_dig(record, fields["ttft_ms"])) if "ttft_ms" in fields else None,
+            status=None if status is None else int(status),
+            ttft_ms=numbers.get("ttft_ms"),
         )
         self.tally.count(event, None if isinstance(raw_model, (dict, list)) else str(raw_model))
         return event
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
+# Numeric fields and the range a real request can have; anything else makes the line bad, with a reason.
+NUMERIC_FIELDS = (("status", 100, 599), ("ttft_ms", 0, 86_400_000))
 
 
-def _float(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
+class _NonFiniteError(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonFiniteError(name)
+
+
+def _number(value: Any, low: float, high: float) -> float | None:
+    """The value as a finite number in [low, high]; None when absent (nginx "-"); ValueError otherwise."""
+    if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or len(str(value)) > 32:
+        raise ValueError("not a number")
+    try:
+        number = float(value)
+    except OverflowError as exc:
+        raise ValueError("out of range") from exc
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ValueError("out of range")
+    return number
 
 
 def source_for(path: str | os.PathLike[str], inventory: Inventory) -> LogSource:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 _EPOCH_MS_THRESHOLD = 1e11  # seconds since 1970 pass this in the year 5138; milliseconds passed it in 1973
+_LATEST = 253402300799.0  # 9999-12-31T23:59:59Z: anything later is garbage, not a time
 _MONTHS = {
     m: i
     for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)
@@ -20,14 +22,21 @@ def parse_time(value: object) -> float:
     if isinstance(value, bool):
         raise TimeParseError("a boolean is not a time")
     if isinstance(value, (int, float)):
-        return _epoch(float(value))
+        try:
+            return _epoch(float(value))
+        except OverflowError as exc:  # an integer too large for a float
+            raise TimeParseError("time out of range") from exc
     if not isinstance(value, str) or not value.strip():
         raise TimeParseError(f"unsupported time {value!r}")
     text = value.strip()
+    if len(text) > 64:
+        raise TimeParseError("time too long")
     try:
-        return _epoch(float(text))
+        number = float(text)
     except ValueError:
         pass
+    else:
+        return _epoch(number)
     if len(text) >= 26 and text[2] == "/" and text[6] == "/" and text[11] == ":":
         return _nginx_local(text)
     try:
@@ -36,13 +45,22 @@ def parse_time(value: object) -> float:
         raise TimeParseError(f"unsupported time {text[:40]!r}") from exc
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    try:
+        return _in_range(parsed.timestamp())
+    except (OverflowError, ValueError) as exc:  # a valid ISO date whose offset pushes it out of range
+        raise TimeParseError("time out of range") from exc
 
 
 def _epoch(number: float) -> float:
-    if number != number or number < 0:
+    if not math.isfinite(number) or number < 0:
         raise TimeParseError(f"invalid epoch time {number}")
-    return number / 1000.0 if number >= _EPOCH_MS_THRESHOLD else number
+    return _in_range(number / 1000.0 if number >= _EPOCH_MS_THRESHOLD else number)
+
+
+def _in_range(seconds: float) -> float:
+    if not 0 <= seconds <= _LATEST:
+        raise TimeParseError("time out of range")
+    return seconds
 
 
 def _nginx_local(text: str) -> float:
@@ -54,4 +72,7 @@ def _nginx_local(text: str) -> float:
         offset = sign * (int(text[22:24]) * 3600 + int(text[24:26]) * 60)
     except (KeyError, ValueError, IndexError) as exc:
         raise TimeParseError(f"unsupported time {text[:40]!r}") from exc
-    return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() - offset
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() - offset
+    except ValueError as exc:  # 31/Feb, hour 25
+        raise TimeParseError(f"unsupported time {text[:40]!r}") from exc

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import DEFAULT_JSONL
 
@@ -212,26 +213,49 @@ def _bisect(cumulative: list[float], x: float) -> int:
     return lo
 
 
+def _claim(paths: list[Path], force: bool) -> None:
+    """Refuse to overwrite files (a real access log, say) unless told to; make their folder. Input errors."""
+    if not force:
+        taken = [p for p in paths if p.exists()]
+        if taken:
+            raise InputError(f"refusing to overwrite {taken[0]}", hint="choose another --out, or pass --force")
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+        if path.is_dir():
+            raise InputError(f"{path} is a folder; cannot write a file there")
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
 def _write_log(path: Path, records: list[tuple[float, str, str]], upstream: str | None) -> None:
     """JSON lines in the reference inventory's gateway layout (see DEFAULT_JSONL)."""
-    with path.open("w", encoding="utf-8") as fh:
-        for when, tenant, adapter in records:
-            line = {
-                "ts": _iso(START + when),
-                "tenant_id": tenant,
-                "model": adapter,
-                "upstream": upstream,
-                "status": 200,
-                "ttft_ms": None,
-            }
-            fh.write(json.dumps(line) + "\n")
+    lines = []
+    for when, tenant, adapter in records:
+        line = {
+            "ts": _iso(START + when),
+            "tenant_id": tenant,
+            "model": adapter,
+            "upstream": upstream,
+            "status": 200,
+            "ttft_ms": None,
+        }
+        lines.append(json.dumps(line) + "\n")
+    _write_text(path, "".join(lines))
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthetic:
+def synthesize(shape: str, requests: int | None, seed: int, out: Path, force: bool = False) -> Synthetic:
     """Write `access.jsonl` and `inventory.yaml` for a shape into `out`."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r} (known: {', '.join(SHAPES)})")
@@ -240,8 +264,9 @@ def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthe
         raise ValueError("--requests must be at least 1")
     rng = random.Random(f"{shape}:{seed}")
     spec = {"seed": _seed, "zipf": _zipf, "workflows": _workflows, "drift": _drift}[shape](rng, count)
-    out.mkdir(parents=True, exist_ok=True)
     log_path = out / "access.jsonl"
+    inventory_path = out / "inventory.yaml"
+    _claim([log_path, inventory_path], force)
     engine_keys = [f"localhost/{e['name']}" for e in spec.engines]
     _write_log(log_path, spec.records, None if len(engine_keys) > 1 else engine_keys[0])
     inventory = {
@@ -283,13 +308,14 @@ def synthesize(shape: str, requests: int | None, seed: int, out: Path) -> Synthe
             ]
         },
     }
-    inventory_path = out / "inventory.yaml"
     header = f"# Written by `lorafleet trace synth --shape {shape} --requests {count} --seed {seed}`.\n"
-    inventory_path.write_text(header + yaml.safe_dump(inventory, sort_keys=False, width=120), encoding="utf-8")
+    _write_text(inventory_path, header + yaml.safe_dump(inventory, sort_keys=False, width=120))
     return Synthetic(log_path, inventory_path, len(spec.records))
 
 
-def synthesize_for_inventory(inventory: Inventory, requests: int, seed: int, out: Path) -> Synthetic:
+def synthesize_for_inventory(
+    inventory: Inventory, requests: int, seed: int, out: Path, force: bool = False
+) -> Synthetic:
     """Traffic for an existing inventory: tenants walk their declared workflows (10% noise, think time mean
     3 s); tenants without workflows ask for their own adapters with Zipf popularity. Writes only the log."""
     if requests < 1:
@@ -311,6 +337,6 @@ def synthesize_for_inventory(inventory: Inventory, requests: int, seed: int, out
         weights = [1 / (k + 1) ** 1.1 for k in range(len(own))]
         chains[tenant] = [[rng.choices(own, weights)[0] for _ in range(3)] for _ in range(3)]
     records = _sessions(rng, tenants, chains, names, requests, think_s=3.0, noise=0.1, session_gap_s=10.0)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _claim([out], force)
     _write_log(out, records, None)
     return Synthetic(out, Path(inventory.sources[0]) if inventory.sources else out, len(records))
