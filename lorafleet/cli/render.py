@@ -28,10 +28,10 @@ def console(stderr: bool = False) -> Console:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def safe(text: str) -> Text:
+def safe(text: str, style: str = "") -> Text:
     """Untrusted text (an engine's message, a log field, a name) for a table: control characters (escape
     sequences included) removed, and never read as rich markup."""
-    return Text(_CONTROL.sub("", text))
+    return Text(_CONTROL.sub("", text), style=style)
 
 
 @contextmanager

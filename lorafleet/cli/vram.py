@@ -8,7 +8,7 @@ from rich.text import Text
 from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.render import console, print_json, safe, table
 from lorafleet.inventory.model import PROVIDERS
 from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
 from lorafleet.units import format_bytes
@@ -100,7 +100,7 @@ def vram(
         )
         for r in rows:
             if not r.ok:
-                t.add_row(r.name, Text(r.status, style="red"), "", Text(r.error or "", style="red"))
+                t.add_row(r.name, Text(r.status, style="red"), "", safe(r.error or "", "red"))
                 continue
             if not r.gpus:
                 t.add_row(r.name, "ok", "", Text("no GPUs", style="dim"))
@@ -109,12 +109,12 @@ def vram(
                     r.name if i == 0 else "",
                     "ok" if i == 0 else "",
                     str(g.index),
-                    g.name or "-",
+                    safe(g.name or "-"),
                     format_bytes(g.used_bytes),
                     format_bytes(g.free_bytes),
                     format_bytes(g.total_bytes),
                     usage_bar(g.used_bytes, g.total_bytes),
-                    g.mig or "-",
+                    safe(g.mig or "-"),
                 )
         out.print(t)
     if failed and not as_json:

@@ -333,6 +333,10 @@ def _render_url(c: Checker, m: LDict, path: str, template: str, host: str, addre
         return None
     url = template.replace("{host}", address).replace("{name}", host)
     parts = urlsplit(url)
+    secret = schema.url_secret(parts)
+    if secret:
+        c.add(m, "url", spot, f"{secret}; the URL is not shown — name the key's variable in api_key_env instead")
+        return None
     try:
         parts.port  # noqa: B018 - raises on an invalid port
     except ValueError:

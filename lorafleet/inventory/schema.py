@@ -11,8 +11,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
-from lorafleet.inventory.fields import ENV_RE, INVALID, NAME_RE, Checker
+from lorafleet.inventory.fields import ENV_RE, INVALID, NAME_RE, Checker, join
 from lorafleet.inventory.model import CONNECTIONS, DTYPE_ALIASES, DTYPE_BYTES, PROVIDERS
 from lorafleet.inventory.yamlsource import LDict
 from lorafleet.kinds import ENGINE_KINDS, slot_keys
@@ -114,7 +115,73 @@ FORBIDDEN = {
     "password": SECRET_HINT.format(env="password_env"),
     "token": SECRET_HINT.format(env="api_key_env"),
 }
-ENV_NAME = text(ENV_RE, "an environment variable name")
+
+
+def env_name() -> Reader:
+    """The name of an environment variable holding a secret. The value is never echoed: a mistake here is
+    often the secret itself pasted in."""
+
+    def read(c: Checker, m: LDict, key: str, path: str) -> Any:
+        value = m[key]
+        if not isinstance(value, str) or not value.strip():
+            c.add(m, key, join(path, key), "expected the name of an environment variable")
+            return INVALID
+        if not ENV_RE.match(value) or looks_like_secret(value):
+            c.add(
+                m,
+                key,
+                join(path, key),
+                "is not an environment variable name (like VLLM_API_KEY); the value is not shown — if it is "
+                "the secret itself, remove it from the file and rotate it",
+            )
+            return INVALID
+        return value
+
+    return read
+
+
+def looks_like_secret(value: str) -> bool:
+    """Variable names are short and upper-case by habit; keys are long and mix cases and digits."""
+    return len(value) >= 24 or (
+        len(value) >= 16 and any(ch.islower() for ch in value) and any(ch.isdigit() for ch in value)
+    )
+
+
+ENV_NAME = env_name()
+
+
+SECRET_QUERY_KEYS = ("key", "api_key", "apikey", "token", "access_token", "password", "secret", "auth")
+
+
+def url_secret(parts: SplitResult) -> str | None:
+    """Why a URL carries a credential (user:password@ or a key in the query), or None."""
+    if parts.username or parts.password:
+        return "credentials in the URL (user:password@) are refused"
+    for name, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if name.lower().replace("-", "_") in SECRET_QUERY_KEYS:
+            return f"a secret in the URL's query ({name}=…) is refused"
+    return None
+
+
+def proxy_url() -> Reader:
+    """An http(s) proxy URL, without credentials in it (the value is not echoed when it has some)."""
+
+    def read(c: Checker, m: LDict, key: str, path: str) -> Any:
+        value = c.string(m, key, path)
+        if value is INVALID:
+            return INVALID
+        parts = urlsplit(value)
+        secret = url_secret(parts)
+        if secret:
+            c.add(m, key, join(path, key), f"{secret}; the URL is not shown")
+            return INVALID
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            c.add(m, key, join(path, key), f"{value!r} is not an http:// or https:// URL with a host")
+            return INVALID
+        return value
+
+    return read
+
 
 TOP = Section(
     tuple(
@@ -132,7 +199,7 @@ TUNING = Section(
         Field("request_timeout_s", number(), default=30.0),
         Field("call_deadline_s", number()),
         Field("max_response_mb", number()),
-        Field("proxy", text()),
+        Field("proxy", proxy_url()),
         Field("api_key_env", ENV_NAME),
         Field("lora_budget_mb", number()),
         Field("max_lora_rank", integer(minimum=1)),

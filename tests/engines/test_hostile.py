@@ -146,3 +146,34 @@ def test_a_signal_stops_warm_within_2s_against_a_hung_engine(
     assert proc.returncode == code, err
     assert "Traceback" not in out + err
     assert "interrupted" in err and "cancelled" in out  # the partial table
+
+
+def test_engine_text_is_never_markup_or_terminal_escapes(tmp_path: Path, run_cli, emulators, adapter_dirs) -> None:
+    from tests.engine_emulator import Fault
+
+    e = emulators(kind="vllm")
+    message = "bad [/adapters/x] targets [q_proj, v_proj] \x1b]0;pwned\x07\x1b[31mred"
+    e.state.faults.append(Fault(status=400, times=5, message=message, path="/v1/load_lora_adapter"))
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    result = run_cli("warm", "r8", "r16", "-i", str(inv))
+    assert result.exit_code == 1, result.stderr
+    assert "internal error" not in result.stderr
+    assert "[q_proj, v_proj]" in result.stdout and "[/adapters/x]" in result.stdout
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+
+
+def test_a_failed_prime_after_a_good_load_is_booked_and_journaled_as_loaded(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, isolated_env: Path
+) -> None:
+    from lorafleet.store.db import open_store
+    from tests.engine_emulator import Fault
+
+    e = emulators(kind="vllm")
+    e.state.faults.append(Fault(status=400, times=1, message="prime refused", path="/v1/completions"))
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    result = run_cli("warm", "r8", "r8", "--prime", "-i", str(inv), "--json")
+    assert result.exit_code == 1
+    with open_store(isolated_env) as store:
+        (load,) = store.loads()  # r8 named twice, warmed once
+        assert (load.action, load.ok) == ("loaded", False) and "prime failed" in (load.error or "")
+        assert [r.adapter for r in store.residency("h/v")] == ["r8"]

@@ -1,0 +1,81 @@
+"""The secret audit: every command runs with a known key in play, and the key appears nowhere it could leak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INVENTORIES
+from tests.engines.test_warm import vllm_entry, write_inventory
+
+KEY = "sk-audit-4f9c2b7e1d8a6350"  # looks like a real key; must never be printed or stored
+
+
+def leaked(*texts: str) -> bool:
+    return any(KEY in t for t in texts)
+
+
+def test_no_command_prints_or_stores_the_key(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    monkeypatch.setenv("AUDIT_KEY", KEY)
+    e = emulators(kind="vllm", api_key=KEY)
+    entry = vllm_entry("v", e.url).replace("}", ", api_key_env: AUDIT_KEY}")
+    inv = str(write_inventory(tmp_path, [entry], adapter_dirs))
+    runs = [
+        ("inventory", "check", "-i", inv),
+        ("inventory", "check", "-i", inv, "--json"),
+        ("inventory", "show", "-i", inv),
+        ("inventory", "show", "-i", inv, "--json"),
+        ("warm", "r8", "-i", inv),
+        ("warm", "r8", "missing", "-i", inv, "--json", "--prime"),
+        ("warm", "r8", "-i", inv, "--dry-run"),
+        ("-v", "warm", "r16", "-i", inv),
+        ("vram", "-i", inv, "--json"),
+        ("replay", str(INVENTORIES / "demo-access.jsonl"), "-i", str(INVENTORIES / "demo.yaml")),
+        ("trace", "synth", "--out", str(tmp_path / "synth")),
+        ("completion", "bash"),
+    ]
+    for args in runs:
+        result = run_cli(*args)
+        assert not leaked(result.stdout, result.stderr), args
+    assert e.state.registry  # the key did work: the engine accepted the loads
+    state = isolated_env
+    for path in state.parent.glob("*"):
+        assert KEY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://admin:{key}@127.0.0.1:8000",
+        "http://127.0.0.1:8000/?api_key={key}",
+        "https://127.0.0.1:8000/v1?token={key}&x=1",
+    ],
+)
+def test_credentials_in_engine_urls_are_refused_without_echo(tmp_path: Path, run_cli, url: str) -> None:
+    text = (INVENTORIES / "demo.yaml").read_text()
+    assert "url: http://127.0.0.1:18000" in text
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(text.replace("url: http://127.0.0.1:18000", f"url: '{url.format(key=KEY)}'", 1))
+    for args in (("inventory", "check", "-i", str(inv)), ("inventory", "show", "--json", "-i", str(inv))):
+        result = run_cli(*args)
+        assert result.exit_code == 2
+        assert "refused" in result.stderr and ".url:" in result.stderr
+        assert not leaked(result.stdout, result.stderr)
+
+
+def test_a_key_pasted_as_api_key_env_is_refused_without_echo(tmp_path: Path, run_cli) -> None:
+    text = (INVENTORIES / "demo.yaml").read_text()
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        text.replace(
+            "url: http://127.0.0.1:18000",
+            f"url: http://127.0.0.1:18000\n        api_key_env: {KEY.replace('-', '_')}",
+            1,
+        )
+    )
+    result = run_cli("inventory", "check", "-i", str(inv))
+    assert result.exit_code == 2 and "api_key_env" in result.stderr and "not shown" in result.stderr
+    assert KEY.replace("-", "_") not in result.stderr
