@@ -179,13 +179,19 @@ class SshConnection:
             if os.path.isfile(t.known_hosts):
                 try:
                     client.load_host_keys(t.known_hosts)
-                except (OSError, paramiko.SSHException) as exc:
-                    raise ProbeError("host-key-unknown", f"cannot read {t.known_hosts}: {exc}") from exc
+                except Exception as exc:  # paramiko raises several kinds on a garbled file
+                    reason = getattr(exc, "strerror", None) or _first_line(exc)
+                    raise ProbeError("host-key-unknown", f"known_hosts file {t.known_hosts}: {reason}") from exc
+            for key_file in t.key_files:
+                if not os.access(key_file, os.R_OK):
+                    why = "not found" if not os.path.exists(key_file) else "not readable"
+                    raise ProbeError("auth-failed", f"{t.label}: key file {key_file} {why}")
             client.set_missing_host_key_policy(_HostKeyPolicy(self.accept_new, t.known_hosts))
             sock = None
             if t.jump is not None:
                 jump = self.pool.connection(t.jump) if self.pool else SshConnection(t.jump, self.accept_new)
                 sock = jump.open_tunnel(t.hostname, t.port, t.connect_timeout_s)
+            started = time.monotonic()
             try:
                 client.connect(
                     t.hostname,
@@ -203,7 +209,12 @@ class SshConnection:
                 )
             except Exception as exc:
                 client.close()
-                raise classify(exc, t) from exc
+                failure = classify(exc, t)
+                if failure.status == "unreachable" and time.monotonic() - started >= 0.9 * t.connect_timeout_s:
+                    # A server that accepts and never speaks surfaces as "No existing session" or EOF.
+                    message = f"{t.label}: no SSH answer within {t.connect_timeout_s:g}s"
+                    failure = ProbeError("timeout", message)
+                raise failure from exc
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(30)
@@ -291,6 +302,11 @@ class SshPool:
             conn.close()
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def classify(exc: BaseException, target: SshTarget) -> ProbeError:
     """Sort an exception from connecting or running into one status with a one-line reason."""
     where = target.label
@@ -318,7 +334,7 @@ def classify(exc: BaseException, target: SshTarget) -> ProbeError:
     if isinstance(exc, OSError):
         return ProbeError("unreachable", f"{where}: {exc.strerror or exc}")
     if isinstance(exc, paramiko.SSHException):
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        text = _first_line(exc)
         status = "timeout" if "timeout" in text.lower() or "banner" in text.lower() else "unreachable"
         return ProbeError(status, f"{where}: {text}")
     return ProbeError("unreachable", f"{where}: {type(exc).__name__}: {exc}")

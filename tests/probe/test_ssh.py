@@ -177,3 +177,29 @@ def test_fifty_hosts_in_parallel(ssh_inventory) -> None:
     elapsed = time.monotonic() - started
     assert all(r.ok for r in rows), [r.error for r in rows if not r.ok]
     assert elapsed < 50 * single / 2, (elapsed, single)
+
+
+def test_a_server_that_accepts_and_never_speaks_is_a_timeout(ssh_inventory, run_cli) -> None:
+    from tests.engines.hostile import HostileServer
+
+    with HostileServer("stall") as stall:
+        port = stall.url.rsplit(":", 1)[1]
+        inv = ssh_inventory([{"name": "stall-1", "ssh": f"{{port: {port}, connect_timeout_s: 1}}"}])
+        began = time.monotonic()
+        code, hosts = vram_json(run_cli, inv)
+    assert code == 1 and hosts["stall-1"]["status"] == "timeout", hosts
+    assert time.monotonic() - began < 15
+
+
+def test_a_garbled_known_hosts_file_is_named(ssh_inventory, run_cli, tmp_path: Path) -> None:
+    known = tmp_path / "garbled_known_hosts"
+    known.write_bytes(b"127.0.0.1 ssh-ed25519 !!!not-base64!!!\n\x00\xff garbage\n")
+    code, hosts = vram_json(run_cli, ssh_inventory(known_hosts=known))
+    assert code == 1 and str(known) in (hosts["gpu-1"]["error"] or ""), hosts
+
+
+def test_a_missing_key_file_is_named(ssh_inventory, run_cli, tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_key"
+    code, hosts = vram_json(run_cli, ssh_inventory(key=missing))
+    assert code == 1 and hosts["gpu-1"]["status"] == "auth-failed"
+    assert f"key file {missing} not found" in hosts["gpu-1"]["error"]
