@@ -45,6 +45,7 @@ class WarmOptions:
     pin: bool = False
     dry_run: bool = False
     parallel: int = 8
+    deadline_s: float | None = None  # the whole run; what is not done by then is reported, not waited for
 
 
 def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter]:
@@ -195,10 +196,11 @@ class Warmed:
 class WarmInterrupted(Exception):  # noqa: N818 - a state the CLI reports, like KeyboardInterrupt
     """Ctrl-C or SIGTERM during `warm`: what was done (journaled) and what was not, and the exit code."""
 
-    def __init__(self, results: list[WarmResult], code: int) -> None:
-        super().__init__(f"interrupted after {sum(r.ok for r in results)} of {len(results)}")
+    def __init__(self, results: list[WarmResult], code: int, reason: str) -> None:
+        super().__init__(f"{reason} after {sum(r.ok for r in results)} of {len(results)}")
         self.results = results
         self.code = code
+        self.reason = reason
 
 
 def _ms(started: float) -> float:
@@ -277,17 +279,17 @@ def warm(
 
     executor = EngineExecutor[Adapter, Warmed](options.parallel, stop)
     try:
-        executor.run(by_engine, worker, record)
+        executor.run(by_engine, worker, record, deadline_s=options.deadline_s)
     except (KeyboardInterrupt, Interrupted) as exc:
-        code = exc.code if isinstance(exc, Interrupted) else 130
+        code, reason = (exc.code, exc.reason) if isinstance(exc, Interrupted) else (130, "interrupted")
         for key, adapter in list(executor.in_flight.items()):
-            message = "interrupted while in flight: the engine may have done it (run warm again to check)"
+            message = f"{reason} while in flight: the engine may have done it (run warm again to check)"
             record(Outcome(key, adapter, Warmed(WarmResult(adapter.id, key, INTERRUPTED, False, 0.0, message), None)))
         done = {(r.adapter, r.engine) for r in results}
         results.extend(
-            WarmResult(a.id, e.key, CANCELLED, False, 0.0, "not started: interrupted")
+            WarmResult(a.id, e.key, CANCELLED, False, 0.0, f"not started: {reason}")
             for a, e in pairs
             if (a.id, e.key) not in done
         )
-        raise WarmInterrupted(sorted(results, key=lambda r: order[(r.adapter, r.engine)]), code) from None
+        raise WarmInterrupted(sorted(results, key=lambda r: order[(r.adapter, r.engine)]), code, reason) from None
     return sorted(results, key=lambda r: order[(r.adapter, r.engine)])

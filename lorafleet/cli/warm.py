@@ -53,6 +53,11 @@ def _registry_size(engine: Engine) -> int:
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be done; only reads the engines' registries.")
 @click.option("--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines warmed at once.")
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop after SECONDS: what is not done by then is reported (exit 1), not waited for.",
+)
 def warm(
     as_json: bool,
     adapters: tuple[str, ...],
@@ -62,6 +67,7 @@ def warm(
     pin: bool,
     dry_run: bool,
     parallel: int,
+    deadline: float | None,
 ) -> None:
     """Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs.
 
@@ -72,17 +78,17 @@ def warm(
     s = settings()
     inv = s.load_inventory()
     chosen = resolve_adapters(inv, adapters)
-    options = WarmOptions(prime=prime, pin=pin, dry_run=dry_run, parallel=parallel)
+    options = WarmOptions(prime=prime, pin=pin, dry_run=dry_run, parallel=parallel, deadline_s=deadline)
     # The state file is opened (and so checked writable) before any engine is contacted.
     with open_store(s.state_path) as store, terminate_as_interrupt():
         book = restore_book(inv, store)
         pairs = choose_targets(inv, chosen, engines, replicas, load_of=_registry_size if replicas else None, book=book)
-        code = 0
+        code, reason = 0, ""
         with progress_bar("warming", len(pairs), enabled=not as_json) as advance:
             try:
                 results = run_warm(inv, pairs, options, store=store, on_result=lambda _r: advance())
             except WarmInterrupted as exc:
-                results, code = exc.results, exc.code
+                results, code, reason = exc.results, exc.code, exc.reason
     if as_json:
         print_json(shapes.warm(results, dry_run))
     else:
@@ -96,7 +102,7 @@ def warm(
         console().print(t)
     if code:
         done = sum(r.ok for r in results)
-        click.echo(f"error: interrupted: {done} of {len(results)} done; the rest are marked above", err=True)
+        click.echo(f"error: {reason}: {done} of {len(results)} done; the rest are marked above", err=True)
         raise SystemExit(code)
     if not all(r.ok for r in results):
         raise SystemExit(1)

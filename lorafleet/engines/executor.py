@@ -61,9 +61,10 @@ WorkerFactory = Callable[[str], AbstractContextManager[Callable[[Item], Result]]
 class Interrupted(BaseException):
     """SIGTERM (or another stop signal) turned into an exception in the main thread; `code` is the exit code."""
 
-    def __init__(self, code: int) -> None:
+    def __init__(self, code: int, reason: str = "interrupted") -> None:
         super().__init__(code)
         self.code = code
+        self.reason = reason
 
 
 class EngineExecutor(Generic[Item, Result]):
@@ -80,6 +81,7 @@ class EngineExecutor(Generic[Item, Result]):
         worker: WorkerFactory[Item, Result],
         on_outcome: Callable[[Outcome[Item, Result]], None],
         on_engine_done: Callable[[str], None] | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         """Run every engine's items in order; an item that raises is an outcome with `error`, and an engine
         whose worker cannot start fails all its items. Returns when every engine is done or abandoned.
@@ -87,7 +89,7 @@ class EngineExecutor(Generic[Item, Result]):
         On an interrupt (KeyboardInterrupt, Interrupted) in the calling thread the stop flag is set, outcomes
         arriving within `grace_s` are still delivered, and the interrupt is re-raised; `in_flight` then lists
         the items whose fate is unknown. Workers are daemon threads: one blocked on a hung engine never holds
-        the process past its exit.
+        the process past its exit. Past `deadline_s` the run stops the same way and raises Interrupted(1).
         """
         done: queue.Queue[Outcome[Item, Result] | str] = queue.Queue()
         slots = threading.Semaphore(self.parallel)
@@ -127,8 +129,11 @@ class EngineExecutor(Generic[Item, Result]):
         for engine in engines:
             threading.Thread(target=run_engine, args=(engine,), name=f"lorafleet {engine}", daemon=True).start()
         running = len(engines)
+        until = None if deadline_s is None else time.monotonic() + deadline_s
         try:
             while running:
+                if until is not None and time.monotonic() > until:
+                    raise Interrupted(1, f"the run deadline of {deadline_s:g}s passed")
                 item = _next(done)
                 if item is None:
                     continue

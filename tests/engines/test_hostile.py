@@ -177,3 +177,28 @@ def test_a_failed_prime_after_a_good_load_is_booked_and_journaled_as_loaded(
         (load,) = store.loads()  # r8 named twice, warmed once
         assert (load.action, load.ok) == ("loaded", False) and "prime failed" in (load.error or "")
         assert [r.adapter for r in store.residency("h/v")] == ["r8"]
+
+
+def test_the_run_deadline_reports_what_is_not_done_instead_of_waiting(
+    tmp_path: Path, run_cli, adapter_dirs: dict[int, Path]
+) -> None:
+    with HostileServer("hang") as hung:
+        inv = write_inventory(tmp_path, [vllm_entry("hung", hung.url)], adapter_dirs)
+        inv.write_text(inv.read_text().replace("request_timeout_s: 2", "request_timeout_s: 60"))
+        began = time.monotonic()
+        result = run_cli("warm", "r8", "r16", "-i", str(inv), "--deadline", "1")
+        assert time.monotonic() - began < 5
+    assert result.exit_code == 1
+    assert "run deadline of 1s passed" in result.stderr and "cancelled" in result.stdout
+
+
+def test_an_unusable_state_file_is_found_before_any_engine_is_contacted(
+    tmp_path: Path, run_cli, emulators, adapter_dirs: dict[int, Path]
+) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_cli("warm", "r8", "-i", str(inv), "--state", str(blocker / "state.db"))
+    assert result.exit_code == 2 and "state database" in result.stderr
+    assert e.state.requests == []
