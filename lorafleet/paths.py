@@ -1,9 +1,14 @@
-"""Where lorafleet keeps its state by default: the XDG state directory, overridable by env or flag."""
+"""Default places: the inventory (./lorafleet.yaml or LORAFLEET_INVENTORY) and the state database (the XDG state
+directory or LORAFLEET_STATE), each overridable by a flag."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+def default_inventory_path() -> str:
+    return os.environ.get("LORAFLEET_INVENTORY", "lorafleet.yaml")
 
 
 def default_state_path() -> Path:

@@ -17,7 +17,7 @@ def inventory() -> None:
 
 
 @inventory.command()
-@global_options(with_env=False)
+@global_options(with_env=False, state=False)
 @json_option
 def check(as_json: bool) -> None:
     """Validate the inventory; print a summary per provider (exit 2 on any problem)."""
@@ -41,7 +41,7 @@ def check(as_json: bool) -> None:
 
 
 @inventory.command()
-@global_options(with_env=False)
+@global_options(with_env=False, state=False)
 @json_option
 def show(as_json: bool) -> None:
     """Show hosts, engines and adapters (with size and its source) as tables."""

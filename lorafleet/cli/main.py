@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from lorafleet import __version__
 from lorafleet.cli.options import global_options
@@ -28,8 +30,43 @@ def _fail(lines: list[str], hint: str | None, code: int) -> None:
     sys.exit(code)
 
 
+# Every command: its module, and the one-line help shown in listings and completion. A command's module (and the
+# libraries it needs: httpx, paramiko, rich, PyYAML) is imported only when that command runs, so `--version` and
+# a shell's Tab cost little more than importing click.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "completion": ("lorafleet.cli.completion:completion", "Print the shell completion script for SHELL."),
+    "inventory": ("lorafleet.cli.inventory:inventory", "Validate and show the fleet inventory."),
+    "replay": ("lorafleet.cli.replay:replay", "Replay access LOGS through the policy core with simulated engines."),
+    "trace": ("lorafleet.cli.replay:trace", "Synthetic access logs for replay and benchmarks."),
+    "vram": ("lorafleet.cli.vram:vram", "VRAM per GPU across the fleet: NVML here, nvidia-smi over SSH elsewhere."),
+    "warm": ("lorafleet.cli.warm:warm", "Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs."),
+}
+
+
 class LorafleetGroup(click.Group):
-    """Runs click without its own error printing so every failure is one `error:` line and an exit code."""
+    """Runs click without its own error printing so every failure is one `error:` line and an exit code.
+
+    Commands load lazily from COMMANDS; listing and completing command names needs none of them.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, _, attr = COMMANDS[cmd_name][0].partition(":")
+        command: click.Command = getattr(importlib.import_module(module_name), attr)
+        self.commands[cmd_name] = command
+        return command
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        items = [
+            CompletionItem(name, help=COMMANDS[name][1]) for name in sorted(COMMANDS) if name.startswith(incomplete)
+        ]
+        return items + [i for i in click.Command.shell_complete(self, ctx, incomplete) if i.value not in COMMANDS]
 
     def main(
         self,
@@ -87,20 +124,6 @@ def cli() -> None:
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-def _register() -> None:
-    from lorafleet.cli import completion, inventory, replay, vram, warm
-
-    cli.add_command(inventory.inventory)
-    cli.add_command(vram.vram)
-    cli.add_command(warm.warm)
-    cli.add_command(replay.replay)
-    cli.add_command(replay.trace)
-    cli.add_command(completion.completion)
-
-
-_register()
 
 
 def main() -> None:

@@ -6,13 +6,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
-from lorafleet.inventory import Inventory, load_inventory
-from lorafleet.inventory.loader import default_inventory_path
-from lorafleet.paths import default_state_path
+from lorafleet.paths import default_inventory_path, default_state_path
+
+if TYPE_CHECKING:
+    from lorafleet.inventory import Inventory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +37,8 @@ class Settings:
         return Path(self.state) if self.state else default_state_path()
 
     def load_inventory(self) -> Inventory:
+        from lorafleet.inventory import load_inventory  # imported when used: start-up stays light
+
         path = self.inventory_path
         if path not in self._loaded:
             self._loaded[path] = load_inventory(path)
@@ -58,8 +62,9 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def global_options(with_env: bool) -> Callable[[F], F]:
-    """-i/--state/-v on the group (with env and defaults) and again on each command (overrides)."""
+def global_options(with_env: bool, state: bool = True) -> Callable[[F], F]:
+    """-i/--state/-v on the group (with env and defaults) and again on each command (overrides); commands that
+    never touch the state database leave out --state."""
 
     def decorate(f: F) -> F:
         f = click.option(
@@ -71,14 +76,18 @@ def global_options(with_env: bool) -> Callable[[F], F]:
             is_eager=True,
             help="More detail on stderr (repeat for debug).",
         )(f)
-        f = click.option(
-            "--state",
-            type=click.Path(dir_okay=False),
-            expose_value=False,
-            callback=_store,
-            envvar="LORAFLEET_STATE" if with_env else None,
-            help="State database (SQLite). [env: LORAFLEET_STATE; default: ~/.local/state/lorafleet/state.db]",
-        )(f)
+        f = (
+            f
+            if not state
+            else click.option(
+                "--state",
+                type=click.Path(dir_okay=False),
+                expose_value=False,
+                callback=_store,
+                envvar="LORAFLEET_STATE" if with_env else None,
+                help="State database (SQLite). [env: LORAFLEET_STATE; default: ~/.local/state/lorafleet/state.db]",
+            )(f)
+        )
         f = click.option(
             "-i",
             "--inventory",
@@ -95,3 +104,35 @@ def global_options(with_env: bool) -> Callable[[F], F]:
 
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON with a stable shape instead of tables.")(f)
+
+
+def _inventory_for_completion(ctx: click.Context) -> Inventory | None:
+    """The current inventory (-i, LORAFLEET_INVENTORY or ./lorafleet.yaml), or None: a Tab never fails."""
+    try:
+        return settings(ctx).load_inventory()
+    except Exception:  # completion must stay quiet, whatever the file holds
+        return None
+
+
+def complete_adapters(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    inv = _inventory_for_completion(ctx)
+    if inv is None:
+        return []
+    return [CompletionItem(a.id, help=a.base_model) for a in inv.adapters.values() if a.id.startswith(incomplete)]
+
+
+def complete_engines(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    inv = _inventory_for_completion(ctx)
+    if inv is None:
+        return []
+    return [CompletionItem(e.key, help=f"{e.kind} {e.base_model}") for e in inv.engines if e.key.startswith(incomplete)]
+
+
+def complete_policies(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Policy names for a comma-separated list: the part after the last comma is completed."""
+    from lorafleet.policy.policies import POLICY_NAMES
+
+    done, _, last = incomplete.rpartition(",")
+    prefix = f"{done}," if done else ""
+    chosen = set(done.split(",")) if done else set()
+    return [CompletionItem(prefix + p) for p in POLICY_NAMES if p.startswith(last) and p not in chosen]

@@ -10,8 +10,11 @@ from lorafleet.cli.shapes import SHAPES
 def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     out = [(path, command)]
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            out += _walk(command.commands[name], [*path, name])
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None:
+                out += _walk(sub, [*path, name])
     return out
 
 

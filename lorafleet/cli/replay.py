@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.options import complete_policies, global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, table
 from lorafleet.errors import InputError
@@ -47,7 +47,7 @@ def parse_policies(value: str) -> list[str]:
 
 
 @click.command()
-@global_options(with_env=False)
+@global_options(with_env=False, state=False)
 @json_option
 @click.argument("logs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -55,6 +55,7 @@ def parse_policies(value: str) -> list[str]:
     "policies",
     default=",".join(POLICY_NAMES),
     show_default=True,
+    shell_complete=complete_policies,
     help="Comma-separated policies to compare.",
 )
 @click.option(
@@ -163,7 +164,7 @@ def trace() -> None:
 
 
 @trace.command()
-@global_options(with_env=False)
+@global_options(with_env=False, state=False)
 @click.option("--shape", type=click.Choice(SHAPES), default="workflows", show_default=True)
 @click.option("--requests", type=click.IntRange(min=1), default=None, help="Requests to write [default: per shape].")
 @click.option("--seed", type=int, default=1, show_default=True)

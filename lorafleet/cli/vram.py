@@ -24,7 +24,7 @@ def usage_bar(used: int | None, total: int | None, width: int = 12) -> Text:
 
 
 @click.command()
-@global_options(with_env=False)
+@global_options(with_env=False, state=False)
 @json_option
 @click.option("--host", "pattern", metavar="PATTERN", help="Only hosts whose name matches this glob.")
 @click.option("--provider", type=click.Choice(PROVIDERS), help="Only hosts of this provider.")

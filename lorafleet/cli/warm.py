@@ -6,7 +6,7 @@ import click
 from rich.text import Text
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.options import complete_adapters, complete_engines, global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, safe, table, terminate_as_interrupt
 from lorafleet.engines import EngineError, make_client
@@ -36,12 +36,13 @@ def _registry_size(engine: Engine) -> int:
 @click.command()
 @global_options(with_env=False)
 @json_option
-@click.argument("adapters", nargs=-1, required=True)
+@click.argument("adapters", nargs=-1, required=True, shell_complete=complete_adapters)
 @click.option(
     "--engine",
     "engines",
     multiple=True,
     metavar="HOST/ENGINE",
+    shell_complete=complete_engines,
     help="Warm on this engine (repeatable). Default: every engine serving the adapter's base model.",
 )
 @click.option(

@@ -1,6 +1,6 @@
 """The fleet as data: load and validate an inventory, resolve inheritance, size adapters."""
 
-from lorafleet.inventory.loader import default_inventory_path, load_inventory
+from lorafleet.inventory.loader import load_inventory
 from lorafleet.inventory.model import Adapter, BaseModel, Engine, Host, Inventory, LoadModel, Tenant
 
 __all__ = [
@@ -11,6 +11,5 @@ __all__ = [
     "Inventory",
     "LoadModel",
     "Tenant",
-    "default_inventory_path",
     "load_inventory",
 ]

@@ -8,7 +8,6 @@ tables in `schema`.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from lorafleet.errors import InputError, InventoryError, Problem
@@ -20,10 +19,6 @@ from lorafleet.inventory.hosts import Spot, read_hosts, read_settings
 from lorafleet.inventory.merge import merge_documents
 from lorafleet.inventory.model import Adapter, Host, Inventory
 from lorafleet.inventory.yamlsource import LDict, load_yaml
-
-
-def default_inventory_path() -> str:
-    return os.environ.get("LORAFLEET_INVENTORY", "lorafleet.yaml")
 
 
 def inventory_files(path: str | Path) -> list[Path]:
