@@ -6,7 +6,7 @@ import click
 
 from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
-from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.units import format_bytes
 
@@ -40,90 +40,91 @@ def check(as_json: bool) -> None:
         click.echo(f"warning: {w}", err=True)
 
 
+HOST_COLUMNS = [
+    Column("host", "left"),
+    Column("provider", "left"),
+    Column("group", "left", wide=True),
+    Column("connection", "left", wide=True),
+    Column("address", "left", legend="- when it is the host name"),
+    Column("GPUs"),
+    Column("engines"),
+]
+ENGINE_COLUMNS = [
+    Column("engine", "left"),
+    Column("kind", "left"),
+    Column("base model", "left"),
+    Column("GPUs", "left", wide=True),
+    Column("slots", legend="GPU slots / host-memory slots"),
+    Column("max rank", wide=True),
+    Column("budget"),
+    Column("url", "left", wide=True),
+]
+ADAPTER_COLUMNS = [
+    Column("adapter", "left"),
+    Column("base model", "left"),
+    Column("rank"),
+    Column("modules", wide=True),
+    Column("size"),
+    Column("size from", "left"),
+    Column("tenants", "left", wide=True),
+]
+
+
 @inventory.command()
 @global_options(with_env=False, state=False)
 @json_option
-def show(as_json: bool) -> None:
+@click.option("--wide", is_flag=True, help="Show every column (the default tables fit 80 columns).")
+def show(as_json: bool, wide: bool) -> None:
     """Show hosts, engines and adapters (with size and its source) as tables."""
     inv = settings().load_inventory()
     if as_json:
         print_json(shapes.inventory_show(inv))
         return
     out = console()
-    hosts = table(
-        "Hosts",
-        [
-            ("host", "left"),
-            ("provider", "left"),
-            ("group", "left"),
-            ("connection", "left"),
-            ("address", "left"),
-            ("GPUs", "right"),
-            ("engines", "right"),
-        ],
-    )
+    hosts = Report("Hosts", HOST_COLUMNS, wide)
     for h in inv.hosts:
-        hosts.add_row(
-            h.name,
-            h.provider,
-            h.group or "-",
-            h.connection,
-            h.address,
-            "-" if h.gpus is None else str(h.gpus),
-            str(len(h.engines)),
+        hosts.add(
+            {
+                "host": h.name,
+                "provider": h.provider,
+                "group": h.group or "-",
+                "connection": h.connection,
+                "address": "-" if h.address == h.name else h.address,
+                "GPUs": "-" if h.gpus is None else str(h.gpus),
+                "engines": str(len(h.engines)),
+            }
         )
-    out.print(hosts)
-    out.print()
-    engines = table(
-        "Engines",
-        [
-            ("engine", "left"),
-            ("kind", "left"),
-            ("url", "left"),
-            ("base model", "left"),
-            ("GPUs", "left"),
-            ("GPU slots", "right"),
-            ("host slots", "right"),
-            ("max rank", "right"),
-            ("budget", "right"),
-        ],
-    )
+    engines = Report("Engines", ENGINE_COLUMNS, wide)
     for e in inv.engines:
-        engines.add_row(
-            e.key,
-            e.kind,
-            e.url,
-            e.base_model,
-            ",".join(map(str, e.gpus)) or "-",
-            str(e.gpu_slots),
-            "unlimited" if e.host_slots is None else str(e.host_slots),
-            "-" if e.max_lora_rank is None else str(e.max_lora_rank),
-            format_bytes(e.lora_budget_bytes),
+        engines.add(
+            {
+                "engine": e.key,
+                "kind": e.kind,
+                "url": e.url,
+                "base model": e.base_model,
+                "GPUs": ",".join(map(str, e.gpus)) or "-",
+                "slots": f"{e.gpu_slots}/{'∞' if e.host_slots is None else e.host_slots}",
+                "max rank": "-" if e.max_lora_rank is None else str(e.max_lora_rank),
+                "budget": format_bytes(e.lora_budget_bytes),
+            }
         )
-    out.print(engines)
-    out.print()
-    adapters = table(
-        "Adapters",
-        [
-            ("adapter", "left"),
-            ("base model", "left"),
-            ("rank", "right"),
-            ("modules", "right"),
-            ("size", "right"),
-            ("source", "left"),
-            ("tenants", "left"),
-        ],
-    )
-    for a in inv.adapters.values():
-        adapters.add_row(
-            a.id,
-            a.base_model,
-            str(a.rank),
-            str(len(a.target_modules)),
-            format_bytes(a.size_bytes),
-            a.size_source,
-            ", ".join(a.tenants) or "-",
+    adapters = Report("Adapters", ADAPTER_COLUMNS, wide)
+    for ad in inv.adapters.values():
+        adapters.add(
+            {
+                "adapter": ad.id,
+                "base model": ad.base_model,
+                "rank": str(ad.rank),
+                "modules": str(len(ad.target_modules)),
+                "size": format_bytes(ad.size_bytes),
+                "size from": ad.size_source,
+                "tenants": ", ".join(ad.tenants) or "-",
+            }
         )
-    out.print(adapters)
+    for report in (hosts, engines, adapters):
+        out.print(report.table)
+        out.print()
+    if not wide:
+        out.print("slots: GPU / host memory; --wide shows every column (URLs, ranks, groups, tenants).", style="dim")
     for w in inv.warnings:
         click.echo(f"warning: {w}", err=True)

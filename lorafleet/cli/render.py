@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -56,8 +57,34 @@ def print_json(data: Any) -> None:
 
 
 def table(title: str | None, columns: list[tuple[str, str]]) -> Table:
-    """A table with (header, justify) columns in the house style."""
+    """A table with (header, justify) columns in the house style: numbers and names never wrap; only the last
+    column, when it is free text, wraps at spaces."""
     t = Table(title=title, title_justify="left", header_style="bold", show_edge=False, pad_edge=False)
-    for header, justify in columns:
-        t.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for i, (header, justify) in enumerate(columns):
+        free_text = i == len(columns) - 1 and justify == "left"
+        t.add_column(header, justify=justify, no_wrap=not free_text, overflow="fold" if free_text else "ellipsis")  # type: ignore[arg-type]
     return t
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report: what it is called, how it aligns, whether only --wide shows it, what it means."""
+
+    header: str
+    justify: str = "right"
+    wide: bool = False
+    legend: str = ""
+
+
+class Report:
+    """A table whose narrow form fits 80 columns; --wide shows every column. Rows are given by header."""
+
+    def __init__(self, title: str | None, columns: list[Column], wide: bool) -> None:
+        self.columns = [c for c in columns if wide or not c.wide]
+        self.table = table(title, [(c.header, c.justify) for c in self.columns])
+
+    def add(self, values: dict[str, Any]) -> None:
+        self.table.add_row(*(values[c.header] for c in self.columns))
+
+    def legend(self) -> str:
+        return "; ".join(f"{c.header}: {c.legend}" for c in self.columns if c.legend)

@@ -9,13 +9,13 @@ import click
 from lorafleet.cli import shapes
 from lorafleet.cli.options import complete_policies, global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.errors import InputError
-from lorafleet.inventory.model import LogSource
+from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_events, source_for
 from lorafleet.logs.records import LogTally
 from lorafleet.policy.policies import POLICY_NAMES
-from lorafleet.replay.simulator import headroom_captured
+from lorafleet.replay.simulator import PolicyResult, headroom_captured
 from lorafleet.replay.simulator import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
 
@@ -66,7 +66,8 @@ def parse_policies(value: str) -> list[str]:
     help="Read the logs as JSON lines with the reference field names, ignoring the inventory's gateway "
     "mapping. By default each log uses the gateway.logs entry with the same file name (else the first).",
 )
-def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None) -> None:
+@click.option("--wide", is_flag=True, help="Show every column (the default table fits 80 columns).")
+def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None, wide: bool) -> None:
     """Replay access LOGS through the policy core with simulated engines.
 
     Every policy starts from empty engines and sees the same requests; the table shows what each would give
@@ -93,69 +94,86 @@ def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str 
     if as_json:
         print_json(shapes.replay(results, tally))
         return
+    render_replay(results, tally, inv, wide)
+
+
+REPLAY_COLUMNS = [
+    Column("policy", "left"),
+    Column("hit ratio", legend="share of adapter requests whose adapter was resident when they arrived"),
+    Column("hits", wide=True),
+    Column("late", legend="a load of the adapter was already in flight; the request waited the rest"),
+    Column("misses", legend="cold starts"),
+    Column("GPU hits", wide=True, legend="hits whose adapter also held a GPU slot (no host-to-GPU copy)"),
+    Column("wait p50 ms", wide=True),
+    Column("wait p99 ms", legend="99th percentile of the time a request waited on a load (hits wait 0)"),
+    Column("wait total s", wide=True, legend="time all requests waited on loads, summed"),
+    Column("loads", wide=True),
+    Column("prefetched", wide=True, legend="loads issued ahead of demand"),
+    Column("wasted", wide=True, legend="prefetched adapters evicted before any request used them"),
+    Column("over budget", wide=True, legend="times an engine held more than its budget (always 0)"),
+    Column("loader busy", wide=True, legend="share of the time each engine's loader was loading"),
+    Column("headroom", legend="share of the lru-to-oracle hit-ratio gap a policy captures"),
+]
+
+
+def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, wide: bool) -> None:
     by_name = {r.policy: r for r in results}
     lru, oracle = by_name.get("lru"), by_name.get("oracle")
-    out = console()
-    t = table(
-        f"Replay of {tally.adapter_requests:,} adapter requests ({len(inv.engines)} engines, fleet "
-        f"{inv.fleet or 'unnamed'})",
-        [
-            ("policy", "left"),
-            ("hits", "right"),
-            ("late", "right"),
-            ("misses", "right"),
-            ("hit ratio", "right"),
-            ("GPU hits", "right"),
-            ("cold ms", "right"),
-            ("p50", "right"),
-            ("p95", "right"),
-            ("p99", "right"),
-            ("loads", "right"),
-            ("prefetch", "right"),
-            ("wasted", "right"),
-            ("over budget", "right"),
-            ("loader busy", "right"),
-            ("headroom", "right"),
-        ],
+    engines = plural(len(inv.engines), "engine")
+    title = (
+        f"Replay of {plural(tally.adapter_requests, 'adapter request')} on {engines} (fleet {inv.fleet or 'unnamed'})"
     )
+    report = Report(title, REPLAY_COLUMNS, wide)
     for r in results:
         captured = headroom_captured(r, lru, oracle) if lru and oracle else None
-        t.add_row(
-            r.policy,
-            f"{r.hits:,}",
-            f"{r.late:,}",
-            f"{r.misses:,}",
-            f"{r.hit_ratio:.1%}",
-            f"{r.gpu_hits:,}",
-            f"{r.cold_ms_total:,.0f}",
-            f"{r.cold_ms_percentile(50):.1f}",
-            f"{r.cold_ms_percentile(95):.1f}",
-            f"{r.cold_ms_percentile(99):.1f}",
-            f"{r.loads:,}",
-            f"{r.prefetch_loads:,}",
-            f"{r.wasted_prefetches:,}",
-            str(r.budget_violations),
-            f"{r.loader_utilization:.1%}",
-            "-" if captured is None else f"{captured:.0%}",
+        report.add(
+            {
+                "policy": r.policy,
+                "hit ratio": f"{r.hit_ratio:.1%}",
+                "hits": f"{r.hits:,}",
+                "late": f"{r.late:,}",
+                "misses": f"{r.misses:,}",
+                "GPU hits": f"{r.gpu_hits:,}",
+                "wait p50 ms": f"{r.cold_ms_percentile(50):,.1f}",
+                "wait p99 ms": f"{r.cold_ms_percentile(99):,.1f}",
+                "wait total s": f"{r.cold_ms_total / 1000:,.1f}",
+                "loads": f"{r.loads:,}",
+                "prefetched": f"{r.prefetch_loads:,}",
+                "wasted": f"{r.wasted_prefetches:,}",
+                "over budget": str(r.budget_violations),
+                "loader busy": f"{r.loader_utilization:.1%}",
+                "headroom": "-" if captured is None else f"{captured:.0%}",
+            }
         )
-    out.print(t)
-    notes = [f"{tally.lines:,} lines"]
+    out = console()
+    out.print(report.table)
+    conclusion = replay_conclusion(by_name)
+    if conclusion:
+        out.print(conclusion)
+    notes = [plural(tally.lines, "line")]
     if tally.base_requests:
-        notes.append(f"{tally.base_requests:,} base-model requests (not counted)")
+        notes.append(f"{plural(tally.base_requests, 'base-model request')} (not counted)")
     if tally.unknown_requests:
         notes.append(f"{tally.unknown_requests:,} for adapters not in the inventory (never loaded)")
     if tally.bad_lines:
         reasons = ", ".join(f"{n} {k}" for k, n in sorted(tally.bad_reasons.items()))
-        notes.append(f"{tally.bad_lines:,} bad lines skipped ({reasons})")
+        notes.append(f"{plural(tally.bad_lines, 'bad line')} skipped ({reasons})")
     unserved = max(r.unserved for r in results)
     if unserved:
-        notes.append(f"{unserved:,} requests no engine can serve (base model or rank)")
+        notes.append(f"{plural(unserved, 'request')} no engine can serve (base model or rank)")
     out.print("; ".join(notes))
-    if lru and oracle:
-        out.print(
-            "cold ms: time a request waited on an adapter load (hits wait 0); headroom: share of the "
-            "lru→oracle hit-ratio gap a policy captures."
-        )
+    out.print(report.legend() + ("" if wide else "; --wide shows every column") + ".", style="dim")
+
+
+def replay_conclusion(by_name: dict[str, PolicyResult]) -> str | None:
+    """The one line an admin wants: what lorafleet would change, against the engines alone and the bound."""
+    lru, ours, oracle = by_name.get("lru"), by_name.get("lorafleet"), by_name.get("oracle")
+    if lru is None or ours is None:
+        return None
+    line = f"lorafleet would turn {lru.hit_ratio:.0%} into {ours.hit_ratio:.0%} of requests warm"
+    if oracle is not None:
+        line += f"; the bound (oracle) is {oracle.hit_ratio:.0%}"
+    return line + "."
 
 
 @click.group()

@@ -93,6 +93,7 @@ class Simulation:
         self.completions: list[tuple[float, int, str, str]] = []  # (done ms, seq, engine, adapter)
         self.waiters: dict[tuple[str, str], list[float]] = {}
         self.seq = 0
+        self.last_done_ms = 0.0
 
     # loads ---------------------------------------------------------------------------------------------------
     def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
@@ -116,6 +117,7 @@ class Simulation:
         loader.current = adapter
         duration = loader.load.cold_ms(self.core.sizes[adapter])
         loader.busy_ms += duration
+        self.last_done_ms = max(self.last_done_ms, now_ms + duration)
         self.seq += 1
         heapq.heappush(self.completions, (now_ms + duration, self.seq, engine, adapter))
 
@@ -218,7 +220,9 @@ class Simulation:
         result.evictions = counters.evictions
         result.bypassed = counters.bypassed
         result.loader_busy_ms = sum(loader.busy_ms for loader in self.loaders.values())
-        result.loader_span_ms = max(now_ms, 1.0)
+        # Loads queued near the end finish after the last request: the span runs until the last one is done, so
+        # a serial loader is never busy for more than 100% of it.
+        result.loader_span_ms = max(now_ms, self.last_done_ms, 1.0)
         result.wall_s = time.perf_counter() - started
         return result
 

@@ -95,7 +95,7 @@ def test_show_json_shape(run_cli) -> None:
 
 
 def test_show_tables_name_hosts_engines_adapters(run_cli) -> None:
-    result = run_cli("inventory", "show", "-i", DEMO)
+    result = run_cli("inventory", "show", "--wide", "-i", DEMO)  # URLs are a --wide column
     assert result.exit_code == 0
     for words in ("localhost/vllm-0", "http://127.0.0.1:18000", "finance-r128", "640.0 MiB", "estimated"):
         assert words in result.stdout

@@ -91,6 +91,7 @@ def test_budgets_classification_and_the_oracle_bound(
         assert r.hits + r.late + r.misses == r.requests == len(sequence)
         assert len(r.cold_ms) == r.requests  # every request's wait recorded exactly once
         assert all(ms >= 0 for ms in r.cold_ms)
+        assert 0.0 <= r.loader_utilization <= 1.0 + 1e-9  # a serial loader is never busy more than the span
     oracle = results["oracle"].hit_ratio
     for name in ("lru", "lfu", "lorafleet"):
         assert oracle >= results[name].hit_ratio, (name, results[name].hit_ratio, oracle)
