@@ -398,16 +398,30 @@ class EngineEmulator:
         self.server.server_close()
 
 
+DEMO_INVENTORY = Path(__file__).resolve().parent.parent / "inventories" / "demo.yaml"
+DEMO_PORTS = {"vllm": 18000, "sglang": 18001}
+
+
 def main() -> None:
     """Serve an emulated vLLM and SGLang engine on loopback until interrupted (for trying `lorafleet warm`)."""
     import argparse
+    import sys
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--vllm-port", type=int, default=18000)
-    parser.add_argument("--sglang-port", type=int, default=18001)
+    parser.add_argument("--vllm-port", type=int, default=DEMO_PORTS["vllm"])
+    parser.add_argument("--sglang-port", type=int, default=DEMO_PORTS["sglang"])
+    parser.add_argument("--port", type=int, choices=[0], help="0: both engines on free ports (printed)")
+    parser.add_argument(
+        "--write-inventory",
+        metavar="PATH",
+        help="write the demo inventory with the ports taken to PATH (then: lorafleet warm … -i PATH)",
+    )
     args = parser.parse_args()
+    ports = {"vllm": args.vllm_port, "sglang": args.sglang_port}
+    if args.port == 0:
+        ports = {"vllm": 0, "sglang": 0}
     servers = []
-    for kind, port in (("vllm", args.vllm_port), ("sglang", args.sglang_port)):
+    for kind, port in ports.items():
         state = EngineState(
             kind=kind,
             served_model="meta-llama/Meta-Llama-3-8B-Instruct",
@@ -416,10 +430,21 @@ def main() -> None:
             host_slots=2,
             require_paths=False,
         )
-        server = _Server(state, port)
+        try:
+            server = _Server(state, port)
+        except OSError as exc:
+            print(f"error: cannot listen on 127.0.0.1:{port} ({exc.strerror}); try --port 0", file=sys.stderr)
+            raise SystemExit(2) from None
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        print(f"emulated {kind} engine on http://127.0.0.1:{port}", flush=True)
+        ports[kind] = server.server_address[1]
+        print(f"emulated {kind} engine on http://127.0.0.1:{ports[kind]}", flush=True)
+    if args.write_inventory:
+        text = DEMO_INVENTORY.read_text(encoding="utf-8")
+        for kind, port in ports.items():
+            text = text.replace(f"http://127.0.0.1:{DEMO_PORTS[kind]}", f"http://127.0.0.1:{port}")
+        Path(args.write_inventory).write_text(text, encoding="utf-8")
+        print(f"wrote {args.write_inventory}", flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

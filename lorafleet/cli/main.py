@@ -100,9 +100,10 @@ class LorafleetGroup(click.Group):
         except (KeyboardInterrupt, EOFError):
             click.echo("error: interrupted", err=True)
             sys.exit(130)
-        except BrokenPipeError:
-            sys.stderr.close()
-            sys.exit(1)
+        except BrokenPipeError:  # `lorafleet … | head`: the reader has what it wanted; leave quietly, exit 0
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush finds no closed pipe
+            sys.exit(0)
         except Exception as exc:  # a bug: say so in one line, keep the traceback behind LORAFLEET_DEBUG
             if _debug():
                 raise

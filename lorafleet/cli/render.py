@@ -20,10 +20,18 @@ from rich.text import Text
 from lorafleet.engines.executor import Interrupted
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """`lorafleet … | head`: the reader has what it wanted. Quietly, exit 0 (rich would exit 1)."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(0)
+
+
 def console(stderr: bool = False) -> Console:
     """A console on the current stdout/stderr (looked up now, so test runners that swap them work)."""
     width = None if (sys.stderr if stderr else sys.stdout).isatty() else int(os.environ.get("COLUMNS", "160"))
-    return Console(file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False)
+    return _Console(file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -193,17 +193,17 @@ def trace() -> None:
     "--for-inventory",
     is_flag=True,
     help="Write traffic for the -i inventory (its tenants, workflows and adapters) instead of a shape; "
-    "only the log is written, named like the inventory's first gateway log.",
+    "only the log is written (access.jsonl, JSON lines in the reference layout: replay it with --format jsonl).",
 )
 @click.option("--force", is_flag=True, help="Overwrite files that already exist in --out.")
 def synth(shape: str, requests: int | None, seed: int, out: str, for_inventory: bool, force: bool) -> None:
     """Write a synthetic access log (JSON lines, reference layout) and a matching inventory."""
     if for_inventory:
         inv = settings().load_inventory()
-        name = Path(inv.gateway_logs[0].path).name if inv.gateway_logs else "access.jsonl"
-        result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / name, force)
+        result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / "access.jsonl", force)
         click.echo(f"wrote {result.requests:,} requests to {result.log_path}")
-        click.echo(f"replay it: lorafleet replay {result.log_path} -i {settings().inventory_path}")
+        # The log is in the reference layout whatever the inventory's gateway logs look like.
+        click.echo(f"replay it: lorafleet replay {result.log_path} -i {settings().inventory_path} --format jsonl")
         return
     result = synthesize(shape, requests, seed, Path(out), force)
     click.echo(f"wrote {result.requests:,} requests to {result.log_path} and the inventory {result.inventory_path}")

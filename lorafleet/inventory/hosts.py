@@ -167,11 +167,10 @@ def _expand(c: Checker, spec: HostSpec, base_models: dict[str, BaseModel]) -> li
         c.add(spot.container, spot.key, spot.path, f"{bad[0]!r} is not a valid host name")
         return []
     if "provider" not in settings:
-        c.add(
-            spot.container, spot.key, spot.path, f"host has no provider (set provider: one of {', '.join(PROVIDERS)})"
-        )
-        return []
-    if address is INVALID or settings["provider"] is INVALID:
+        message = f"host has no provider (set provider: one of {', '.join(PROVIDERS)})"
+        c.add(spot.container, spot.key, spot.path, message)
+    if "provider" not in settings or settings["provider"] is INVALID or address is INVALID:
+        _engines(c, spec, names[0], names[0], base_models)  # still read: every mistake shows in one run
         return []
     if address is not None and len(names) > 1 and "{host}" not in address:
         message = f"address {address!r} would be shared by {len(names)} hosts; use {{host}}"

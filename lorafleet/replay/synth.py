@@ -75,6 +75,7 @@ def _adapter_ids(rng: random.Random, count: int) -> list[tuple[str, int]]:
 
 
 def _vllm(name: str, port: int, max_loras: int, max_cpu_loras: int) -> dict[str, object]:
+    """A loopback vLLM engine; ports from 18100 up, clear of the demo fleet's 18000-18001 (the tour's emulator)."""
     return {
         "name": name,
         "kind": "vllm",
@@ -126,7 +127,7 @@ def _seed(rng: random.Random, requests: int) -> _Spec:
         tenants={
             t: {"tier": "silver", **({"workflows": chains[t]} if i % 2 == 0 else {})} for i, t in enumerate(tenants)
         },
-        engines=[_vllm("vllm-0", 18000, 2, 4)],
+        engines=[_vllm("vllm-0", 18100, 2, 4)],
         records=records,
     )
 
@@ -153,7 +154,7 @@ def _zipf(rng: random.Random, requests: int) -> _Spec:
     return _Spec(
         adapters=[(a, r, owners[a]) for a, r in ids],
         tenants={t: {"tier": "bronze"} for t in tenants},
-        engines=[_vllm("vllm-0", 18000, 8, 24), _vllm("vllm-1", 18001, 8, 24)],
+        engines=[_vllm("vllm-0", 18100, 8, 24), _vllm("vllm-1", 18101, 8, 24)],
         records=records,
     )
 
@@ -173,7 +174,7 @@ def _workflows(rng: random.Random, requests: int) -> _Spec:
         tenants={
             t: {"tier": "silver", **({"workflows": chains[t][:1]} if i % 2 == 0 else {})} for i, t in enumerate(tenants)
         },
-        engines=[_vllm("vllm-0", 18000, 4, 8), _vllm("vllm-1", 18001, 4, 8)],
+        engines=[_vllm("vllm-0", 18100, 4, 8), _vllm("vllm-1", 18101, 4, 8)],
         records=records,
     )
 
@@ -197,7 +198,7 @@ def _drift(rng: random.Random, requests: int) -> _Spec:
     return _Spec(
         adapters=[(a, r, owners[a]) for a, r in ids],
         tenants={t: {"tier": "bronze"} for t in tenants},
-        engines=[_vllm("vllm-0", 18000, 4, 12)],
+        engines=[_vllm("vllm-0", 18100, 4, 12)],
         records=records,
     )
 

@@ -97,4 +97,16 @@ def test_bundled_demo_log_is_what_synth_writes(run_cli, tmp_path: Path) -> None:
         "trace", "synth", "-i", DEMO, "--for-inventory", "--requests", "2000", "--seed", "7", "--out", str(tmp_path)
     )
     assert result.exit_code == 0, result.stderr
-    assert (tmp_path / "demo-access.jsonl").read_bytes() == Path(DEMO_LOG).read_bytes()
+    assert (tmp_path / "access.jsonl").read_bytes() == Path(DEMO_LOG).read_bytes()
+
+
+def test_the_replay_command_synth_prints_for_an_inventory_works(run_cli, tmp_path: Path) -> None:
+    inv = str(INVENTORIES / "reference.yaml")  # custom field names and an nginx log: the synthetic log has neither
+    result = run_cli("trace", "synth", "--for-inventory", "-i", inv, "--out", str(tmp_path), "--requests", "300")
+    assert result.exit_code == 0, result.stderr
+    command = next(line for line in result.stdout.splitlines() if line.startswith("replay it: lorafleet "))
+    args = command.removeprefix("replay it: lorafleet ").split()
+    replayed = run_cli(*args, "--json", "--policy", "lru")
+    assert replayed.exit_code == 0, replayed.stderr
+    data = json.loads(replayed.stdout)
+    assert data["log"]["bad_lines"] == 0 and data["policies"][0]["requests"] > 0

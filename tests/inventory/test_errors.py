@@ -340,3 +340,14 @@ def test_measured_size_errors_are_located(write_yaml, tmp_path: Path) -> None:
     (problem,) = caught.value.problems
     assert problem.line == 19 and problem.path == "adapters[0].files"
     assert "safetensors header is not valid JSON" in problem.message
+
+
+def test_a_host_without_provider_still_has_its_engines_checked(tmp_path: Path) -> None:
+    text = BASE.replace("    provider: aws\n", "", 1).replace("        base_model: m1", "        base_model: m2")
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    messages = [str(p) for p in info.value.problems]
+    assert any("host has no provider" in m for m in messages), messages
+    assert any("'m2' is not a base model" in m for m in messages), messages
