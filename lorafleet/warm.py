@@ -26,6 +26,7 @@ from lorafleet.store.db import LoadRecord, Store
 
 LOADED, RELOADED, ALREADY_WARM, SKIPPED, FAILED = "loaded", "reloaded", "already-warm", "skipped", "failed"
 INTERRUPTED, CANCELLED = "interrupted", "cancelled"
+WOULD_LOAD, WOULD_REWARM = "would-load", "would-re-warm"  # --dry-run: what a real run would do
 ClientFactory = Callable[[Engine], EngineClient]
 
 
@@ -37,6 +38,7 @@ class WarmResult:
     ok: bool
     ms: float
     error: str | None = None
+    primed: bool = False  # --prime: the adapter took a GPU slot (a 1-token request, or an in-place re-warm)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ class _EngineWorker:
         except EngineError as exc:
             action, error = FAILED, exc.message
         ok = action not in (SKIPPED, FAILED) and error is None
-        return Warmed(WarmResult(adapter.id, key, action, ok, _ms(started), error), dropped)
+        primed = self.options.prime and ok and action in (LOADED, RELOADED)
+        return Warmed(WarmResult(adapter.id, key, action, ok, _ms(started), error, primed), dropped)
 
     def _warm(self, adapter: Adapter) -> tuple[str, str | None, list[str] | None]:
         """(action, error, adapters the book dropped — None when the book did not change)."""
@@ -158,8 +161,8 @@ class _EngineWorker:
         registered = adapter.id in self.registry()
         if options.dry_run:
             if not registered:
-                return LOADED, None, None
-            return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else RELOADED), None, None
+                return WOULD_LOAD, None, None
+            return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else WOULD_REWARM), None, None
         error = None
         if registered:
             action = self._rewarm(adapter)

@@ -190,12 +190,21 @@ def _round(value: float | None) -> float | None:
 
 
 def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
-    """`warm --json`: `{"dry_run", "results": [{"adapter", "engine", "action", "ok", "ms", "error"}]}` — one row per
-    (adapter, engine) in the order they were asked for."""
+    """`warm --json`: `{"dry_run", "results": [{"adapter", "engine", "action", "ok", "ms", "error", "primed"}]}` — one
+    row per (adapter, engine) in the order they were asked for; with --dry-run the actions are would-load,
+    would-re-warm or already-warm."""
     return {
         "dry_run": dry_run,
         "results": [
-            {"adapter": r.adapter, "engine": r.engine, "action": r.action, "ok": r.ok, "ms": r.ms, "error": r.error}
+            {
+                "adapter": r.adapter,
+                "engine": r.engine,
+                "action": r.action,
+                "ok": r.ok,
+                "ms": r.ms,
+                "error": r.error,
+                "primed": r.primed,
+            }
             for r in results
         ],
     }

@@ -99,7 +99,8 @@ def warm(
         )
         for r in results:
             style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
-            t.add_row(safe(r.adapter), safe(r.engine), Text(r.action, style=style), f"{r.ms:.0f}", safe(r.error or ""))
+            action = f"{r.action}, primed" if r.primed else r.action
+            t.add_row(safe(r.adapter), safe(r.engine), Text(action, style=style), f"{r.ms:.0f}", safe(r.error or ""))
         console().print(t)
     if code:
         done = sum(r.ok for r in results)

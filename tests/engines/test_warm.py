@@ -255,3 +255,16 @@ def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emu
     assert results[("r8", "h/good")].action == results[("r16", "h/good")].action == "loaded"
     assert results[("r8", "h/bad")].action == results[("r16", "h/bad")].action == "failed"
     assert "RuntimeError: driver exploded" in (results[("r8", "h/bad")].error or "")
+
+
+def test_dry_run_says_what_it_would_do_and_prime_shows(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "--dry-run")
+    assert code == 0 and [r["action"] for r in results] == ["would-load"] and e.state.registry == {}
+    code, results = warm_json(run_cli, inv, "r8", "--prime")
+    assert code == 0 and (results[0]["action"], results[0]["primed"]) == ("loaded", True)
+    code, results = warm_json(run_cli, inv, "r8", "--dry-run")
+    assert [r["action"] for r in results] == ["would-re-warm"]
+    table = run_cli("warm", "-i", str(inv), "r16", "--prime")
+    assert "loaded, primed" in table.stdout
