@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inventory": ("lorafleet.cli.inventory:inventory", "Validate and show the fleet inventory."),
     "replay": ("lorafleet.cli.replay:replay", "Replay access LOGS through the policy core with simulated engines."),
     "trace": ("lorafleet.cli.replay:trace", "Synthetic access logs for replay and benchmarks."),
+    "unload": ("lorafleet.cli.unload:unload", "Unload ADAPTERS from engines (where registered) and forget them."),
     "vram": ("lorafleet.cli.vram:vram", "VRAM per GPU across the fleet: NVML here, nvidia-smi over SSH elsewhere."),
     "warm": ("lorafleet.cli.warm:warm", "Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs."),
 }

@@ -164,7 +164,7 @@ def test_dry_run_sends_nothing_that_changes_an_engine(tmp_path, run_cli, emulato
     e = emulators(kind="vllm")
     inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
     result = run_cli("warm", "-i", str(inv), "r8", "r16", "--dry-run")
-    assert result.exit_code == 0 and "Dry run" in result.stdout and "loaded" in result.stdout
+    assert result.exit_code == 0 and "Dry run" in result.stdout and "would-load" in result.stdout
     assert posts(e) == [] and e.state.registry == {}
 
 

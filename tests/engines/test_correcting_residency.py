@@ -1,0 +1,62 @@
+"""Residency an admin can correct: the book follows each engine's registry, pins can be released, adapters
+unloaded — each step journaled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lorafleet.store.db import open_store
+from tests.engines.test_warm import sglang_entry, vllm_entry, warm_json, write_inventory
+
+
+def test_a_restart_empties_the_book_so_a_new_pin_is_not_refused(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, isolated_env: Path
+) -> None:
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    inv = write_inventory(tmp_path, [sglang_entry("s", e.url, slots=2, host=4)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "--pin")
+    assert code == 0 and results[0]["action"] == "loaded" and e.state.pinned == {"r8"}
+    e.state.restart()  # the engine holds nothing now; the book still says r8 is pinned
+    code, results = warm_json(run_cli, inv, "r16", "--pin")
+    assert code == 0, results
+    assert results[0]["action"] == "loaded" and e.state.pinned == {"r16"}
+    with open_store(isolated_env) as store:
+        rows = {r.adapter: r.pinned for r in store.residency("h/s")}
+    assert rows == {"r16": True}  # r8 forgotten by delta, r16 pinned
+
+
+def test_unpin_releases_a_pin_on_sglang_by_reloading_unpinned(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, isolated_env: Path
+) -> None:
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    inv = write_inventory(tmp_path, [sglang_entry("s", e.url, slots=2, host=4)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8", "--pin")[0] == 0
+    code, results = warm_json(run_cli, inv, "r8", "--unpin")
+    assert code == 0 and results[0]["action"] == "unpinned"
+    assert e.state.pinned == set() and "r8" in e.state.registry
+    code, results = warm_json(run_cli, inv, "r16", "--pin")  # the one pin allowed is free again
+    assert code == 0 and e.state.pinned == {"r16"}
+    code, results = warm_json(run_cli, inv, "r64", "--unpin")
+    assert code == 1 and results[0]["action"] == "skipped" and "not pinned" in results[0]["error"]
+    assert run_cli("warm", "r8", "--pin", "--unpin", "-i", str(inv)).exit_code == 2
+
+
+def test_unload_removes_where_registered_and_the_book_forgets(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, isolated_env: Path
+) -> None:
+    v = emulators(kind="vllm")
+    s = emulators(kind="sglang")
+    inv = write_inventory(tmp_path, [vllm_entry("v", v.url), sglang_entry("s", s.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8", "--engine", "h/v")[0] == 0
+    result = run_cli("unload", "r8", "-i", str(inv), "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = {r["engine"]: r for r in json.loads(result.stdout)["results"]}
+    assert rows["h/v"]["action"] == "unloaded" and "vLLM frees the slot only by its own LRU" in rows["h/v"]["error"]
+    assert rows["h/s"]["action"] == "skipped" and rows["h/s"]["ok"]  # never registered there: nothing sent
+    assert "r8" not in v.state.registry
+    with open_store(isolated_env) as store:
+        assert store.residency("h/v") == []
+        assert ("unload", "h/v", "unloaded") in [(r.source, r.engine, r.action) for r in store.loads()]
+    dry = run_cli("unload", "r16", "-i", str(inv), "--dry-run")
+    assert dry.exit_code == 0 and "would-unload" not in dry.stdout  # r16 is registered nowhere
