@@ -9,6 +9,7 @@ reported as cancelled, and `ActionsInterrupted` carries the partial results and 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -21,6 +22,7 @@ from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 from lorafleet.store.db import LoadRecord, Store
 
+log = logging.getLogger("lorafleet.runner")
 FAILED, SKIPPED, INTERRUPTED, CANCELLED = "failed", "skipped", "interrupted", "cancelled"
 ClientFactory = Callable[[Engine], EngineClient]
 
@@ -77,6 +79,8 @@ class RegistryWorker:
                 self.state.unpin(adapter)
                 self.state.evict(adapter)
                 self._stale.append(adapter)
+            if self._stale:
+                log.info("%s: no longer registered there, forgotten: %s", self.engine.key, ", ".join(self._stale))
         return self._registry
 
     def take_stale(self) -> list[str]:

@@ -17,3 +17,8 @@ def format_bytes(n: int | float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 host`, `2 hosts`, `1,000 adapters`."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")

@@ -10,6 +10,7 @@ engine kind's limit (placement.pin_limit) on every kind.
 from __future__ import annotations
 
 import difflib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from lorafleet.runner import (
 )
 from lorafleet.store.db import Store
 
+log = logging.getLogger("lorafleet.warm")
 LOADED, RELOADED, ALREADY_WARM, UNPINNED = "loaded", "reloaded", "already-warm", "unpinned"
 WOULD_LOAD, WOULD_REWARM = "would-load", "would-re-warm"  # --dry-run: what a real run would do
 
@@ -151,11 +153,14 @@ class _EngineWorker(RegistryWorker):
             if found is None:
                 return SKIPPED, f"no room on {self.engine.key}: every adapter it holds is pinned", None
             victims = found
+        if victims:
+            log.info("%s: %s displaces %s (least recently used)", self.engine.key, adapter.id, ", ".join(victims))
         if options.dry_run:
             if not registered:
                 return WOULD_LOAD, None, None
             return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else WOULD_REWARM), None, None
         error = None
+        log.info("%s: %s is %sregistered", self.engine.key, adapter.id, "" if registered else "not ")
         if registered:
             action = self._rewarm(adapter)
         else:

@@ -8,7 +8,7 @@ from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.inventory.report import summarize_providers
-from lorafleet.units import format_bytes
+from lorafleet.units import format_bytes, plural
 
 
 @click.group()
@@ -30,12 +30,13 @@ def check(as_json: bool) -> None:
     out = console()
     total_gpus = sum(r.gpus for r in rows)
     out.print(
-        f"ok: {s.inventory_path} — fleet {inv.fleet or '(unnamed)'}: {len(inv.hosts)} hosts, "
-        f"{total_gpus} GPUs, {len(inv.engines)} engines, {len(inv.adapters)} adapters, "
-        f"{len(inv.tenants)} tenants"
+        f"ok: {s.inventory_path} — fleet {inv.fleet or '(unnamed)'}: {plural(len(inv.hosts), 'host')}, "
+        f"{plural(total_gpus, 'GPU')}, {plural(len(inv.engines), 'engine')}, {plural(len(inv.adapters), 'adapter')}, "
+        f"{plural(len(inv.tenants), 'tenant')}"
     )
     for r in rows:
-        out.print(f"  {r.provider:<12} {r.hosts:>4} hosts {r.gpus:>5} GPUs {r.engines:>4} engines")
+        counts = f"{plural(r.hosts, 'host'):>10} {plural(r.gpus, 'GPU'):>10} {plural(r.engines, 'engine'):>12}"
+        out.print(f"  {r.provider:<12} {counts}")
     for w in inv.warnings:
         click.echo(f"warning: {w}", err=True)
 

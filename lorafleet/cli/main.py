@@ -124,8 +124,6 @@ def cli() -> None:
 
     Global options (-i, --state, -v) may be given before or after the command name.
     """
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
 def main() -> None:

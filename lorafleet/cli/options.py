@@ -45,6 +45,22 @@ class Settings:
         return self._loaded[path]
 
 
+def configure_logging(verbose: int) -> None:
+    """-v: what is contacted and decided; -vv: bodies too. On stderr through rich, never on stdout (so --json
+    stays clean). Imported only when asked for: start-up stays light."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    logger = logging.getLogger("lorafleet")
+    logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+        console = Console(stderr=True, highlight=False)
+        handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 def settings(ctx: click.Context | None = None) -> Settings:
     ctx = ctx or click.get_current_context()
     return ctx.ensure_object(Settings)
@@ -56,7 +72,7 @@ def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     s = settings(ctx)
     if param.name == "verbose":
         s.verbose += value
-        logging.getLogger("lorafleet").setLevel(logging.DEBUG if s.verbose > 1 else logging.INFO)
+        configure_logging(s.verbose)
     else:
         setattr(s, param.name or "", value)
     return value

@@ -18,10 +18,7 @@ from lorafleet.policy.policies import POLICY_NAMES
 from lorafleet.replay.simulator import PolicyResult, headroom_captured
 from lorafleet.replay.simulator import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+from lorafleet.units import plural
 
 
 def explain_bad_lines(tally: LogTally, source: LogSource) -> str | None:
@@ -201,10 +198,12 @@ def synth(shape: str, requests: int | None, seed: int, out: str, for_inventory: 
     if for_inventory:
         inv = settings().load_inventory()
         result = synthesize_for_inventory(inv, requests or 2000, seed, Path(out) / "access.jsonl", force)
-        click.echo(f"wrote {result.requests:,} requests to {result.log_path}")
+        click.echo(f"wrote {plural(result.requests, 'request')} to {result.log_path}")
         # The log is in the reference layout whatever the inventory's gateway logs look like.
         click.echo(f"replay it: lorafleet replay {result.log_path} -i {settings().inventory_path} --format jsonl")
         return
     result = synthesize(shape, requests, seed, Path(out), force)
-    click.echo(f"wrote {result.requests:,} requests to {result.log_path} and the inventory {result.inventory_path}")
+    click.echo(
+        f"wrote {plural(result.requests, 'request')} to {result.log_path} and the inventory {result.inventory_path}"
+    )
     click.echo(f"replay it: lorafleet replay {result.log_path} -i {result.inventory_path}")

@@ -11,7 +11,7 @@ from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, safe, table
 from lorafleet.inventory.model import PROVIDERS
 from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
-from lorafleet.units import format_bytes
+from lorafleet.units import format_bytes, plural
 
 
 def usage_bar(used: int | None, total: int | None, width: int = 12) -> Text:
@@ -118,6 +118,6 @@ def vram(
                 )
         out.print(t)
     if failed and not as_json:
-        click.echo(f"{len(failed)} of {len(rows)} hosts not ok", err=True)
+        click.echo(f"{len(failed)} of {plural(len(rows), 'host')} not ok", err=True)
     if failed:
         raise SystemExit(1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import re
 import time
@@ -26,6 +27,7 @@ from lorafleet.engines.executor import Cancelled, Stop
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.model import Engine
 
+log = logging.getLogger("lorafleet.engines")
 BACKOFF_S: tuple[float, ...] = (0.2, 0.5, 1.0)
 MAX_RETRY_AFTER_S = 10.0
 
@@ -139,7 +141,7 @@ class EngineClient:
         self.backoff = tuple(backoff)
         self.failed: EngineUnavailableError | None = None
         headers = {"User-Agent": "lorafleet"}
-        key = api_key(engine)
+        key = self._key = api_key(engine)
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
         timeout = httpx.Timeout(engine.request_timeout_s, connect=min(5.0, engine.request_timeout_s))
@@ -197,9 +199,11 @@ class EngineClient:
             try:
                 response = self._send(method, path, body, deadline)
             except (httpx.TimeoutException, _DeadlineError):
+                log.info("%s: %s %s timed out", key, method, path)
                 failure: EngineError = EngineUnavailableError(key, f"{key}: {method} {path} {self._timed_out()}")
                 retryable = retry_whole
             except httpx.ConnectError as exc:
+                log.info("%s: %s %s: cannot connect", key, method, path)
                 failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({_one_line(str(exc))})")
             except httpx.TransportError as exc:
                 failure = EngineUnavailableError(key, f"{key}: {method} {path} broke off ({_one_line(str(exc))})")
@@ -230,6 +234,9 @@ class EngineClient:
         wait = min(self.engine.request_timeout_s, remaining)
         timeout = httpx.Timeout(wait, connect=min(5.0, wait))
         cap = self.engine.max_response_bytes
+        started = time.monotonic()
+        if log.isEnabledFor(logging.DEBUG) and body is not None:
+            log.debug("%s: %s %s body %s", self.engine.key, method, path, self._redact(json.dumps(body)))
         with self.http.stream(method, path, json=body, timeout=timeout) as response:
             chunks: list[bytes] = []
             size = 0
@@ -244,7 +251,16 @@ class EngineClient:
                 if time.monotonic() > deadline:
                     raise _DeadlineError()
                 chunks.append(chunk)
-            return Reply(response.status_code, response.headers, b"".join(chunks))
+            reply = Reply(response.status_code, response.headers, b"".join(chunks))
+        ms = (time.monotonic() - started) * 1000
+        log.info("%s: %s %s -> %d in %.0f ms", self.engine.key, method, path, reply.status_code, ms)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: answer %s", self.engine.key, self._redact(_one_line(reply.text, 500)))
+        return reply
+
+    def _redact(self, text: str) -> str:
+        """Bodies for -vv: the engine's key, should an engine echo it, is masked."""
+        return text.replace(self._key, "***") if self._key else text
 
     def _timed_out(self) -> str:
         e = self.engine

@@ -7,6 +7,7 @@ tables in `schema`.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from lorafleet.inventory.hosts import Spot, read_hosts, read_settings
 from lorafleet.inventory.merge import merge_documents
 from lorafleet.inventory.model import Adapter, Host, Inventory
 from lorafleet.inventory.yamlsource import LDict, load_yaml
+from lorafleet.units import plural
+
+log = logging.getLogger("lorafleet.inventory")
 
 
 def inventory_files(path: str | Path) -> list[Path]:
@@ -56,6 +60,13 @@ def load_inventory(path: str | Path) -> Inventory:
     if checker.problems or inventory is None:
         ordered = sorted(checker.problems, key=lambda p: (p.file, p.line or 0))
         raise InventoryError(ordered or [Problem(str(path), None, "", "nothing to load")])
+    log.info(
+        "inventory %s: %s, %s, %s",
+        ", ".join(map(str, files)),
+        plural(len(inventory.hosts), "host"),
+        plural(len(inventory.engines), "engine"),
+        plural(len(inventory.adapters), "adapter"),
+    )
     return inventory
 
 

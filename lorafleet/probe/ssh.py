@@ -25,6 +25,7 @@ from lorafleet.probe.snapshot import ProbeError
 
 # paramiko logs transport errors (with tracebacks) itself; we report them as statuses instead.
 logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+log = logging.getLogger("lorafleet.ssh")
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 _known_hosts_lock = threading.Lock()
@@ -192,6 +193,8 @@ class SshConnection:
                 jump = self.pool.connection(t.jump) if self.pool else SshConnection(t.jump, self.accept_new)
                 sock = jump.open_tunnel(t.hostname, t.port, t.connect_timeout_s)
             started = time.monotonic()
+            via = f" via {t.jump.label}" if t.jump is not None else ""
+            log.info("%s: connecting to %s@%s:%d%s", t.label, t.user, t.hostname, t.port, via)
             try:
                 client.connect(
                     t.hostname,
@@ -215,6 +218,7 @@ class SshConnection:
                     message = f"{t.label}: no SSH answer within {t.connect_timeout_s:g}s"
                     failure = ProbeError("timeout", message)
                 raise failure from exc
+            log.info("%s: connected in %.0f ms", t.label, (time.monotonic() - started) * 1000)
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(30)
@@ -269,6 +273,7 @@ class SshConnection:
             code = channel.recv_exit_status()
         finally:
             channel.close()
+        log.info("%s: %s exited %d", self.target.label, command.split()[0], code)
         return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
     def close(self) -> None:

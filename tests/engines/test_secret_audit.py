@@ -79,3 +79,31 @@ def test_a_key_pasted_as_api_key_env_is_refused_without_echo(tmp_path: Path, run
     result = run_cli("inventory", "check", "-i", str(inv))
     assert result.exit_code == 2 and "api_key_env" in result.stderr and "not shown" in result.stderr
     assert KEY.replace("-", "_") not in result.stderr
+
+
+def test_verbose_shows_calls_and_decisions_on_stderr_never_the_key(
+    tmp_path: Path, emulators, adapter_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    e = emulators(kind="vllm", api_key=KEY)
+    entry = vllm_entry("v", e.url).replace("}", ", api_key_env: AUDIT_KEY}")
+    inv = str(write_inventory(tmp_path, [entry], adapter_dirs))
+    env = {**os.environ, "AUDIT_KEY": KEY, "PYTHONPATH": str(ROOT), "LORAFLEET_STATE": str(tmp_path / "s.db")}
+    for flag, expected in (("-v", "POST /v1/load_lora_adapter -> 200"), ("-vv", "answer")):
+        result = subprocess.run(
+            [sys.executable, "-m", "lorafleet", flag, "warm", "r8", "r16", "-i", inv, "--json"],
+            env={**env, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        json.loads(result.stdout)  # stdout stays pure JSON
+        assert expected in result.stderr and "h/v: r" in result.stderr
+        assert not leaked(result.stdout, result.stderr)
