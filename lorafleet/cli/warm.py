@@ -57,7 +57,7 @@ def act_and_report(
     else:
         title = "Dry run: nothing was changed (registries were read)" if dry_run else None
         t = table(
-            title, [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("error", "left")]
+            title, [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("detail", "left")]
         )
         for r in results:
             style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
