@@ -127,6 +127,7 @@ class PolicyCore:
                 self.counters.prefetch_used += 1
         elif adapter in state.in_flight:
             outcome = LATE
+            state.note_use(adapter)  # most recent by its request, not by when its load completes
             key = (engine, adapter)
             if self.loading_reason.get(key, DEMAND) != DEMAND:
                 self.counters.prefetch_used += 1
@@ -134,7 +135,9 @@ class PolicyCore:
         else:
             outcome = MISS
             decisions = self.load(now, engine, adapter, DEMAND, lambda: self.policy.victim_order(state, now))
-            if not decisions:
+            if decisions:
+                state.note_use(adapter)
+            else:
                 self.counters.bypassed += 1
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
         return outcome, decisions

@@ -1,5 +1,9 @@
 """What is loaded where: per engine a host-cache tier and a GPU-slot tier, each least-recently-used first.
 
+Recency is by use: a request makes its adapter most recent when it arrives, even while its load is still in
+flight (then the adapter takes its place by that arrival when the load completes), and a load nobody asked for
+(a prefetch) is most recent when it completes — what an engine's own LRU sees.
+
 The book is pure bookkeeping, shared by the live daemon, `warm` and `replay`. Loads in flight reserve their
 slot and bytes, so a budget is never exceeded even while loads overlap; eviction never touches a pinned adapter
 or one being loaded.
@@ -41,6 +45,8 @@ class EngineResidency:
         "profile",
         "resident",
         "sizes",
+        "stamp",
+        "used_at",
         "used_bytes",
     )
 
@@ -56,6 +62,8 @@ class EngineResidency:
         self.pins: set[str] = set()
         self.prefetched: set[str] = set()  # resident because of a prefetch, not yet requested
         self.used_bytes = 0
+        self.stamp = 0  # counts uses on this engine; `used_at` holds each held adapter's last one
+        self.used_at: dict[str, int] = {}
         self.profile = kind_of(kind)
         # vLLM copies a loaded adapter into a GPU slot at once; SGLang only fills host memory.
         self.loads_fill_gpu = self.profile.load_fills_gpu
@@ -118,8 +126,19 @@ class EngineResidency:
 
     def finish_load(self, adapter: str, prefetched: bool = False) -> None:
         size = self.in_flight.pop(adapter)
-        self.resident[adapter] = None
         self.sizes[adapter] = size
+        resident = self.resident
+        used_at = self.used_at
+        last = used_at.get(adapter)
+        if last is None:  # nobody asked for it while it loaded: most recent now
+            self.stamp += 1
+            used_at[adapter] = self.stamp
+            resident[adapter] = None
+        elif not resident or used_at[next(reversed(resident))] < last:
+            resident[adapter] = None
+        else:  # requested while loading, and others were used since: it takes its place by that request
+            resident[adapter] = None
+            self.resident = dict.fromkeys(sorted(resident, key=used_at.__getitem__))
         if prefetched:
             self.prefetched.add(adapter)
         if self.loads_fill_gpu:
@@ -127,6 +146,7 @@ class EngineResidency:
 
     def fail_load(self, adapter: str) -> None:
         self.used_bytes -= self.in_flight.pop(adapter)
+        self.used_at.pop(adapter, None)
 
     def evict(self, adapter: str) -> bool:
         """Drop a resident adapter; True when it was a prefetch nobody used (waste)."""
@@ -135,17 +155,25 @@ class EngineResidency:
         if adapter not in self.resident:
             raise BudgetError(f"{adapter} is not resident on {self.key}")
         del self.resident[adapter]
+        self.used_at.pop(adapter, None)
         self.used_bytes -= self.sizes.pop(adapter)
         self.gpu.pop(adapter, None)
         wasted = adapter in self.prefetched
         self.prefetched.discard(adapter)
         return wasted
 
+    def note_use(self, adapter: str) -> None:
+        """A request for an adapter still loading: it counts as used now (its place when the load completes)."""
+        self.stamp += 1
+        self.used_at[adapter] = self.stamp
+
     def touch(self, adapter: str) -> bool:
         """Mark a request's use; True when it used a prefetch for the first time."""
         resident = self.resident
         del resident[adapter]
         resident[adapter] = None
+        self.stamp += 1
+        self.used_at[adapter] = self.stamp
         if adapter in self.prefetched:
             self.prefetched.discard(adapter)
             return True
@@ -209,6 +237,7 @@ class EngineResidency:
         self.in_flight.clear()
         self.sizes.clear()
         self.prefetched.clear()
+        self.used_at.clear()
         self.used_bytes = 0
 
 

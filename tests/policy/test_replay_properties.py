@@ -144,3 +144,31 @@ def test_prefetch_keeps_no_needless_copies_across_a_pool(tmp_path: Path) -> None
     sequence = [a for _ in range(60) for a in rng.choice([[0, 1, 2], [3, 4, 5]])]
     results = {r.policy: r for r in replay(inv, stream(sequence, gap_s=2.0), ["lru", "lorafleet"])}
     assert results["lorafleet"].hit_ratio >= results["lru"].hit_ratio
+
+
+def test_lru_orders_recency_by_request_time_not_load_completion(tmp_path: Path) -> None:
+    """a0 is asked for again while a1's load is queued: by request time a1 is the older, so a2 evicts a1 and
+    a0's next request hits (ordering by completion would evict a0)."""
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    load_s = inv.engines[0].load.cold_ms(inv.adapters["a0"].size_bytes) / 1000
+    times = [0.0, 0.5 * load_s, 0.6 * load_s, 5 * load_s, 7 * load_s]
+    events = [
+        e.__class__(time=1000 + t, kind=e.kind, adapter=e.adapter, base_model="m", tenant="t")
+        for t, e in zip(times, stream([0, 1, 0, 2, 0]), strict=True)
+    ]
+    r = Simulation(inv, "lru", events).run()
+    assert (r.misses, r.late, r.hits) == (3, 1, 1)
+
+
+def test_lru_equals_a_plain_lru_cache_with_tied_timestamps(tmp_path: Path) -> None:
+    rng = random.Random(99)
+    inv = make_inventory(
+        tmp_path, adapters=8, zero_load=True, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
+    )
+    sequence = [rng.randrange(8) for _ in range(300)]
+    events = [
+        e.__class__(time=1000.0 + i // 4, kind=e.kind, adapter=e.adapter, base_model="m", tenant="t")
+        for i, e in enumerate(stream(sequence))
+    ]  # four requests share each timestamp, in log order
+    r = Simulation(inv, "lru", events).run()
+    assert r.hits + r.late == plain_lru_hits(sequence, 3)
