@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from lorafleet.inventory import Inventory, load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
 from lorafleet.policy.events import ADAPTER, RequestEvent  # noqa: E402
-from lorafleet.replay.simulator import PolicyResult, Simulation, headroom_captured  # noqa: E402
+from lorafleet.replay.simulator import PolicyResult, headroom_captured, simulate  # noqa: E402
 from lorafleet.replay.synth import SHAPES, synthesize  # noqa: E402
 
 POLICIES = ("lru", "lfu", "lorafleet", "oracle")
@@ -77,7 +77,7 @@ def azure_stream(minutes: int, cap: int, tmp: Path) -> tuple[Inventory, list[Req
 
 
 def run(inventory: Inventory, events: list[RequestEvent]) -> dict[str, PolicyResult]:
-    return {name: Simulation(inventory, name, events).run() for name in POLICIES}
+    return {name: simulate(inventory, name, events) for name in POLICIES}
 
 
 def main() -> None:

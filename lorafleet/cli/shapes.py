@@ -143,7 +143,8 @@ def vram(rows: list[HostVram]) -> dict[str, Any]:
 def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     """`replay --json`: `{"policies": [{"policy", "requests", "hits", "late", "misses", "hit_ratio", "gpu_hits",
     "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads", "prefetch_used",
-    "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured"}], "log": {"lines",
+    "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
+    "unloads"}], "log": {"lines",
     "adapter_requests", "base_requests", "unknown_requests", "bad_lines", "bad_reasons"}}`."""
     by_name = {r.policy: r for r in results}
     lru, oracle = by_name.get("lru"), by_name.get("oracle")
@@ -171,6 +172,8 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
                 "headroom_captured": (
                     None if lru is None or oracle is None else _round(headroom_captured(r, lru, oracle))
                 ),
+                "touches": r.touches,
+                "unloads": r.unloads,
             }
             for r in results
         ],

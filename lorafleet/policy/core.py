@@ -17,16 +17,16 @@ from lorafleet.policy.placement import choose_engine, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 
 HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
-LOAD, EVICT = "load", "evict"
+LOAD, EVICT, TOUCH = "load", "evict", "touch"
 DEMAND, PREFETCH, PLAN = "demand", "prefetch", "plan"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    action: str  # LOAD or EVICT
+    action: str  # LOAD, EVICT (SGLang: an unload; vLLM: the engine's own LRU, after the touches), TOUCH
     engine: str  # HOST/ENGINE
     adapter: str
-    reason: str  # demand, prefetch, plan (loads); the adapter it made room for (evictions)
+    reason: str  # demand, prefetch, plan (loads); the adapter it made room for (evictions, touches)
 
 
 @dataclass
@@ -36,6 +36,8 @@ class CoreCounters:
     prefetch_used: int = 0
     wasted_prefetches: int = 0
     evictions: int = 0
+    touches: int = 0  # 1-token requests sent so an engine's own LRU evicts what the policy chose (vLLM)
+    unloads: int = 0  # evictions done by unloading (SGLang frees the memory)
     bypassed: int = 0  # misses that could not be kept resident (no room could be made)
     failed_loads: int = 0
 
@@ -179,6 +181,14 @@ class PolicyCore:
         if victims is None:
             return []
         decisions = []
+        # What each engine kind lets a controller do (kinds.py): SGLang unloads the victims (memory freed); vLLM
+        # only evicts its own least recently used, so the adapters older than the victims are touched first.
+        for kept in state.keep_for(victims):
+            state.keep(kept)
+            self.counters.touches += 1
+            decisions.append(Decision(TOUCH, engine, kept, adapter))
+        if victims and state.profile.unload_frees:
+            self.counters.unloads += len(victims)
         for victim in victims:
             if state.evict(victim):
                 self.counters.wasted_prefetches += 1

@@ -336,7 +336,8 @@ class OraclePolicy(Policy):
     name = "oracle"
     window = 48
 
-    def __init__(self, events: Sequence[RequestEvent]) -> None:
+    def __init__(self, events: Sequence[RequestEvent], yield_to_demand: bool = False) -> None:
+        self.yield_to_demand = yield_to_demand
         self.events = [e for e in events if e.kind == ADAPTER and e.adapter is not None]
         self.positions: dict[str, deque[int]] = {}
         for i, event in enumerate(self.events):
@@ -390,7 +391,11 @@ class OraclePolicy(Policy):
                 continue
             ready_at = now + core.load_ms[target].cold_ms(core.sizes[adapter]) / 1000.0
             if event.time - self.origin < ready_at:
-                continue  # too late to make this request a hit; a later request may still be saved
+                if self.yield_to_demand:
+                    # Too late to save this request, and its demand load comes soon: a prefetch started now
+                    # would hold the loader and delay it, and what follows it. Leave the loader free.
+                    busy.add(target)
+                continue  # else: a later request may still be saved
             loaded = core.load(
                 now,
                 target,
@@ -403,7 +408,12 @@ class OraclePolicy(Policy):
         return decisions
 
 
-def make_policy(name: str, events: Sequence[RequestEvent] = ()) -> Policy:
+# The oracle is a family of offline schedules; replay keeps the best of them for each trace (it knows the whole
+# trace, so choosing the better schedule is itself an offline strategy).
+ORACLE_VARIANTS = ({"yield_to_demand": False}, {"yield_to_demand": True})
+
+
+def make_policy(name: str, events: Sequence[RequestEvent] = (), variant: int = 0) -> Policy:
     if name == "lru":
         return LruPolicy()
     if name == "lfu":
@@ -411,7 +421,7 @@ def make_policy(name: str, events: Sequence[RequestEvent] = ()) -> Policy:
     if name == "lorafleet":
         return LorafleetPolicy()
     if name == "oracle":
-        return OraclePolicy(events)
+        return OraclePolicy(events, **ORACLE_VARIANTS[variant])
     raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
 
 

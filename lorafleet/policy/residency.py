@@ -179,6 +179,32 @@ class EngineResidency:
             return True
         return False
 
+    def keep_for(self, victims: list[str]) -> list[str]:
+        """On an engine that evicts by itself, least recently used first (vLLM), the only way to make it drop
+        `victims` is to use everything older than them: the adapters to touch (a 1-token request each), oldest
+        first. Empty when the victims are already the oldest (what the engine does alone)."""
+        if self.profile.unload_frees or not victims:
+            return []
+        doomed = set(victims)
+        older: list[str] = []
+        for adapter in self.resident:
+            if len(doomed) == 0:
+                break
+            if adapter in doomed:
+                doomed.discard(adapter)
+            else:
+                older.append(adapter)
+        return older
+
+    def keep(self, adapter: str) -> None:
+        """A controller's touch: most recent in both tiers, as a request would make it (not a use of a prefetch)."""
+        resident = self.resident
+        del resident[adapter]
+        resident[adapter] = None
+        self.stamp += 1
+        self.used_at[adapter] = self.stamp
+        self.use_gpu(adapter)
+
     def use_gpu(self, adapter: str) -> bool:
         """Give the adapter a GPU slot (LRU); True when it already had one."""
         gpu = self.gpu

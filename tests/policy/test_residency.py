@@ -123,3 +123,22 @@ def test_load_fills_gpu_comes_from_the_kind_profile() -> None:
     vllm.admit("a", 1)
     sglang.admit("a", 1)
     assert list(vllm.gpu) == ["a"] and list(sglang.gpu) == []
+
+
+def test_a_vllm_engine_evicts_a_chosen_victim_only_after_the_older_ones_are_touched() -> None:
+    e = engine(host_slots=4)
+    for name in ("a", "b", "c", "d"):
+        e.admit(name, 1)
+    assert e.keep_for(["a"]) == []  # already the engine's own choice: nothing to send
+    assert e.keep_for(["c"]) == ["a", "b"]  # touch the two older ones, then the engine drops c
+    assert e.keep_for(["b", "d"]) == ["a", "c"]
+    for kept in e.keep_for(["c"]):
+        e.keep(kept)
+    assert list(e.resident) == ["c", "d", "a", "b"]  # c is now the engine's least recently used
+
+
+def test_an_sglang_engine_unloads_its_victims_without_touches() -> None:
+    s = EngineResidency("h/s", "sglang", "m", Budget(2, 4, None))
+    for name in ("a", "b", "c"):
+        s.admit(name, 1)
+    assert s.keep_for(["c"]) == []
