@@ -30,7 +30,7 @@ from lorafleet.policy.events import ADAPTER, RequestEvent  # noqa: E402
 from lorafleet.replay.simulator import PolicyResult, headroom_captured, simulate  # noqa: E402
 from lorafleet.replay.synth import SHAPES, synthesize  # noqa: E402
 
-POLICIES = ("lru", "lfu", "lorafleet", "oracle")
+POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet", "oracle")
 RANKS = (8, 16, 32, 64, 128)
 AZURE = ROOT.parent / "shared" / "data" / "traces" / "azure_functions_2019_invitro_sample" / "1000_inv.csv"
 START = 1_764_000_000.0

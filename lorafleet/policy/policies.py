@@ -1,428 +1,51 @@
-"""The policies behind one interface: lru (the engines alone), lfu, lorafleet, and oracle (replay only)."""
+"""The registry of policies: every name `replay` (and the daemon) accepts, and how to make one.
+
+lru is what the engines do alone; lfu, arc, wtinylfu and markov are strong baselines (policy/baselines.py);
+lorafleet is ours (policy/lorafleet.py); oracle sees the future and runs in replay only (policy/oracle.py).
+"""
 
 from __future__ import annotations
 
-import heapq
-import math
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
-from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
-from lorafleet.policy.events import ADAPTER, RequestEvent
-from lorafleet.policy.placement import can_pin, rank_engines
-from lorafleet.policy.residency import EngineResidency
+from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy
+from lorafleet.policy.core import Policy
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.lorafleet import LorafleetPolicy
+from lorafleet.policy.oracle import ORACLE_VARIANTS, OraclePolicy
 
-POLICY_NAMES = ("lru", "lfu", "lorafleet", "oracle")
-
-
-class LruPolicy(Policy):
-    """Load on demand, evict the least recently used: what vLLM and SGLang do by themselves (the baseline)."""
-
-    name = "lru"
-
-
-class LfuPolicy(Policy):
-    """Load on demand, evict the least frequently requested (ties: least recently used)."""
-
-    name = "lfu"
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        counts = self.counts
-        return sorted(state.resident, key=lambda a: counts.get(a, 0))
-
-    def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        adapter = event.adapter
-        assert adapter is not None
-        self.counts[adapter] = self.counts.get(adapter, 0) + 1
-        return []
-
-
-class LorafleetPolicy(Policy):
-    """Plan-based preload, predictive prefetch and demand-aware eviction.
-
-    - Preload: each tenant's pinned adapters on one engine that can serve them (pinned, never evicted), then
-      the first steps of their workflows.
-    - Prefetch: after each request, the adapters most likely to follow it for that tenant (transition model,
-      workflows as priors) are loaded onto the serving engine, displacing only adapters worth less. The load is
-      timed: it starts a few load times (with margin) before the tenant's usual earliest next request (a low
-      quantile of its observed gaps after this adapter), so a prefetched adapter holds a slot only briefly.
-    - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
-      next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
-      of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
-      that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
-    - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
-      only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
-      without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
-    """
-
-    name = "lorafleet"
-    honours_pins = True
-    observes_demand = True
-    initial_trust = 0.3  # a tenant's predictions must prove themselves ...
-    initial_trust_declared = 0.6  # ... unless the inventory declares its workflows
-    gap_quantile = 0.0  # the shortest gap seen: a timed prefetch should almost never be late
-    lead_factor = 3.0
-    lead_margin_s = 0.05
-    retries = 4
-    displace_margin = 1.0
-    min_lift = 2.5
-    min_edge = 0.1
-
-    def __init__(
-        self,
-        min_probability: float = 0.2,
-        max_in_flight: int = 2,
-        hot_ttl_s: float = 300.0,
-        trust_rate: float = 0.1,
-    ) -> None:
-        self.min_probability = min_probability
-        self.max_in_flight = max_in_flight
-        self.hot_ttl_s = hot_ttl_s
-        self.trust_rate = trust_rate
-        self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
-        self.edge: dict[str | None, float] = {}  # tenant -> how much more often than its usual mix
-        # adapter -> tenant -> (probability, made at, after adapter, expires)
-        self.hot: dict[str, dict[str | None, tuple[float, float, str, float]]] = {}
-        self.predicted: dict[str | None, tuple[list[str], float]] = {}  # tenant -> (guesses, baseline)
-        # ("tenant", name) or ("adapter", id) -> requests seen, to drop scheduled prefetches that went stale
-        self.generation: dict[tuple[str, str | None], int] = {}
-        self.scheduled: list[tuple[float, int, tuple[str, str | None], int, str, str, int]] = []
-        self.periodic: set[str] = set()  # adapters requested at regular intervals
-        self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
-        self.seq = 0
-
-    def bind(self, core: PolicyCore) -> None:
-        super().bind(core)
-        self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
-
-    # scoring ---------------------------------------------------------------------------------------------
-    def score(self, adapter: str, now: float) -> float:
-        """Chance of a request for the adapter within the horizon (the next `horizon` requests, or as many
-        seconds as those take at the current request rate)."""
-        return self._boosted(adapter, now, self.core.demand.share(adapter))
-
-    def _boosted(self, adapter: str, now: float, share: float) -> float:
-        """The score from a known popularity share, raised by live predictions (never lowered)."""
-        demand = self.core.demand
-        horizon = self.horizon
-        miss = math.exp(-share * horizon)
-        periodic = adapter in self.periodic
-        hot = self.hot.get(adapter)
-        if not (periodic or hot):
-            return 1.0 - miss
-        window = horizon * demand.arrival_gap
-        if periodic:
-            miss *= 1.0 - demand.adapter_next_within(adapter, now, window)
-        if hot:
-            for tenant, (probability, made_at, after, expires) in hot.items():
-                if now > expires:
-                    continue
-                soon = demand.next_within(tenant, after, now - made_at, window)
-                if soon is None:
-                    soon = 1.0 - math.exp(-demand.tenant_share(tenant) * horizon)
-                miss *= 1.0 - probability * soon
-        return 1.0 - miss
-
-    def _cheapest(self, state: EngineResidency, now: float, keep: str | None = None) -> Iterator[tuple[float, str]]:
-        """Residents by ascending score, computed lazily.
-
-        Predictions only ever raise a score above its popularity part, so walking residents by popularity and
-        holding back each one until nothing unseen can score lower yields the exact order while computing full
-        scores for only the first few. Ties go least recently used first.
-        """
-        demand = self.core.demand
-        a_short, b_long = demand.share_weights()
-        short, long = demand.popularity.get, demand.long_popularity.counts.get
-        horizon = self.horizon
-        by_share = [
-            (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
-            for i, a in enumerate(state.resident)
-            if a != keep
-        ]
-        heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
-        pending: list[tuple[float, int, str]] = []
-        while by_share or pending:
-            while by_share and (not pending or 1.0 - math.exp(-by_share[0][0] * horizon) <= pending[0][0]):
-                s, i, a = heapq.heappop(by_share)
-                heapq.heappush(pending, (self._boosted(a, now, s), i, a))
-            score, _, adapter = heapq.heappop(pending)
-            yield score, adapter
-
-    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        return (adapter for _, adapter in self._cheapest(state, now))
-
-    # preload ---------------------------------------------------------------------------------------------
-    def start(self, now: float) -> list[Decision]:
-        core = self.core
-        decisions: list[Decision] = []
-        pinned = [a for t in core.inventory.tenants.values() for a in t.pinned]
-        heads = [chain[0] for t in core.inventory.tenants.values() for chain in t.workflows if chain]
-        engines = core.book.engines
-        for adapter in dict.fromkeys(pinned):
-            # One resident copy per pool: requests without an engine are routed to where it is resident.
-            for engine in rank_engines(adapter, core.pools.get(adapter, ()), engines):
-                state = engines[engine]
-                if can_pin(state, adapter) and state.has_room(core.sizes[adapter]):
-                    decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
-                    break
-        for adapter in dict.fromkeys(heads):
-            target = self.core.place(adapter)
-            if target is not None and engines[target].has_room(core.sizes[adapter]):
-                decisions += core.load(now, target, adapter, PLAN, tuple)
-        return decisions
-
-    # prediction ------------------------------------------------------------------------------------------
-    def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
-        """Score the tenant's standing predictions against this request, then make new ones."""
-        hot = self.hot
-        demand = self.core.demand
-        previous = self.predicted.pop(tenant, None)
-        trust = self.trust.get(tenant)
-        edge = self.edge.get(tenant)
-        if trust is None or edge is None:
-            declared = self.core.inventory.tenants.get(tenant or "")
-            known = declared is not None and bool(declared.workflows)
-            trust = self.initial_trust_declared if known else self.initial_trust
-            edge = 2 * self.min_edge if known else self.min_edge
-        if previous is not None:
-            guessed, baseline = previous
-            came_true = 1.0 if adapter in guessed else 0.0
-            trust += self.trust_rate * (came_true - trust)
-            edge += self.trust_rate * (came_true - baseline - edge)
-            for predicted in guessed:
-                entry = hot.get(predicted)
-                if entry is not None:
-                    entry.pop(tenant, None)
-                    if not entry:
-                        del hot[predicted]
-        self.trust[tenant], self.edge[tenant] = trust, edge
-        guesses = [(c, p) for c, p in demand.next_after(tenant, adapter, limit=3) if c != adapter]
-        if not guesses:
-            return []
-        # Every guess is scored next time, acted on or not, so a tenant can earn trust back. The baseline is
-        # how often those adapters would come next anyway, given the tenant's usual mix.
-        mixes = [demand.tenant_mix(tenant, c) for c, _ in guesses]
-        self.predicted[tenant] = ([c for c, _ in guesses], min(1.0, sum(mixes)))
-        if edge < self.min_edge:
-            return []  # this tenant's sequences have not been beating its plain popularity
-        return [
-            (c, p * trust)
-            for (c, p), mix in zip(guesses, mixes, strict=True)
-            if p * trust >= self.min_probability and p >= self.min_lift * mix
-        ]
-
-    def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        adapter = event.adapter
-        assert adapter is not None
-        tenant = event.tenant
-        tenant_key = ("tenant", tenant)
-        generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
-        predictions = self._predict(tenant, adapter)
-        if engine is None:
-            return []
-        core = self.core
-        decisions: list[Decision] = []
-        if predictions:
-            gap = core.demand.gap_quantile(tenant, adapter, self.gap_quantile)
-            for candidate, probability in predictions:
-                target = self._target(event, engine, candidate)
-                if target is None:
-                    continue
-                self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
-                due = now if gap is None else now + gap - self._lead(target, candidate)
-                decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter)
-        # Requested like clockwork: protected near its next time (score), brought back before it if evicted.
-        if core.demand.period(adapter) is None:
-            self.periodic.discard(adapter)
-        else:
-            self.periodic.add(adapter)
-            adapter_key = ("adapter", adapter)
-            self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1  # stale: pending returns
-        return decisions
-
-    def on_evicted(self, now: float, engine: str, adapter: str) -> None:
-        if adapter not in self.periodic:
-            return
-        demand = self.core.demand
-        period = demand.period(adapter)
-        if period is None:
-            return
-        due = max(now, demand.adapter_last[adapter] + period - self._lead(engine, adapter))
-        key = ("adapter", adapter)
-        self.seq += 1
-        heapq.heappush(self.scheduled, (due, self.seq, key, self.generation.get(key, 0), engine, adapter, 0))
-
-    def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
-        """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
-        tenant's next request will likely go there too); otherwise where the candidate already is or the
-        routing rule would put it, so engines of a pool do not hold needless copies."""
-        if event.engine is not None and engine in self.core.pools.get(candidate, ()):
-            return engine
-        return self.core.place(candidate)
-
-    def _lead(self, engine: str, adapter: str) -> float:
-        """How long before it is needed a load should start: its load time, with margin, behind the queue."""
-        core = self.core
-        key = (engine, adapter)
-        load_s = self._load_s.get(key)
-        if load_s is None:
-            load_s = self._load_s[key] = core.load_ms[engine].cold_ms(core.sizes[adapter]) / 1000.0
-        return load_s * (self.lead_factor + len(core.book.engines[engine].in_flight)) + self.lead_margin_s
-
-    def _prefetch_at(
-        self,
-        now: float,
-        due: float,
-        key: tuple[str, str | None],
-        generation: int,
-        target: str,
-        candidate: str,
-        keep: str,
-    ) -> list[Decision]:
-        if due <= now:
-            return self._prefetch(now, target, candidate, keep)
-        if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
-            return []  # already there, and the prediction now protects it: nothing to schedule
-        self.seq += 1
-        heapq.heappush(self.scheduled, (due, self.seq, key, generation, target, candidate, 0))
-        return []
-
-    def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
-        core = self.core
-        state = core.book.engines[target]
-        if state.holds(candidate):
-            return []
-        if state.has_room(core.sizes[candidate]):
-            return core.load(now, target, candidate, PREFETCH, tuple)
-        # Displace only what is clearly worth less, so two similar predictions do not evict each other in turn.
-        bar = self.score(candidate, now) * self.displace_margin
-
-        def cheaper() -> Iterator[str]:
-            for score, adapter in self._cheapest(state, now, keep):
-                if score >= bar:
-                    return
-                yield adapter
-
-        return core.load(now, target, candidate, PREFETCH, cheaper)
-
-    # scheduled prefetches --------------------------------------------------------------------------------
-    def next_wakeup(self) -> float | None:
-        return self.scheduled[0][0] if self.scheduled else None
-
-    def tick(self, now: float) -> list[Decision]:
-        decisions: list[Decision] = []
-        scheduled = self.scheduled
-        engines = self.core.book.engines
-        while scheduled and scheduled[0][0] <= now:
-            _, _, key, generation, target, candidate, attempt = heapq.heappop(scheduled)
-            if self.generation.get(key) != generation:
-                continue  # a newer request replaced this prediction
-            if len(engines[target].in_flight) >= self.max_in_flight and attempt < self.retries:
-                self.seq += 1
-                retry = (now + self.lead_margin_s, self.seq, key, generation, target, candidate, attempt + 1)
-                heapq.heappush(scheduled, retry)
-                continue
-            decisions += self._prefetch(now, target, candidate, None)
-        return decisions
-
-
-class OraclePolicy(Policy):
-    """Sees the future (replay only): Belady eviction, and each next-needed adapter loaded as early as the
-    engine's one-at-a-time loader allows, displacing only adapters needed later than it. The bound to beat."""
-
-    name = "oracle"
-    window = 48
-
-    def __init__(self, events: Sequence[RequestEvent], yield_to_demand: bool = False) -> None:
-        self.yield_to_demand = yield_to_demand
-        self.events = [e for e in events if e.kind == ADAPTER and e.adapter is not None]
-        self.positions: dict[str, deque[int]] = {}
-        for i, event in enumerate(self.events):
-            assert event.adapter is not None
-            self.positions.setdefault(event.adapter, deque()).append(i)
-        self.position = 0  # index of the next request to arrive
-        self.origin = self.events[0].time if self.events else 0.0  # replay time 0
-
-    def start(self, now: float) -> list[Decision]:
-        return self._prefetch(now)
-
-    def next_use(self, adapter: str) -> float:
-        queue = self.positions.get(adapter)
-        return queue[0] if queue else math.inf
-
-    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        return sorted(state.resident, key=self.next_use, reverse=True)
-
-    def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        assert event.adapter is not None
-        self.positions[event.adapter].popleft()
-        self.position += 1
-        return self._prefetch(now)
-
-    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
-        return self._prefetch(now)
-
-    def _victims_after(self, state: EngineResidency, now: float, position: int) -> Callable[[], list[str]]:
-        """Victims for a prefetch serving request `position`: only adapters needed after it."""
-        return lambda: [a for a in self.victim_order(state, now) if self.next_use(a) > position]
-
-    def _prefetch(self, now: float) -> list[Decision]:
-        core = self.core
-        engines = core.book.engines
-        if all(state.in_flight for state in engines.values()):
-            return []
-        decisions: list[Decision] = []
-        busy: set[str] = set()
-        for j in range(self.position, min(len(self.events), self.position + self.window)):
-            event = self.events[j]
-            adapter = event.adapter
-            assert adapter is not None
-            target = core.route(event)
-            if target is None or target in busy:
-                continue
-            state = engines[target]
-            if state.holds(adapter):
-                continue
-            if state.in_flight:
-                busy.add(target)
-                continue
-            ready_at = now + core.load_ms[target].cold_ms(core.sizes[adapter]) / 1000.0
-            if event.time - self.origin < ready_at:
-                if self.yield_to_demand:
-                    # Too late to save this request, and its demand load comes soon: a prefetch started now
-                    # would hold the loader and delay it, and what follows it. Leave the loader free.
-                    busy.add(target)
-                continue  # else: a later request may still be saved
-            loaded = core.load(
-                now,
-                target,
-                adapter,
-                PREFETCH,
-                self._victims_after(state, now, j),
-            )
-            busy.add(target)
-            decisions += loaded
-        return decisions
-
-
-# The oracle is a family of offline schedules; replay keeps the best of them for each trace (it knows the whole
-# trace, so choosing the better schedule is itself an offline strategy).
-ORACLE_VARIANTS = ({"yield_to_demand": False}, {"yield_to_demand": True})
+_ONLINE: dict[str, Callable[[], Policy]] = {
+    "lru": LruPolicy,
+    "lfu": LfuPolicy,
+    "arc": ArcPolicy,
+    "wtinylfu": WTinyLfuPolicy,
+    "markov": MarkovPolicy,
+    "lorafleet": LorafleetPolicy,
+}
+POLICY_NAMES = (*_ONLINE, "oracle")
+BASELINES = ("lru", "lfu", "arc", "wtinylfu", "markov")
 
 
 def make_policy(name: str, events: Sequence[RequestEvent] = (), variant: int = 0) -> Policy:
-    if name == "lru":
-        return LruPolicy()
-    if name == "lfu":
-        return LfuPolicy()
-    if name == "lorafleet":
-        return LorafleetPolicy()
+    """A fresh policy; the oracle needs the whole trace (`events`) and one of its offline schedules."""
     if name == "oracle":
         return OraclePolicy(events, **ORACLE_VARIANTS[variant])
-    raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    factory = _ONLINE.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    return factory()
 
 
-__all__ = ["POLICY_NAMES", "LfuPolicy", "LorafleetPolicy", "LruPolicy", "OraclePolicy", "make_policy"]
+__all__ = [
+    "BASELINES",
+    "ORACLE_VARIANTS",
+    "POLICY_NAMES",
+    "ArcPolicy",
+    "LfuPolicy",
+    "LorafleetPolicy",
+    "LruPolicy",
+    "MarkovPolicy",
+    "OraclePolicy",
+    "WTinyLfuPolicy",
+    "make_policy",
+]

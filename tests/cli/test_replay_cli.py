@@ -89,7 +89,7 @@ def test_trace_synth_writes_a_log_and_an_inventory_that_replay(run_cli, tmp_path
     run_cli("trace", "synth", "--shape", "workflows", "--requests", "300", "--seed", "3", "--out", str(again))
     assert (again / "access.jsonl").read_bytes() == (out / "access.jsonl").read_bytes()
     replayed = run_cli("replay", str(out / "access.jsonl"), "-i", str(out / "inventory.yaml"), "--json")
-    assert replayed.exit_code == 0 and len(json.loads(replayed.stdout)["policies"]) == 4
+    assert replayed.exit_code == 0 and len(json.loads(replayed.stdout)["policies"]) == 7  # every policy by default
 
 
 def test_bundled_demo_log_is_what_synth_writes(run_cli, tmp_path: Path) -> None:

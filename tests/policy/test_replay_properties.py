@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lorafleet.policy.policies import POLICY_NAMES
 from lorafleet.replay.simulator import Simulation, replay
 from tests.policy.fleet import make_inventory, stream
 
@@ -87,7 +88,7 @@ def test_budgets_classification_and_the_oracle_bound(
         )
         for i, e in enumerate(events)
     ]
-    results = {r.policy: r for r in replay(inv, events, ["lru", "lfu", "lorafleet", "oracle"])}
+    results = {r.policy: r for r in replay(inv, events, list(POLICY_NAMES))}
     for r in results.values():
         assert r.budget_violations == 0
         assert r.hits + r.late + r.misses == r.requests == len(sequence)
@@ -95,7 +96,7 @@ def test_budgets_classification_and_the_oracle_bound(
         assert all(ms >= 0 for ms in r.cold_ms)
         assert 0.0 <= r.loader_utilization <= 1.0 + 1e-9  # a serial loader is never busy more than the span
     oracle = results["oracle"].hit_ratio
-    for name in ("lru", "lfu", "lorafleet"):
+    for name in POLICY_NAMES[:-1]:
         assert oracle >= results[name].hit_ratio, (name, results[name].hit_ratio, oracle)
 
 
