@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
@@ -43,17 +44,14 @@ class LorafleetPolicy(Policy):
     min_lift = 2.5
     min_edge = 0.1
 
-    def __init__(
-        self,
-        min_probability: float = 0.2,
-        max_in_flight: int = 2,
-        hot_ttl_s: float = 300.0,
-        trust_rate: float = 0.1,
-    ) -> None:
-        self.min_probability = min_probability
-        self.max_in_flight = max_in_flight
-        self.hot_ttl_s = hot_ttl_s
-        self.trust_rate = trust_rate
+    min_probability = 0.2
+    recency_window = 1.0  # GPU slots' worth of most recently used adapters that are never the cheapest
+    evidence_memory = 8.0  # how many turnovers of an engine's slots the experts' evidence is remembered
+    max_in_flight = 2
+    hot_ttl_s = 300.0
+    trust_rate = 0.1
+
+    def __init__(self) -> None:
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
         self.edge: dict[str | None, float] = {}  # tenant -> how much more often than its usual mix
         # adapter -> tenant -> (probability, made at, after adapter, expires)
@@ -69,6 +67,10 @@ class LorafleetPolicy(Policy):
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
         self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
+        # Shadow experts per engine: what plain LRU would have held (a stack of the last distinct adapters), and
+        # decayed evidence of which of LRU or the value order would have served the recent requests better.
+        self.stacks: dict[str, OrderedDict[str, None]] = {key: OrderedDict() for key in core.book.engines}
+        self.evidence: dict[str, list[float]] = {key: [0.0, 0.0] for key in core.book.engines}  # [lru, value]
 
     # scoring ---------------------------------------------------------------------------------------------
     def score(self, adapter: str, now: float) -> float:
@@ -109,10 +111,16 @@ class LorafleetPolicy(Policy):
         a_short, b_long = demand.share_weights()
         short, long = demand.popularity.get, demand.long_popularity.counts.get
         horizon = self.horizon
+        # The recency window: the adapters this engine used last (as many as it has GPU slots, i.e. what it
+        # serves at once) are never the cheapest; they go last, least recently used first.
+        window = max(1, round(state.budget.gpu_slots * self.recency_window))
+        residents = list(state.resident)
+        recent = residents[-window:] if self.recency_window > 0 else []
+        held_back = set(recent)
         by_share = [
             (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
-            for i, a in enumerate(state.resident)
-            if a != keep
+            for i, a in enumerate(residents)
+            if a != keep and a not in held_back
         ]
         heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
@@ -122,9 +130,41 @@ class LorafleetPolicy(Policy):
                 heapq.heappush(pending, (self._boosted(a, now, s), i, a))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
+        for adapter in recent:
+            if adapter != keep:
+                yield 1.0, adapter
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
+        lru, value = self.evidence[state.key]
+        if lru > value:  # lately, recency alone would have served this engine better: follow it
+            return list(state.resident)
         return (adapter for _, adapter in self._cheapest(state, now))
+
+    def _shadow(self, engine: str, adapter: str, outcome: str) -> None:
+        """Score the request against the two experts, then let it enter LRU's stack."""
+        state = self.core.book.engines[engine]
+        size = max(1, state.budget.host_slots or state.budget.gpu_slots)
+        stack = self.stacks[engine]
+        lru_hit = False
+        if adapter in stack:
+            for rank, seen in enumerate(reversed(stack)):
+                if seen == adapter:
+                    lru_hit = rank < size
+                    break
+            stack.move_to_end(adapter)
+        else:
+            stack[adapter] = None
+            if len(stack) > 2 * size:
+                stack.popitem(last=False)
+        evidence = self.evidence[engine]
+        keep = 1.0 - 1.0 / (self.evidence_memory * size)
+        evidence[0] *= keep
+        evidence[1] *= keep
+        ours = outcome != "miss"
+        if lru_hit and not ours:
+            evidence[0] += 1.0
+        elif ours and not lru_hit:
+            evidence[1] += 1.0
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -195,6 +235,7 @@ class LorafleetPolicy(Policy):
         predictions = self._predict(tenant, adapter)
         if engine is None:
             return []
+        self._shadow(engine, adapter, outcome)
         core = self.core
         decisions: list[Decision] = []
         if predictions:

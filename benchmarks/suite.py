@@ -1,0 +1,149 @@
+"""The evaluation suite: every policy on many trace families and seeds, the way the policy is judged.
+
+    python benchmarks/suite.py [--seeds report|tune|all] [--families a,b] [--sensitivity] [--markdown]
+
+Families come from explicit parameters (benchmarks/tracegen.py), plus Azure Functions 2019 with random offsets
+inside each minute and a ServeGen client-rate stream when the shared traces are present. Tune on seeds 0-2 only
+(`--seeds tune`); the figures to report are seeds 3-7 (`--seeds report`, the default). Per family: each policy's
+mean hit ratio, cold ms p50/p99, touches and wasted prefetches, and lorafleet's shortfall from the best baseline
+(mean and worst seed). `--sensitivity` moves each of lorafleet's parameters x0.5 and x2 and reports how the
+worst-case shortfall moves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tracegen import FAMILIES, azure_random_offsets, build, servegen  # noqa: E402
+
+from lorafleet.inventory.model import Inventory  # noqa: E402
+from lorafleet.policy.events import RequestEvent  # noqa: E402
+from lorafleet.policy.lorafleet import LorafleetPolicy  # noqa: E402
+from lorafleet.policy.policies import BASELINES, POLICY_NAMES  # noqa: E402
+from lorafleet.replay.simulator import PolicyResult, simulate  # noqa: E402
+
+SEEDS = {"tune": (0, 1, 2), "report": (3, 4, 5, 6, 7), "all": tuple(range(8))}
+PARAMETERS = (
+    "recency_window",
+    "evidence_memory",
+    "min_probability",
+    "hot_ttl_s",
+    "trust_rate",
+    "initial_trust",
+    "lead_factor",
+    "displace_margin",
+    "min_lift",
+    "min_edge",
+)
+Trace = tuple[Inventory, list[RequestEvent]]
+
+
+def traces(names: set[str] | None) -> dict[str, Callable[[int], Trace | None]]:
+    out: dict[str, Callable[[int], Trace | None]] = {f.name: (lambda s, f=f: build(f, s)) for f in FAMILIES}
+    out["azure-random-offsets"] = azure_random_offsets
+    out["servegen-m-mid"] = servegen
+    return {k: v for k, v in out.items() if names is None or k in names}
+
+
+def run_family(
+    make: Callable[[int], Trace | None], seeds: tuple[int, ...], policies: tuple[str, ...]
+) -> dict[str, list[PolicyResult]]:
+    results: dict[str, list[PolicyResult]] = {p: [] for p in policies}
+    for seed in seeds:
+        trace = make(seed)
+        if trace is None:
+            return {}
+        inventory, events = trace
+        for policy in policies:
+            results[policy].append(simulate(inventory, policy, events))
+    return results
+
+
+def shortfalls(results: dict[str, list[PolicyResult]]) -> tuple[float, float]:
+    """lorafleet's shortfall from the best baseline, in points: (mean over seeds, worst seed)."""
+    per_seed = []
+    for i, ours in enumerate(results["lorafleet"]):
+        best = max(results[b][i].hit_ratio for b in BASELINES)
+        per_seed.append((best - ours.hit_ratio) * 100)
+    return statistics.mean(per_seed), max(per_seed)
+
+
+def mean(values: list[float]) -> float:
+    return statistics.mean(values) if values else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", choices=sorted(SEEDS), default="report")
+    parser.add_argument("--families", help="comma-separated family names (default: all)")
+    parser.add_argument("--sensitivity", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    seeds = SEEDS[args.seeds]
+    chosen = set(args.families.split(",")) if args.families else None
+    started = time.perf_counter()
+    header = "| family | " + " | ".join(POLICY_NAMES) + " | shortfall mean | worst seed | touches | wasted |"
+    print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}); hit ratio % per policy, mean over seeds")
+    print(header if args.markdown else header.replace("|", " "))
+    if args.markdown:
+        print("|" + "---|" * (len(POLICY_NAMES) + 5))
+    worst, margins, speeds = [], [], []
+    kept: dict[str, dict[str, list[PolicyResult]]] = {}
+    for name, make in traces(chosen).items():
+        results = run_family(make, seeds, POLICY_NAMES)
+        if not results:
+            print(f"{name}: trace data not present, skipped")
+            continue
+        kept[name] = results
+        short_mean, short_worst = shortfalls(results)
+        worst.append(short_worst)
+        margins.append(-short_mean)
+        ours = results["lorafleet"]
+        speeds += [r.requests_per_s for r in ours]
+        cells = [f"{mean([r.hit_ratio for r in results[p]]) * 100:5.1f}" for p in POLICY_NAMES]
+        row = [
+            name,
+            *cells,
+            f"{short_mean:+.1f}",
+            f"{short_worst:+.1f}",
+            f"{mean([r.touches for r in ours]):.0f}",
+            f"{mean([r.wasted_prefetches for r in ours]):.0f}",
+        ]
+        print(("| " + " | ".join(row) + " |") if args.markdown else "  ".join(f"{c:>9}" for c in row))
+    if worst:
+        print(
+            f"lorafleet vs the best baseline: worst-case shortfall {max(worst):+.1f} points, mean margin "
+            f"{statistics.mean(margins):+.1f} points; replay speed min {min(speeds):,.0f} req/s"
+        )
+    if args.sensitivity and worst:
+        base_worst = max(worst)
+        print("sensitivity (worst-case shortfall, points):")
+        makers = traces(chosen)
+        for parameter in PARAMETERS:
+            original = getattr(LorafleetPolicy, parameter)
+            cells = []
+            for factor in (0.5, 2.0):
+                setattr(LorafleetPolicy, parameter, original * factor)
+                try:
+                    worst_here = max(
+                        shortfalls({**results, **run_family(makers[name], seeds, ("lorafleet",))})[1]
+                        for name, results in kept.items()
+                    )
+                finally:
+                    setattr(LorafleetPolicy, parameter, original)
+                cells.append(f"x{factor:g}: {worst_here:+.1f} ({worst_here - base_worst:+.1f})")
+            print(f"  {parameter:<16} " + "   ".join(cells))
+    print(f"(suite took {time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
