@@ -68,11 +68,11 @@ class Problem:
 class InventoryError(InputError):
     """An inventory with one or more problems; all of them are reported together."""
 
-    def __init__(self, problems: list[Problem], limit: int = 50) -> None:
+    def __init__(self, problems: list[Problem], limit: int = 50, what: str = "the inventory") -> None:
         self.problems = problems
         self.limit = limit
         count = len(problems)
-        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the inventory")
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in {what}")
 
     def lines(self) -> list[str]:
         shown = [str(p) for p in self.problems[: self.limit]]

@@ -19,7 +19,15 @@ from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, mak
 from lorafleet.engines.executor import Stop
 from lorafleet.errors import InputError
 from lorafleet.inventory.model import Adapter, Engine, Inventory
-from lorafleet.policy.placement import can_pin, pin_limit, rank_engines, serving_pools, unservable_reason, why_not
+from lorafleet.policy.placement import (
+    Placement,
+    can_pin,
+    pin_limit,
+    rank_engines,
+    serving_pools,
+    unservable_reason,
+    why_not,
+)
 from lorafleet.policy.residency import ResidencyBook
 from lorafleet.runner import (
     FAILED,
@@ -47,6 +55,7 @@ class WarmOptions:
     dry_run: bool = False
     parallel: int = 8
     deadline_s: float | None = None  # the whole run; what is not done by then is reported, not waited for
+    pinned: frozenset[tuple[str, str]] = frozenset()  # (adapter, engine) pairs to pin, as a plan says
 
 
 def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter]:
@@ -72,6 +81,19 @@ def resolve_engines(inventory: Inventory, keys: Sequence[str]) -> list[Engine]:
             raise InputError(f"{key!r} is not an engine in the inventory{tip}")
         engines.append(engine)
     return engines
+
+
+def plan_targets(
+    inventory: Inventory, placements: Sequence[Placement], adapters: Sequence[str] = ()
+) -> list[tuple[Adapter, Engine]]:
+    """The (adapter, engine) pairs of a plan's placements (only `adapters`' when given)."""
+    wanted = set(adapters)
+    pairs = []
+    for p in placements:
+        engine = inventory.engine(p.engine)
+        if engine is not None and (not wanted or p.adapter in wanted):
+            pairs.append((inventory.adapters[p.adapter], engine))
+    return pairs
 
 
 def choose_targets(
@@ -140,7 +162,8 @@ class _EngineWorker(RegistryWorker):
         registered = adapter.id in self.registry()  # first: the book is reconciled with the engine
         if options.unpin:
             return self._unpin(adapter, registered)
-        if options.pin and not can_pin(state, adapter.id):
+        pin = options.pin or (adapter.id, self.engine.key) in options.pinned
+        if pin and not can_pin(state, adapter.id):
             slots = self.engine.gpu_slots
             return (
                 SKIPPED,
@@ -165,7 +188,7 @@ class _EngineWorker(RegistryWorker):
             action = self._rewarm(adapter)
         else:
             try:
-                self.client.load(adapter.id, adapter.path, pinned=options.pin and profile.engine_pins)
+                self.client.load(adapter.id, adapter.path, pinned=pin and profile.engine_pins)
                 action = LOADED
             except AlreadyLoadedError:  # registered meanwhile (another admin, the daemon): re-warm it instead
                 action = self._rewarm(adapter)
@@ -176,7 +199,7 @@ class _EngineWorker(RegistryWorker):
                 except EngineError as exc:  # the load stands: it is booked and journaled as done
                     error = f"loaded, but the prime failed: {exc.message}"
         state.admit(adapter.id, adapter.size_bytes, victims)
-        if options.pin:
+        if pin:
             state.pin(adapter.id)
         return action, error, victims
 

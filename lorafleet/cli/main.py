@@ -36,6 +36,7 @@ def _fail(lines: list[str], hint: str | None, code: int) -> None:
 COMMANDS: dict[str, tuple[str, str]] = {
     "completion": ("lorafleet.cli.completion:completion", "Print the shell completion script for SHELL."),
     "inventory": ("lorafleet.cli.inventory:inventory", "Validate and show the fleet inventory."),
+    "plan": ("lorafleet.cli.plan:plan", "Plan which adapters stay resident on which engine, from the demand."),
     "replay": ("lorafleet.cli.replay:replay", "Replay access LOGS through the policy core with simulated engines."),
     "trace": ("lorafleet.cli.replay:trace", "Synthetic access logs for replay and benchmarks."),
     "unload": ("lorafleet.cli.unload:unload", "Unload ADAPTERS from engines (where registered) and forget them."),

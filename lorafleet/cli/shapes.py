@@ -11,6 +11,8 @@ from typing import Any
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.logs.records import LogTally
+from lorafleet.planning import FlagAdvice
+from lorafleet.policy.placement import Placement, PlannedResidency
 from lorafleet.probe.snapshot import HostVram
 from lorafleet.replay.simulator import PolicyResult, headroom_captured
 from lorafleet.warm import WarmResult
@@ -213,4 +215,50 @@ def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
     }
 
 
-SHAPES = (inventory_check, inventory_show, vram, warm, replay)
+def plan(
+    inv: Inventory,
+    planned: PlannedResidency,
+    flags: list[FlagAdvice],
+    changes: tuple[list[Placement], list[Placement]] | None,
+) -> dict[str, Any]:
+    """`plan --json`: `{"engines": [{"engine", "adapters", "slots_used", "slots", "bytes_used", "budget_bytes"}],
+    "expected_hit_ratio", "unplaced": [{"adapter", "reason"}], "flags": [{"engine", "flags", "reserved_bytes",
+    "free_bytes", "fits"}], "changes": {"loads", "evictions"}}` — flags empty without --recommend-flags, changes
+    null without --diff."""
+    held: dict[str, list[str]] = {}
+    for p in planned.placements:
+        held.setdefault(p.engine, []).append(p.adapter)
+    return {
+        "engines": [
+            {
+                "engine": e.key,
+                "adapters": held.get(e.key, []),
+                "slots_used": len(held.get(e.key, [])),
+                "slots": e.host_slots if e.host_slots is not None else e.gpu_slots,
+                "bytes_used": sum(inv.adapters[a].size_bytes for a in held.get(e.key, [])),
+                "budget_bytes": e.lora_budget_bytes,
+            }
+            for e in inv.engines
+        ],
+        "expected_hit_ratio": round(planned.expected_hit_ratio, 6),
+        "unplaced": [{"adapter": a, "reason": r} for a, r in planned.unplaced],
+        "flags": [
+            {
+                "engine": f.engine,
+                "flags": f.flags,
+                "reserved_bytes": f.reserved_bytes,
+                "free_bytes": f.free_bytes,
+                "fits": f.fits,
+            }
+            for f in flags
+        ],
+        "changes": None
+        if changes is None
+        else {
+            "loads": [{"engine": p.engine, "adapter": p.adapter} for p in changes[0]],
+            "evictions": [{"engine": p.engine, "adapter": p.adapter} for p in changes[1]],
+        },
+    }
+
+
+SHAPES = (inventory_check, inventory_show, vram, warm, replay, plan)

@@ -94,8 +94,14 @@ def deadline_option(f: Callable[..., None]) -> Callable[..., None]:
 @click.command()
 @global_options(with_env=False)
 @json_option
-@click.argument("adapters", nargs=-1, required=True, shell_complete=complete_adapters)
+@click.argument("adapters", nargs=-1, shell_complete=complete_adapters)
 @engine_option("Warm")
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Warm the placements of this plan (lorafleet plan --out); with ADAPTERS, only theirs.",
+)
 @click.option(
     "--replicas", type=click.IntRange(min=1), help="At most this many engines per adapter, least loaded first."
 )
@@ -109,6 +115,7 @@ def warm(
     as_json: bool,
     adapters: tuple[str, ...],
     engines: tuple[str, ...],
+    plan_file: str | None,
     replicas: int | None,
     prime: bool,
     pin: bool,

@@ -45,7 +45,6 @@ class LorafleetPolicy(Policy):
     min_edge = 0.1
 
     min_probability = 0.2
-    recency_window = 1.0  # GPU slots' worth of most recently used adapters that are never the cheapest
     evidence_memory = 8.0  # how many turnovers of an engine's slots the experts' evidence is remembered
     max_in_flight = 2
     hot_ttl_s = 300.0
@@ -111,16 +110,10 @@ class LorafleetPolicy(Policy):
         a_short, b_long = demand.share_weights()
         short, long = demand.popularity.get, demand.long_popularity.counts.get
         horizon = self.horizon
-        # The recency window: the adapters this engine used last (as many as it has GPU slots, i.e. what it
-        # serves at once) are never the cheapest; they go last, least recently used first.
-        window = max(1, round(state.budget.gpu_slots * self.recency_window))
-        residents = list(state.resident)
-        recent = residents[-window:] if self.recency_window > 0 else []
-        held_back = set(recent)
         by_share = [
             (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
-            for i, a in enumerate(residents)
-            if a != keep and a not in held_back
+            for i, a in enumerate(state.resident)
+            if a != keep
         ]
         heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
@@ -130,9 +123,6 @@ class LorafleetPolicy(Policy):
                 heapq.heappush(pending, (self._boosted(a, now, s), i, a))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
-        for adapter in recent:
-            if adapter != keep:
-                yield 1.0, adapter
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         lru, value = self.evidence[state.key]

@@ -6,7 +6,8 @@ preload pins with it, and `plan` will place with it. Pure: it reads the inventor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import EngineResidency
@@ -91,3 +92,117 @@ def pin_limit(state: EngineResidency) -> int:
 
 def can_pin(state: EngineResidency, adapter: str) -> bool:
     return adapter in state.pins or len(state.pins) < pin_limit(state)
+
+
+# --- planning: which adapters stay resident where ------------------------------------------------------------
+REPLICA_DISCOUNT = 0.5  # each further copy of an adapter is worth half the one before: resilience, not hits
+
+
+@dataclass(frozen=True)
+class Placement:
+    adapter: str
+    engine: str
+    pinned: bool
+
+
+@dataclass(frozen=True)
+class PlannedResidency:
+    placements: tuple[Placement, ...]
+    unplaced: tuple[tuple[str, str], ...]  # (adapter, reason)
+    expected_hit_ratio: float  # share of the window's adapter requests whose adapter is placed somewhere
+
+
+def plan_residency(
+    inventory: Inventory,
+    rates: Mapping[str, float],
+    pins: Iterable[str] = (),
+    max_replicas: int = 3,
+) -> PlannedResidency:
+    """Choose per engine the adapters to keep resident: pins first and always (within the pin limit), then by
+    expected requests served warm — each adapter once, in falling order of its rate, on the engine of its pool
+    with the most room left; then extra copies of hot adapters, each worth half the one before, on other hosts and
+    providers first, while room is left. Never more than an engine's slots or bytes. Deterministic."""
+    engines = {e.key: e for e in inventory.engines}
+    pools = serving_pools(inventory)
+    slots_left = {k: _slot_cap(e) for k, e in engines.items()}
+    bytes_left = {k: e.lora_budget_bytes for k, e in engines.items()}
+    pins_left = {k: max(0, min(e.profile.max_pinned(e.gpu_slots), _slot_cap(e) - 1)) for k, e in engines.items()}
+    held: dict[str, list[str]] = {}
+    placements: list[Placement] = []
+    unplaced: dict[str, str] = {}
+    pinned = list(dict.fromkeys(p for p in pins if p in inventory.adapters))
+
+    def fits(adapter: str, key: str) -> bool:
+        budget = bytes_left[key]
+        return slots_left[key] >= 1 and (budget is None or inventory.adapters[adapter].size_bytes <= budget)
+
+    def put(adapter: str, key: str, pin: bool) -> None:
+        slots_left[key] -= 1
+        if bytes_left[key] is not None:
+            bytes_left[key] = (bytes_left[key] or 0) - inventory.adapters[adapter].size_bytes
+        if pin:
+            pins_left[key] -= 1
+        held.setdefault(adapter, []).append(key)
+        placements.append(Placement(adapter, key, pin))
+
+    provider = {h.name: h.provider for h in inventory.hosts}
+
+    def best_engine(adapter: str, pin: bool) -> str | None:
+        others = held.get(adapter, [])
+        hosts = {engines[k].host for k in others}
+        providers = {provider.get(engines[k].host) for k in others}
+        candidates = [
+            k for k in pools[adapter] if k not in others and fits(adapter, k) and (not pin or pins_left[k] > 0)
+        ]
+        if not candidates:
+            return None
+        # Away from the hosts (then providers) that already hold it, then the most room left; pool order last.
+        return min(
+            candidates,
+            key=lambda k: (
+                engines[k].host in hosts,
+                provider.get(engines[k].host) in providers,
+                -slots_left[k],
+                pools[adapter].index(k),
+            ),
+        )
+
+    for adapter in pinned:
+        key = best_engine(adapter, pin=True)
+        if key is None:
+            unplaced[adapter] = _why_unplaced(inventory, adapter, pools, "pinned")
+        else:
+            put(adapter, key, True)
+    ordered = sorted((a for a in inventory.adapters if a not in held), key=lambda a: (-rates.get(a, 0.0), a))
+    for adapter in ordered:
+        key = best_engine(adapter, pin=False)
+        if key is None:
+            unplaced[adapter] = _why_unplaced(inventory, adapter, pools, "budget")
+        else:
+            put(adapter, key, False)
+    for copy in range(1, max_replicas):
+        for adapter in sorted(held, key=lambda a: (-rates.get(a, 0.0), a)):
+            if rates.get(adapter, 0.0) <= 0 or len(held[adapter]) != copy:
+                continue
+            key = best_engine(adapter, pin=False)
+            if key is not None:
+                put(adapter, key, False)
+    total = sum(rates.get(a, 0.0) for a in inventory.adapters)
+    warm = sum(rates.get(a, 0.0) for a in held)
+    return PlannedResidency(
+        tuple(placements),
+        tuple(sorted(unplaced.items())),
+        warm / total if total > 0 else (1.0 if not unplaced else 0.0),
+    )
+
+
+def _slot_cap(engine: Engine) -> int:
+    return engine.host_slots if engine.host_slots is not None else engine.gpu_slots
+
+
+def _why_unplaced(inventory: Inventory, adapter: str, pools: Mapping[str, list[str]], what: str) -> str:
+    if not pools[adapter]:
+        return unservable_reason(inventory, inventory.adapters[adapter])
+    if what == "pinned":
+        return "pinned, but every engine that can serve it is full or at its pin limit"
+    return "budget exhausted: every engine that can serve it is full (slots or lora_budget_mb)"

@@ -1,4 +1,4 @@
-"""The lorafleet policy's newer rules, each pinned: the recency window, and following the better shadow expert."""
+"""The lorafleet policy's newer rules, each pinned: following the better shadow expert."""
 
 from __future__ import annotations
 
@@ -20,13 +20,6 @@ def core_with(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
     for _ in range(50):  # a0 is by far the most popular, and the least recently used
         core.demand.observe("t", "a0", 1.0)
     return core, policy
-
-
-def test_the_recency_window_keeps_the_last_gpu_slots_worth_of_adapters_out_of_the_cheapest(tmp_path: Path) -> None:
-    core, policy = core_with(tmp_path)
-    order = list(policy.victim_order(core.book["h/e0"], 2.0))
-    assert order[-2:] == ["a3", "a4"]  # two GPU slots: the two most recent go last, oldest first
-    assert order[0] != "a0"  # the value order keeps the popular one
 
 
 def test_following_the_lru_expert_when_recency_has_been_serving_better(tmp_path: Path) -> None:
