@@ -8,8 +8,8 @@ compares two plans, and works out the engine flags a plan needs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -174,6 +174,32 @@ def diff_plans(old: PlannedResidency, new: PlannedResidency) -> tuple[list[Place
         [p for p in new.placements if (p.engine, p.adapter) not in before],
         [p for p in old.placements if (p.engine, p.adapter) not in after],
     )
+
+
+# --- sizing -------------------------------------------------------------------------------------------------
+SIZING_SLOTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def with_slots(inventory: Inventory, host_slots: int) -> Inventory:
+    """The same fleet with every engine holding `host_slots` adapters (GPU slots capped to it)."""
+    hosts = tuple(
+        replace(
+            h,
+            engines=tuple(replace(e, host_slots=host_slots, gpu_slots=min(e.gpu_slots, host_slots)) for e in h.engines),
+        )
+        for h in inventory.hosts
+    )
+    return replace(inventory, hosts=hosts)
+
+
+def sizing_points(
+    inventory: Inventory, slot_counts: Sequence[int], replay_at: Callable[[Inventory], float]
+) -> list[tuple[int, float]]:
+    """(slots per engine, hit ratio) for each count, each replayed by `replay_at` (the same simulator and
+    policy as `replay`); counts past the number of adapters add nothing and are skipped."""
+    most = max(1, len(inventory.adapters))
+    counts = [n for n in slot_counts if n <= most] or [most]
+    return [(n, replay_at(with_slots(inventory, n))) for n in counts]
 
 
 # --- launch flags --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.planning import (
+    SIZING_SLOTS,
     Demand,
     FlagAdvice,
     demand_from_events,
@@ -21,10 +22,13 @@ from lorafleet.planning import (
     pins_of,
     plan_document,
     read_plan,
+    sizing_points,
     write_plan,
 )
 from lorafleet.planning import recommend_flags as advise_flags
+from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement, PlannedResidency, plan_residency
+from lorafleet.replay.simulator import simulate
 from lorafleet.units import format_bytes, plural
 from lorafleet.warm import WarmOptions, plan_targets
 from lorafleet.warm import warm as run_warm
@@ -42,7 +46,8 @@ def parse_window(value: str) -> float:
     return number * UNITS[unit]
 
 
-def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> Demand:
+def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[Demand, list[RequestEvent]]:
+    """The window's demand, and its events (for the sizing curve)."""
     paths = list(logs) or [source.path for source in inv.gateway_logs]
     if not paths:
         raise InputError("no access log to plan from", hint="pass --log PATH, or list gateway.logs in the inventory")
@@ -50,7 +55,9 @@ def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> Demand
     if missing:
         raise InputError(f"access log {missing[0]} not found")
     events, _ = read_events(paths, inv, None)
-    return demand_from_events(events, window_s)
+    demand = demand_from_events(events, window_s)
+    end = max((e.time for e in events), default=0.0)
+    return demand, [e for e in events if e.time >= end - window_s]
 
 
 @click.command()
@@ -65,6 +72,12 @@ def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> Demand
 @click.option("--recommend-flags", is_flag=True, help="The launch flags each engine needs for the plan.")
 @click.option("--assume-free-gb", type=float, help="Free GPU memory per engine, for --recommend-flags.")
 @click.option("--apply", is_flag=True, help="Warm the plan's placements now (as warm does).")
+@click.option(
+    "--target-hit-ratio",
+    "target",
+    type=click.FloatRange(0, 1),
+    help="Replay the window at 1, 2, 4 … slots per engine and recommend the fewest that reach this hit ratio.",
+)
 @click.option("--wide", is_flag=True, help="Show every column.")
 @deadline_option
 def plan(
@@ -78,6 +91,7 @@ def plan(
     recommend_flags: bool,
     assume_free_gb: float | None,
     apply: bool,
+    target: float | None,
     wide: bool,
     deadline: float | None,
 ) -> None:
@@ -88,16 +102,23 @@ def plan(
     than its slots or lora_budget_mb. Exit 1 when nothing could be placed.
     """
     inv = settings().load_inventory()
-    demand = demand_for(inv, logs, parse_window(window))
+    demand, events = demand_for(inv, logs, parse_window(window))
     planned = plan_residency(inv, demand.rates, pins_of(inv), max_replicas=replicas)
     if out:
         write_plan(Path(out), plan_document(inv, planned, demand), force)
     flags = advise_flags(inv, planned, assume_free_gb) if recommend_flags else []
     changes = diff_plans(read_plan(old, inv), planned) if old else None
+    sizing = None
+    if target is not None:
+        points = sizing_points(inv, SIZING_SLOTS, lambda fleet: simulate(fleet, "lorafleet", events).hit_ratio)
+        enough = next((n for n, ratio in points if ratio >= target), None)
+        sizing = (target, points, enough)
     if as_json:
-        print_json(shapes.plan(inv, planned, flags, changes))
+        print_json(shapes.plan(inv, planned, flags, changes, sizing))
     else:
         render_plan(inv, planned, demand, wide, flags, changes, out)
+        if sizing is not None:
+            render_sizing(inv, *sizing)
     if apply:
         options = WarmOptions(deadline_s=deadline)
         act_and_report(
@@ -112,6 +133,21 @@ def plan(
         )
     if inv.adapters and not planned.placements:
         raise SystemExit(1)
+
+
+def render_sizing(inv: Inventory, target: float, points: list[tuple[int, float]], enough: int | None) -> None:
+    """The hit-ratio-versus-slots curve, drawn: where more slots stop paying."""
+    o = console()
+    o.print(f"Hit ratio by slots per engine (lorafleet, replayed over the window; target {target:.0%}):")
+    for n, ratio in points:
+        bar = "█" * round(ratio * 40)
+        mark = "  ← target" if n == enough else ""
+        o.print(f"  {n:>4} slots {bar:<40} {ratio:6.1%}{mark}")
+    if enough is None:
+        o.print(f"no slot count up to {points[-1][0]} reaches {target:.0%}")
+    else:
+        kind_keys = sorted({f"{e.profile.host_slots_key}" for e in inv.engines})
+        o.print(f"recommended: {enough} slots per engine ({' / '.join(kind_keys)} = {enough})")
 
 
 def render_plan(

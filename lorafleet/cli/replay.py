@@ -14,6 +14,7 @@ from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_events, source_for
 from lorafleet.logs.records import LogTally
+from lorafleet.planning import read_plan
 from lorafleet.policy.policies import POLICY_NAMES
 from lorafleet.replay.simulator import PolicyResult, headroom_captured
 from lorafleet.replay.simulator import replay as run_replay
@@ -64,7 +65,15 @@ def parse_policies(value: str) -> list[str]:
     "mapping. By default each log uses the gateway.logs entry with the same file name (else the first).",
 )
 @click.option("--wide", is_flag=True, help="Show every column (the default table fits 80 columns).")
-def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None, wide: bool) -> None:
+@click.option(
+    "--plan",
+    "plan_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Start the lorafleet policy from this residency plan (lorafleet plan --out).",
+)
+def replay(
+    as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None, wide: bool, plan_file: str | None
+) -> None:
     """Replay access LOGS through the policy core with simulated engines.
 
     Every policy starts from empty engines and sees the same requests; the table shows what each would give
@@ -87,7 +96,8 @@ def replay(as_json: bool, logs: tuple[str, ...], policies: str, log_format: str 
             advance(index - done.get(policy, 0))
             done[policy] = index
 
-        results = run_replay(inv, events, names, progress=step)
+        plan = read_plan(plan_file, inv).placements if plan_file else ()
+        results = run_replay(inv, events, names, progress=step, plan=plan)
     if as_json:
         print_json(shapes.replay(results, tally))
         return

@@ -220,11 +220,13 @@ def plan(
     planned: PlannedResidency,
     flags: list[FlagAdvice],
     changes: tuple[list[Placement], list[Placement]] | None,
+    sizing: tuple[float, list[tuple[int, float]], int | None] | None = None,
 ) -> dict[str, Any]:
     """`plan --json`: `{"engines": [{"engine", "adapters", "slots_used", "slots", "bytes_used", "budget_bytes"}],
     "expected_hit_ratio", "unplaced": [{"adapter", "reason"}], "flags": [{"engine", "flags", "reserved_bytes",
-    "free_bytes", "fits"}], "changes": {"loads", "evictions"}}` — flags empty without --recommend-flags, changes
-    null without --diff."""
+    "free_bytes", "fits"}], "changes": {"loads", "evictions"}, "sizing": {"target", "points", "recommended_slots"}}`
+    — flags empty without --recommend-flags, changes null without --diff, sizing null without --target-hit-ratio;
+    points are `[{"slots", "hit_ratio"}]`."""
     held: dict[str, list[str]] = {}
     for p in planned.placements:
         held.setdefault(p.engine, []).append(p.adapter)
@@ -257,6 +259,13 @@ def plan(
         else {
             "loads": [{"engine": p.engine, "adapter": p.adapter} for p in changes[0]],
             "evictions": [{"engine": p.engine, "adapter": p.adapter} for p in changes[1]],
+        },
+        "sizing": None
+        if sizing is None
+        else {
+            "target": sizing[0],
+            "points": [{"slots": n, "hit_ratio": round(r, 6)} for n, r in sizing[1]],
+            "recommended_slots": sizing[2],
         },
     }
 

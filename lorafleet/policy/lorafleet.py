@@ -5,11 +5,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.placement import can_pin, rank_engines
+from lorafleet.policy.placement import Placement, can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
 
 
@@ -50,7 +50,8 @@ class LorafleetPolicy(Policy):
     hot_ttl_s = 300.0
     trust_rate = 0.1
 
-    def __init__(self) -> None:
+    def __init__(self, plan: Sequence[Placement] = ()) -> None:
+        self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
         self.edge: dict[str | None, float] = {}  # tenant -> how much more often than its usual mix
         # adapter -> tenant -> (probability, made at, after adapter, expires)
@@ -163,6 +164,13 @@ class LorafleetPolicy(Policy):
         pinned = [a for t in core.inventory.tenants.values() for a in t.pinned]
         heads = [chain[0] for t in core.inventory.tenants.values() for chain in t.workflows if chain]
         engines = core.book.engines
+        for p in self.plan:
+            state = engines.get(p.engine)
+            if state is None or p.engine not in core.pools.get(p.adapter, ()) or state.holds(p.adapter):
+                continue
+            if state.has_room(core.sizes[p.adapter]):
+                pin = p.pinned and can_pin(state, p.adapter)
+                decisions += core.load(now, p.engine, p.adapter, PLAN, tuple, pin=pin)
         for adapter in dict.fromkeys(pinned):
             # One resident copy per pool: requests without an engine are routed to where it is resident.
             for engine in rank_engines(adapter, core.pools.get(adapter, ()), engines):

@@ -13,6 +13,7 @@ from lorafleet.policy.core import Policy
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.lorafleet import LorafleetPolicy
 from lorafleet.policy.oracle import ORACLE_VARIANTS, OraclePolicy
+from lorafleet.policy.placement import Placement
 
 _ONLINE: dict[str, Callable[[], Policy]] = {
     "lru": LruPolicy,
@@ -26,10 +27,15 @@ POLICY_NAMES = (*_ONLINE, "oracle")
 BASELINES = ("lru", "lfu", "arc", "wtinylfu", "markov")
 
 
-def make_policy(name: str, events: Sequence[RequestEvent] = (), variant: int = 0) -> Policy:
-    """A fresh policy; the oracle needs the whole trace (`events`) and one of its offline schedules."""
+def make_policy(
+    name: str, events: Sequence[RequestEvent] = (), variant: int = 0, plan: Sequence[Placement] = ()
+) -> Policy:
+    """A fresh policy; the oracle needs the whole trace (`events`) and one of its offline schedules; lorafleet
+    starts from a residency plan when given one."""
     if name == "oracle":
         return OraclePolicy(events, **ORACLE_VARIANTS[variant])
+    if name == "lorafleet":
+        return LorafleetPolicy(plan)
     factory = _ONLINE.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")

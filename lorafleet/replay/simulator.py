@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from lorafleet.inventory.model import Inventory, LoadModel
 from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
+from lorafleet.policy.placement import Placement
 from lorafleet.policy.policies import ORACLE_VARIANTS, make_policy
 
 
@@ -86,10 +87,17 @@ class _Loader:
 
 
 class Simulation:
-    def __init__(self, inventory: Inventory, policy: str, events: Sequence[RequestEvent], variant: int = 0) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        policy: str,
+        events: Sequence[RequestEvent],
+        variant: int = 0,
+        plan: Sequence[Placement] = (),
+    ) -> None:
         self.inventory = inventory
         self.events = events
-        self.core = PolicyCore(inventory, make_policy(policy, events, variant))
+        self.core = PolicyCore(inventory, make_policy(policy, events, variant, plan))
         self.result = PolicyResult(policy, engines=len(inventory.engines))
         self.loaders = {e.key: _Loader(e.load) for e in inventory.engines}
         self.completions: list[tuple[float, int, str, str]] = []  # (done ms, seq, engine, adapter)
@@ -236,12 +244,13 @@ def replay(
     events: Sequence[RequestEvent],
     policies: Sequence[str],
     progress: Callable[[str, int], None] | None = None,
+    plan: Sequence[Placement] = (),
 ) -> list[PolicyResult]:
-    """Run each policy over the same events from empty engines."""
+    """Run each policy over the same events from empty engines (lorafleet from `plan`, when given)."""
     results = []
     for name in policies:
         callback = (lambda i, n=name: progress(n, i)) if progress is not None else None
-        results.append(simulate(inventory, name, events, callback))
+        results.append(simulate(inventory, name, events, callback, plan))
     return results
 
 
@@ -250,11 +259,12 @@ def simulate(
     policy: str,
     events: Sequence[RequestEvent],
     progress: Callable[[int], None] | None = None,
+    plan: Sequence[Placement] = (),
 ) -> PolicyResult:
     """One policy over the events; for the oracle, the best of its offline schedules (most hits, then least
     waiting)."""
     if policy != "oracle":
-        return Simulation(inventory, policy, events).run(progress)
+        return Simulation(inventory, policy, events, plan=plan).run(progress)
     runs = [Simulation(inventory, policy, events, v).run(progress) for v in range(len(ORACLE_VARIANTS))]
     return max(runs, key=lambda r: (r.hits, -r.cold_ms_total))
 
