@@ -14,10 +14,11 @@ from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, safe, table, terminate_as_interrupt
 from lorafleet.engines import EngineError, make_client
 from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.planning import read_plan
 from lorafleet.policy.residency import ResidencyBook
 from lorafleet.runner import CANCELLED, SKIPPED, ActionsInterrupted, WarmResult, restore_book
 from lorafleet.store import Store, open_store
-from lorafleet.warm import WarmOptions, choose_targets, resolve_adapters
+from lorafleet.warm import WarmOptions, choose_targets, plan_targets, resolve_adapters
 from lorafleet.warm import warm as run_warm
 
 Pairs = list[tuple[Adapter, Engine]]
@@ -133,12 +134,29 @@ def warm(
     """
     if pin and unpin:
         raise click.UsageError("--pin and --unpin contradict each other")
+    if not adapters and not plan_file:
+        raise click.UsageError("name ADAPTERS to warm, or give --plan FILE")
     inv = settings().load_inventory()
     chosen = resolve_adapters(inv, adapters)
-    options = WarmOptions(prime=prime, pin=pin, unpin=unpin, dry_run=dry_run, parallel=parallel, deadline_s=deadline)
+    placements = read_plan(plan_file, inv).placements if plan_file else ()
+    options = WarmOptions(
+        prime=prime,
+        pin=pin,
+        unpin=unpin,
+        dry_run=dry_run,
+        parallel=parallel,
+        deadline_s=deadline,
+        pinned=frozenset((p.adapter, p.engine) for p in placements if p.pinned),
+    )
+
+    def targets(book: ResidencyBook) -> Pairs:
+        if plan_file:
+            return plan_targets(inv, placements, [a.id for a in chosen])
+        return choose_targets(inv, chosen, engines, replicas, _registry_size if replicas else None, book)
+
     act_and_report(
         inv,
-        lambda book: choose_targets(inv, chosen, engines, replicas, _registry_size if replicas else None, book),
+        targets,
         lambda pairs, book, store, advance: run_warm(inv, pairs, options, store=store, on_result=advance, book=book),
         as_json,
         dry_run,

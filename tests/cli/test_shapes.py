@@ -8,6 +8,8 @@ from typing import Any
 from lorafleet.cli import shapes
 from lorafleet.inventory import load_inventory
 from lorafleet.logs.records import LogTally
+from lorafleet.planning import recommend_flags
+from lorafleet.policy.placement import plan_residency
 from lorafleet.probe.snapshot import GpuInfo, HostVram
 from lorafleet.replay.simulator import PolicyResult
 from lorafleet.warm import WarmResult
@@ -65,12 +67,15 @@ def matches(doc: Any, data: Any, where: str = "$") -> None:
 def test_every_shape_prints_what_its_docstring_says() -> None:
     inv = load_inventory(INVENTORIES / "reference.yaml")
     gpu = GpuInfo(0, "GPU-1", "H100", 80, 1, 79, None)
+    planned = plan_residency(inv, {a: 1.0 for a in inv.adapters})
+    advice = recommend_flags(inv, planned, 80.0)[0]
     cases = {
         shapes.inventory_check: (inv,),
         shapes.inventory_show: (inv,),
         shapes.vram: ([HostVram("h", "aws", "ok", None, (gpu,))],),
         shapes.warm: ([WarmResult("a", "h/e", "loaded", True, 1.0)], False),
         shapes.replay: ([PolicyResult("lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
+        shapes.plan: (inv, planned, [advice], ([planned.placements[0]], []), (0.9, [(4, 0.95)], 4)),
     }
     assert set(cases) == set(shapes.SHAPES)
     for shape, args in cases.items():

@@ -268,3 +268,19 @@ def test_dry_run_says_what_it_would_do_and_prime_shows(tmp_path, run_cli, emulat
     assert [r["action"] for r in results] == ["would-re-warm"]
     table = run_cli("warm", "-i", str(inv), "r16", "--prime")
     assert "loaded, primed" in table.stdout
+
+
+def test_warm_plan_warms_the_placements_and_pins_what_the_plan_pins(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    s = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    inv = write_inventory(tmp_path, [sglang_entry("s", s.url, slots=2, host=4)], adapter_dirs)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "version: 1\nengines:\n  h/s:\n  - {adapter: r8, pinned: true}\n  - {adapter: r16, pinned: false}\n"
+    )
+    code, results = warm_json(run_cli, inv, "--plan", str(plan))
+    assert code == 0, results
+    assert [(r["adapter"], r["action"]) for r in results] == [("r8", "loaded"), ("r16", "loaded")]
+    assert s.state.pinned == {"r8"}
+    code, results = warm_json(run_cli, inv, "r16", "--plan", str(plan))
+    assert [r["adapter"] for r in results] == ["r16"]
+    assert run_cli("warm", "-i", str(inv)).exit_code == 2  # neither adapters nor a plan

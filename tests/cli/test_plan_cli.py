@@ -1,0 +1,94 @@
+"""`lorafleet plan` through the CLI: the plan, its file, diffs, and the commands that start from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lorafleet.inventory import load_inventory
+from lorafleet.planning import read_plan
+from tests.conftest import INVENTORIES
+
+DEMO = str(INVENTORIES / "demo.yaml")
+LOG = str(INVENTORIES / "demo-access.jsonl")
+
+
+def test_plan_json_writes_a_file_that_reads_back(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "plan.yaml"
+    result = run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(out), "--json", "--recommend-flags")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    placed = {(e["engine"], a) for e in data["engines"] for a in e["adapters"]}
+    assert placed and all(e["slots_used"] <= e["slots"] for e in data["engines"])
+    assert 0 < data["expected_hit_ratio"] <= 1 and data["flags"][0]["flags"]
+    back = read_plan(out, load_inventory(DEMO))
+    assert {(p.engine, p.adapter) for p in back.placements} == placed
+    again = run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(out))
+    assert again.exit_code == 2 and "refusing to overwrite" in again.stderr
+
+
+def test_diff_shows_loads_and_evictions(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "old.yaml"
+    assert run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(out)).exit_code == 0
+    text = out.read_text()
+    first = next(line for line in text.splitlines() if line.startswith("  - adapter:"))
+    out.write_text(text.replace(first, "  - adapter: medical-r8", 1))
+    result = run_cli("plan", "-i", DEMO, "--log", LOG, "--diff", str(out), "--json")
+    changes = json.loads(result.stdout)["changes"]
+    assert {"engine": "localhost/vllm-0", "adapter": "medical-r8"} in changes["evictions"]
+    assert len(changes["loads"]) == 1
+
+
+def test_malformed_or_foreign_plans_are_refused_with_file_and_line(run_cli, tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    assert run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(good)).exit_code == 0
+    text = good.read_text()
+    cases = {
+        "version": (text.replace("version: 1", "version: 7"), "unknown plan version 7"),
+        "engine": (text.replace("localhost/vllm-0:", "elsewhere/vllm-9:"), "'elsewhere/vllm-9' is not an engine"),
+        "adapter": (text.replace("  - adapter: ", "  - adapter: ghost-", 1), "is not an adapter of this inventory"),
+        "fleet": (text.replace("fleet: demo", "fleet: prod"), "written for fleet 'prod'"),
+        "yaml": (text + "  : [\n", "invalid YAML"),
+    }
+    for name, (body, words) in cases.items():
+        bad = tmp_path / f"{name}.yaml"
+        bad.write_text(body)
+        result = run_cli("replay", LOG, "-i", DEMO, "--plan", str(bad))
+        assert result.exit_code == 2, name
+        assert words in result.stderr and f"{bad}:" in result.stderr, (name, result.stderr)
+
+
+def test_nothing_placeable_lists_every_adapter_and_exits_1(run_cli, tmp_path: Path) -> None:
+    text = (
+        (INVENTORIES / "demo.yaml")
+        .read_text()
+        .replace("base_model: llama3-8b\n        max_loras", "base_model: other\n        max_loras")
+    )
+    text = text.replace(
+        "base_models:\n",
+        "base_models:\n  other: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n",
+        1,
+    )
+    text = text.replace(
+        "base_model: llama3-8b\n        max_loras_per_batch", "base_model: other\n        max_loras_per_batch"
+    )
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(text)
+    result = run_cli("plan", "-i", str(inv), "--log", LOG, "--json")
+    assert result.exit_code == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert all(not e["adapters"] for e in data["engines"])
+    assert {u["adapter"] for u in data["unplaced"]} == set(load_inventory(inv).adapters)
+    assert all("no engine serves llama3-8b" in u["reason"] for u in data["unplaced"])
+
+
+def test_replay_and_sizing_start_from_the_plan(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "plan.yaml"
+    assert run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(out)).exit_code == 0
+    result = run_cli("replay", LOG, "-i", DEMO, "--plan", str(out), "--policy", "lru,lorafleet", "--json")
+    assert result.exit_code == 0, result.stderr
+    sized = json.loads(run_cli("plan", "-i", DEMO, "--log", LOG, "--target-hit-ratio", "0.9", "--json").stdout)[
+        "sizing"
+    ]
+    ratios = [p["hit_ratio"] for p in sized["points"]]
+    assert ratios == sorted(ratios) and sized["recommended_slots"] in [p["slots"] for p in sized["points"]]
