@@ -75,6 +75,21 @@ def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Deman
     )
 
 
+def tenant_hit_ratios(inventory: Inventory, plan: PlannedResidency, demand: Demand) -> dict[str, float]:
+    """Per tenant, the share of its adapters' demand that the plan keeps warm (an adapter's demand is split
+    evenly among the tenants seen asking for it, else those the inventory lists)."""
+    placed = {p.adapter for p in plan.placements}
+    asked: dict[str, float] = {}
+    warm: dict[str, float] = {}
+    for adapter, rate in demand.rates.items():
+        tenants = demand.tenants.get(adapter) or inventory.adapters[adapter].tenants or ("-",)
+        for tenant in tenants:
+            asked[tenant] = asked.get(tenant, 0.0) + rate / len(tenants)
+            if adapter in placed:
+                warm[tenant] = warm.get(tenant, 0.0) + rate / len(tenants)
+    return {t: warm.get(t, 0.0) / total for t, total in sorted(asked.items()) if total > 0}
+
+
 def pins_of(inventory: Inventory) -> list[str]:
     """Adapters to place first and always: every tenant's `pinned` list, gold tiers first."""
     ordered = sorted(inventory.tenants.values(), key=lambda t: (t.tier != "gold", t.name))

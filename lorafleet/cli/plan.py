@@ -23,6 +23,7 @@ from lorafleet.planning import (
     plan_document,
     read_plan,
     sizing_points,
+    tenant_hit_ratios,
     write_plan,
 )
 from lorafleet.planning import recommend_flags as advise_flags
@@ -191,6 +192,29 @@ def render_plan(
         f"expected hit ratio {planned.expected_hit_ratio:.1%} (share of the window's requests whose adapter is "
         "placed); " + engines.legend() + "."
     )
+    copies: dict[str, int] = {}
+    for p in planned.placements:
+        copies[p.adapter] = copies.get(p.adapter, 0) + 1
+    adapters = Report(
+        "Busiest adapters" if not wide else "Adapters",
+        [Column("adapter", "left"), Column("req/s"), Column("peak req/s"), Column("copies")],
+        wide,
+    )
+    busiest = sorted(demand.rates, key=lambda a: (-demand.rates[a], a))
+    for adapter in busiest if wide else busiest[:10]:
+        adapters.add(
+            {
+                "adapter": adapter,
+                "req/s": f"{demand.rates[adapter]:.3f}",
+                "peak req/s": f"{demand.peaks.get(adapter, 0.0):.2f}",
+                "copies": str(copies.get(adapter, 0)),
+            }
+        )
+    o.print(adapters.table)
+    tenants = tenant_hit_ratios(inv, planned, demand)
+    if tenants:
+        shown = ", ".join(f"{t} {r:.0%}" for t, r in sorted(tenants.items(), key=lambda kv: (kv[1], kv[0]))[:8])
+        o.print(f"expected hit ratio per tenant (lowest first): {shown}")
     for adapter, reason in planned.unplaced:
         o.print(f"unplaced: {adapter}: {reason}")
     if flags:

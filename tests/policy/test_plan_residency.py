@@ -124,3 +124,19 @@ def test_a_copy_is_made_only_while_it_is_worth_more_than_an_average_adapter(tmp_
     assert len(copies) == 2 and len(set(copies)) == 2
     flat = plan_residency(inv, {"a0": 1.0, "a1": 1.0, "a2": 1.0}, max_replicas=3)
     assert len(flat.placements) == 3  # equal demand: nobody earns a copy
+
+
+def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> None:
+    from lorafleet.planning import demand_from_events, tenant_hit_ratios
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}])
+    events = [RequestEvent(0.0, ADAPTER, "a2", tenant="old")]  # outside a 1-hour window ending at t=7200
+    events += [RequestEvent(3600.0 + i, ADAPTER, "a0", tenant="x") for i in range(120)]  # 120 in two minutes
+    events += [RequestEvent(7200.0, ADAPTER, "a1", tenant="y")]
+    demand = demand_from_events(events, window_s=3600.0)
+    assert demand.requests == 121 and "a2" not in demand.rates
+    assert demand.peaks["a0"] == 1.0  # 60 in its busiest minute
+    planned = plan_residency(inv, demand.rates)
+    assert [p.adapter for p in planned.placements] == ["a0"]  # one slot: the busiest
+    assert tenant_hit_ratios(inv, planned, demand) == {"x": 1.0, "y": 0.0}
