@@ -9,6 +9,7 @@ offsets inside each minute, and ServeGen's per-client rates sampled as gamma arr
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gzip
 import hashlib
@@ -262,14 +263,8 @@ def _accumulate(weights: list[float]) -> list[float]:
 
 
 def _pick(cumulative: list[float], x: float) -> int:
-    lo, hi = 0, len(cumulative) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if cumulative[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    """The index whose cumulative weight first reaches x."""
+    return min(bisect.bisect_left(cumulative, x), len(cumulative) - 1)
 
 
 # --- public traces ---------------------------------------------------------------------------------------
