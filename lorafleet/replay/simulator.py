@@ -109,9 +109,9 @@ class Simulation:
     def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
         engines = self.core.book.engines
         for d in decisions:
-            self.result.budget_violations += engines[d.engine].violations()
             if d.action != LOAD:
-                continue
+                continue  # touches and evictions only ever free room; a load is where a budget could break
+            self.result.budget_violations += engines[d.engine].violations()
             loader = self.loaders[d.engine]
             if d.reason == DEMAND:
                 loader.queue.appendleft(d.adapter)
