@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lorafleet.inventory.model import Inventory, LoadModel
-from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.core import DEMAND, EVICT, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.policies import ORACLE_VARIANTS, make_policy
@@ -104,14 +104,25 @@ class Simulation:
         self.waiters: dict[tuple[str, str], list[float]] = {}
         self.seq = 0
         self.last_done_ms = 0.0
+        self.held: dict[str, dict[str, int]] = {e.key: {} for e in inventory.engines}
+        self.budgets = {key: state.budget for key, state in self.core.book.engines.items()}
 
     # loads ---------------------------------------------------------------------------------------------------
     def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
-        engines = self.core.book.engines
         for d in decisions:
+            held = self.held[d.engine]
+            if d.action == EVICT:
+                held.pop(d.adapter, None)
+                continue
             if d.action != LOAD:
-                continue  # touches and evictions only ever free room; a load is where a budget could break
-            self.result.budget_violations += engines[d.engine].violations()
+                continue
+            # What the simulated engine holds, counted here from the decisions alone (not from the book): a load
+            # past its slots or bytes is a violation even if the book were wrong.
+            held[d.adapter] = self.core.sizes[d.adapter]
+            budget = self.budgets[d.engine]
+            over_slots = budget.host_slots is not None and len(held) > budget.host_slots
+            over_bytes = budget.budget_bytes is not None and sum(held.values()) > budget.budget_bytes
+            self.result.budget_violations += int(over_slots) + int(over_bytes)
             loader = self.loaders[d.engine]
             if d.reason == DEMAND:
                 loader.queue.appendleft(d.adapter)

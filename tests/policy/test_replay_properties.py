@@ -211,3 +211,15 @@ def test_touches_are_what_a_policy_costs_on_vllm_and_lru_needs_none(tmp_path: Pa
     assert on_vllm["lru"].touches == 0 and on_vllm["lru"].evictions > 0
     assert on_vllm["lfu"].touches > 0  # lfu keeps frequent adapters the engine's LRU would drop
     assert on_sglang["lfu"].touches == 0 and on_sglang["lfu"].unloads == on_sglang["lfu"].evictions > 0
+
+
+def test_the_budget_check_counts_what_the_engine_holds_not_what_the_book_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lorafleet.policy.residency import EngineResidency
+
+    inv = make_inventory(tmp_path, adapters=5, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    events = stream([0, 1, 2, 3, 4], gap_s=1.0)
+    assert Simulation(inv, "lru", events).run().budget_violations == 0
+    monkeypatch.setattr(EngineResidency, "has_room", lambda self, size: True)  # a book that lets anything in
+    assert Simulation(inv, "lru", events).run().budget_violations > 0
