@@ -23,9 +23,9 @@ from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.inventory.yamlsource import LDict, LList, load_yaml
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import Placement, PlannedResidency
+from lorafleet.units import GIB
 
 PLAN_VERSION = 1
-GIB = 1024**3
 
 
 @dataclass(frozen=True)
