@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from lorafleet.engines import EngineClient, EngineError, make_client
@@ -132,14 +132,11 @@ def run_actions(
     results: list[WarmResult] = []
     executor = EngineExecutor[Adapter, Acted](parallel, stop)
 
-    def worker(key: str) -> AbstractContextManager[Callable[[Adapter], Acted]]:
-        @contextmanager
-        def opened() -> Iterator[Callable[[Adapter], Acted]]:
-            with client_factory(engines[key]) as client:
-                client.bind_stop(executor.stop)
-                yield act(engines[key], client)
-
-        return opened()
+    @contextmanager
+    def worker(key: str) -> Iterator[Callable[[Adapter], Acted]]:
+        with client_factory(engines[key]) as client:
+            client.bind_stop(executor.stop)
+            yield act(engines[key], client)
 
     def record(outcome: Outcome[Adapter, Acted]) -> None:
         key, adapter = outcome.engine, outcome.item

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from typing import Any
@@ -14,8 +13,6 @@ from click.shell_completion import CompletionItem
 from lorafleet import __version__
 from lorafleet.cli.options import global_options
 from lorafleet.errors import LorafleetError
-
-log = logging.getLogger("lorafleet")
 
 
 def _debug() -> bool:

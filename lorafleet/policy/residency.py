@@ -167,13 +167,15 @@ class EngineResidency:
         self.stamp += 1
         self.used_at[adapter] = self.stamp
 
-    def touch(self, adapter: str) -> bool:
-        """Mark a request's use; True when it used a prefetch for the first time."""
+    def _most_recent(self, adapter: str) -> None:
         resident = self.resident
         del resident[adapter]
         resident[adapter] = None
-        self.stamp += 1
-        self.used_at[adapter] = self.stamp
+        self.note_use(adapter)
+
+    def touch(self, adapter: str) -> bool:
+        """Mark a request's use; True when it used a prefetch for the first time."""
+        self._most_recent(adapter)
         if adapter in self.prefetched:
             self.prefetched.discard(adapter)
             return True
@@ -198,11 +200,7 @@ class EngineResidency:
 
     def keep(self, adapter: str) -> None:
         """A controller's touch: most recent in both tiers, as a request would make it (not a use of a prefetch)."""
-        resident = self.resident
-        del resident[adapter]
-        resident[adapter] = None
-        self.stamp += 1
-        self.used_at[adapter] = self.stamp
+        self._most_recent(adapter)
         self.use_gpu(adapter)
 
     def use_gpu(self, adapter: str) -> bool:
