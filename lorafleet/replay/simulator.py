@@ -1,21 +1,19 @@
-"""Simulated engines for replay: two tiers per engine, one load at a time, load times from the load-time model.
+"""Replay: the policy core driven by a log against simulated engines (`policy/engine_model.py`).
 
 The clock is the log's own: no sleeping, no wall clock. A request is a hit when its adapter is resident on the
 serving engine when it arrives, late when a load of it is in flight (it waits the remainder), and a miss
-otherwise (it waits for a cold load). Demand loads go ahead of queued prefetches but never preempt the load
-in progress. Cold ms of a request is the time it waited on an adapter load; hits wait 0.
+otherwise (it waits for a cold load). Cold ms of a request is the time it waited on an adapter load; hits wait 0.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from lorafleet.inventory.model import Inventory, LoadModel
-from lorafleet.policy.core import DEMAND, EVICT, HIT, LATE, LOAD, UNSERVED, Decision, PolicyCore
+from lorafleet.inventory.model import Inventory
+from lorafleet.policy.core import HIT, LATE, UNSERVED, PolicyCore
+from lorafleet.policy.engine_model import SimulatedEngines
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.policies import ORACLE_VARIANTS, make_policy
@@ -74,18 +72,6 @@ class PolicyResult:
         return self.requests / self.wall_s if self.wall_s > 0 else 0.0
 
 
-class _Loader:
-    """One engine's serialized loader."""
-
-    __slots__ = ("busy_ms", "current", "load", "queue")
-
-    def __init__(self, load: LoadModel) -> None:
-        self.load = load
-        self.queue: deque[str] = deque()
-        self.current: str | None = None
-        self.busy_ms = 0.0
-
-
 class Simulation:
     def __init__(
         self,
@@ -99,66 +85,19 @@ class Simulation:
         self.events = events
         self.core = PolicyCore(inventory, make_policy(policy, events, variant, plan))
         self.result = PolicyResult(policy, engines=len(inventory.engines))
-        self.loaders = {e.key: _Loader(e.load) for e in inventory.engines}
-        self.completions: list[tuple[float, int, str, str]] = []  # (done ms, seq, engine, adapter)
+        budgets = {key: state.budget for key, state in self.core.book.engines.items()}
+        self.engines = SimulatedEngines({e.key: e.load for e in inventory.engines}, budgets, self.core.sizes)
         self.waiters: dict[tuple[str, str], list[float]] = {}
-        self.seq = 0
-        self.last_done_ms = 0.0
-        self.held: dict[str, dict[str, int]] = {e.key: {} for e in inventory.engines}
-        self.budgets = {key: state.budget for key, state in self.core.book.engines.items()}
-
-    # loads ---------------------------------------------------------------------------------------------------
-    def _apply(self, now_ms: float, decisions: list[Decision]) -> None:
-        for d in decisions:
-            held = self.held[d.engine]
-            if d.action == EVICT:
-                held.pop(d.adapter, None)
-                continue
-            if d.action != LOAD:
-                continue
-            # What the simulated engine holds, counted here from the decisions alone (not from the book): a load
-            # past its slots or bytes is a violation even if the book were wrong.
-            held[d.adapter] = self.core.sizes[d.adapter]
-            budget = self.budgets[d.engine]
-            over_slots = budget.host_slots is not None and len(held) > budget.host_slots
-            over_bytes = budget.budget_bytes is not None and sum(held.values()) > budget.budget_bytes
-            self.result.budget_violations += int(over_slots) + int(over_bytes)
-            loader = self.loaders[d.engine]
-            if d.reason == DEMAND:
-                loader.queue.appendleft(d.adapter)
-            else:
-                loader.queue.append(d.adapter)
-            self._start_next(now_ms, d.engine)
-
-    def _start_next(self, now_ms: float, engine: str) -> None:
-        loader = self.loaders[engine]
-        if loader.current is not None or not loader.queue:
-            return
-        adapter = loader.queue.popleft()
-        loader.current = adapter
-        duration = loader.load.cold_ms(self.core.sizes[adapter])
-        loader.busy_ms += duration
-        self.last_done_ms = max(self.last_done_ms, now_ms + duration)
-        self.seq += 1
-        heapq.heappush(self.completions, (now_ms + duration, self.seq, engine, adapter))
-
-    def _promote(self, engine: str, adapter: str) -> None:
-        """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""
-        loader = self.loaders[engine]
-        if loader.current != adapter and adapter in loader.queue:
-            loader.queue.remove(adapter)
-            loader.queue.appendleft(adapter)
 
     def _complete_until(self, until_ms: float) -> None:
-        completions = self.completions
-        while completions and completions[0][0] <= until_ms:
-            done_ms, _, engine, adapter = heapq.heappop(completions)
-            self.loaders[engine].current = None
-            for arrived in self.waiters.pop((engine, adapter), ()):
-                self.result.cold_ms.append(done_ms - arrived)
-            decisions = self.core.load_finished(done_ms / 1000.0, engine, adapter)
-            self._apply(done_ms, decisions)
-            self._start_next(done_ms, engine)
+        engines = self.engines
+        while engines.completions and engines.next_done_ms() <= until_ms:
+            done = engines.pop_done()
+            for arrived in self.waiters.pop((done.engine, done.adapter), ()):
+                self.result.cold_ms.append(done.done_ms - arrived)
+            decisions = self.core.load_finished(done.done_ms / 1000.0, done.engine, done.adapter)
+            engines.apply(done.done_ms, decisions)
+            engines.start_next(done.done_ms, done.engine)
 
     def _advance(self, until_ms: float) -> None:
         """Run load completions and the policy's scheduled wakeups in time order up to `until_ms`."""
@@ -166,14 +105,14 @@ class Simulation:
         while True:
             wakeup = core.next_wakeup()
             wake_ms = wakeup * 1000.0 if wakeup is not None else float("inf")
-            done_ms = self.completions[0][0] if self.completions else float("inf")
+            done_ms = self.engines.next_done_ms()
             if min(wake_ms, done_ms) > until_ms:
                 return
             if done_ms <= wake_ms:
                 self._complete_until(done_ms)
             else:
                 assert wakeup is not None
-                self._apply(wake_ms, core.tick(wakeup))  # the policy's own time, not a ms round trip
+                self.engines.apply(wake_ms, core.tick(wakeup))  # the policy's own time, not a ms round trip
 
     # the run -------------------------------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
@@ -184,7 +123,8 @@ class Simulation:
             return result
         origin = events[0].time
         core = self.core
-        self._apply(0.0, core.start(0.0))
+        engines = self.engines
+        engines.apply(0.0, core.start(0.0))
         on_request = core.on_request
         route = core.route
         book = core.book.engines
@@ -193,7 +133,7 @@ class Simulation:
             if progress is not None and index % 4096 == 0:
                 progress(index)
             now_ms = (event.time - origin) * 1000.0
-            if self.completions and self.completions[0][0] <= now_ms:
+            if engines.next_done_ms() <= now_ms:
                 self._complete_until(now_ms)
             wakeup = core.next_wakeup()
             if wakeup is not None and wakeup * 1000.0 <= now_ms:
@@ -219,19 +159,19 @@ class Simulation:
                 if state.use_gpu(adapter):
                     result.gpu_hits += 1
                 else:
-                    result.copy_ms_total += self.loaders[engine].load.copy_ms(core.sizes[adapter])
+                    result.copy_ms_total += engines.copy_ms(engine, adapter)
             else:
                 if outcome == LATE:
                     result.late += 1
-                    self._promote(engine, adapter)
+                    engines.promote(engine, adapter)
                 else:
                     result.misses += 1
                 if adapter in state.in_flight:
                     self.waiters.setdefault((engine, adapter), []).append(now_ms)
                 else:  # no room could be made: served by a transient load that is not kept
-                    result.cold_ms.append(self.loaders[engine].load.cold_ms(core.sizes[adapter]))
+                    result.cold_ms.append(engines.cold_ms(engine, adapter))
             if decisions:
-                self._apply(now_ms, decisions)
+                engines.apply(now_ms, decisions)
         self._complete_until(float("inf"))  # finish what is loading; later wakeups serve no request
         counters = core.counters
         result.loads = counters.loads
@@ -242,10 +182,11 @@ class Simulation:
         result.touches = counters.touches
         result.unloads = counters.unloads
         result.bypassed = counters.bypassed
-        result.loader_busy_ms = sum(loader.busy_ms for loader in self.loaders.values())
+        result.loader_busy_ms = engines.busy_ms
+        result.budget_violations = engines.violations
         # Loads queued near the end finish after the last request: the span runs until the last one is done, so
         # a serial loader is never busy for more than 100% of it.
-        result.loader_span_ms = max(now_ms, self.last_done_ms, 1.0)
+        result.loader_span_ms = max(now_ms, engines.last_done_ms, 1.0)
         result.wall_s = time.perf_counter() - started
         return result
 

@@ -37,6 +37,50 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "003_daemon_journal",
+        """
+        ALTER TABLE loads ADD COLUMN reason TEXT;   -- plan, prefetch, demand, keep, reconcile, manual (daemon rows)
+        CREATE INDEX loads_at ON loads (at);
+        CREATE TABLE checkpoints (
+            path TEXT PRIMARY KEY,           -- the followed path (a glob's match)
+            device INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            offset INTEGER NOT NULL,         -- just after the last line whose outcomes are in rollups
+            head_len INTEGER NOT NULL,
+            head_hash TEXT NOT NULL,         -- sha1 of the file's first head_len bytes: the same file, not a new one
+            updated_at TEXT NOT NULL
+        );
+        CREATE TABLE rollups (
+            minute TEXT NOT NULL,            -- UTC 'YYYY-MM-DDTHH:MMZ' of the requests (log time)
+            tenant TEXT NOT NULL,            -- '' when the log names none
+            adapter TEXT NOT NULL,
+            engine TEXT NOT NULL,            -- HOST/ENGINE; '' when no engine can serve it
+            requests INTEGER NOT NULL,
+            hits INTEGER NOT NULL,
+            late INTEGER NOT NULL,
+            misses INTEGER NOT NULL,
+            gpu_hits INTEGER NOT NULL,
+            prefetch_hits INTEGER NOT NULL,  -- hits on an adapter lorafleet loaded or kept ahead of demand
+            cold_ms REAL NOT NULL,           -- waited on loads (late: the rest of the load; miss: a whole load)
+            avoided_ms REAL NOT NULL,        -- the load time each prefetch hit would otherwise have waited
+            PRIMARY KEY (minute, tenant, adapter, engine)
+        );
+        CREATE INDEX rollups_engine ON rollups (engine, minute);
+        CREATE TABLE log_minutes (
+            minute TEXT PRIMARY KEY,         -- UTC minute the lines were read (wall clock)
+            lines INTEGER NOT NULL,
+            bad INTEGER NOT NULL
+        );
+        CREATE TABLE errors (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            source TEXT NOT NULL,            -- daemon, an engine key, a log path
+            message TEXT NOT NULL
+        );
+        CREATE INDEX errors_at ON errors (at);
+        """,
+    ),
 )
 
 

@@ -1,0 +1,327 @@
+"""Follow log files like `tail -F`, with checkpoints a crash cannot get wrong.
+
+A file is known by (device, inode) and a hash of its first bytes. Rotation by rename gives the path a new inode:
+the old file is read to its end first (through the open descriptor, or found again by inode in its directory
+after a restart), then the new one from its start. Rotation by copy-truncate shrinks the file below the offset
+read: reading starts again at 0. A last line without its newline is held until the newline comes (or until the
+file is rotated away: then it is the file's last line). A line longer than MAX_LINE_BYTES is skipped up to its
+newline and reported once, as one over-long line, so no line can exhaust memory.
+
+`poll()` returns batches of complete lines, each with the checkpoint that is true once they are consumed. The
+caller commits the checkpoint in the same transaction as whatever it derived from the lines: after a crash,
+reading resumes exactly after the last committed line, so nothing is lost and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from lorafleet.logs.reader import MAX_LINE_BYTES
+
+log = logging.getLogger("lorafleet.logs.follow")
+HEAD_BYTES = 256  # how much of a file's start identifies it (hashed)
+READ_CHUNK = 1 << 20
+OVER_LONG = b"x" * (MAX_LINE_BYTES + 1)  # stands for a skipped over-long line: the parser counts it as bad
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where reading of one path stands: the file (device, inode, head hash of `head_len` bytes) and the offset
+    just after the last consumed line."""
+
+    path: str
+    device: int
+    inode: int
+    offset: int
+    head_len: int
+    head_hash: str
+
+
+@dataclass
+class Batch:
+    """Complete lines of one path, and the checkpoint once they are consumed."""
+
+    path: str
+    lines: list[bytes]
+    checkpoint: Checkpoint
+
+
+def _head(fh: BinaryIO, length: int) -> tuple[int, str]:
+    where = fh.tell()
+    fh.seek(0)
+    data = fh.read(length)
+    fh.seek(where)
+    return len(data), hashlib.sha1(data).hexdigest()  # identifies a file; not security
+
+
+@dataclass
+class _Tail:
+    path: str
+    fh: BinaryIO
+    device: int
+    inode: int
+    offset: int  # just after the last complete line handed out
+    pending: bytearray = field(default_factory=bytearray)
+    skipping: bool = False  # inside an over-long line, discarding up to its newline
+    head: tuple[int, str] = (0, "")  # (length, hash) of its first bytes when last checked
+
+    def replaced_in_place(self) -> bool:
+        """The file's first bytes changed: it was truncated and written again (copy-truncate), even if it has
+        grown past the offset read since."""
+        return _head(self.fh, self.head[0]) != self.head
+
+    def read(self, limit: int) -> tuple[list[bytes], bool]:
+        """Complete lines from the current position (at most about `limit` bytes); True when at end of file."""
+        fh = self.fh
+        data = fh.read(limit)
+        if not data:
+            return [], True
+        lines: list[bytes] = []
+        buffer = self.pending + data
+        start = 0
+        consumed = self.offset
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[start : end + 1])
+            consumed += end + 1 - start
+            start = end + 1
+            if self.skipping:
+                self.skipping = False
+                lines.append(OVER_LONG)
+            elif len(line) > MAX_LINE_BYTES + 1:
+                lines.append(OVER_LONG)
+            else:
+                lines.append(line)
+        rest = buffer[start:]
+        if len(rest) > MAX_LINE_BYTES:
+            consumed += len(rest)  # discard, remember to skip up to the newline
+            self.skipping = True
+            rest = bytearray()
+        self.pending = bytearray(rest)
+        self.offset = consumed
+        return lines, len(data) < limit
+
+    def flush_partial(self) -> list[bytes]:
+        """The file is rotated away: a last line without newline is its last line."""
+        lines = []
+        if self.skipping:
+            lines.append(OVER_LONG)
+        elif self.pending.strip():
+            lines.append(bytes(self.pending))
+        self.offset += len(self.pending)
+        self.pending = bytearray()
+        self.skipping = False
+        return lines
+
+    def checkpoint(self) -> Checkpoint:
+        self.head = head_len, head_hash = _head(self.fh, HEAD_BYTES)
+        return Checkpoint(self.path, self.device, self.inode, self.offset, head_len, head_hash)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _open(path: str) -> tuple[BinaryIO, os.stat_result] | None:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed by _Tail.close
+    except OSError:
+        return None
+    return fh, os.fstat(fh.fileno())
+
+
+def _matches(fh: BinaryIO, checkpoint: Checkpoint) -> bool:
+    head_len, head_hash = _head(fh, checkpoint.head_len)
+    return head_len == checkpoint.head_len and head_hash == checkpoint.head_hash
+
+
+class LogFollower:
+    """Follows every file matching `patterns`; files may appear later or vanish."""
+
+    def __init__(
+        self,
+        patterns: Iterable[str],
+        checkpoints: dict[str, Checkpoint] | None = None,
+        from_start: bool = False,
+        max_batch_bytes: int = 4 << 20,
+    ) -> None:
+        self.patterns = list(patterns)
+        self.saved = dict(checkpoints or {})
+        self.from_start = from_start
+        self.max_batch_bytes = max_batch_bytes
+        self.tails: dict[str, _Tail] = {}
+        self.rotated: list[_Tail] = []  # old files still being read after a rotation
+        self.first_scan = True
+        self.rotations = 0
+        self.truncations = 0
+
+    def paths(self) -> list[str]:
+        found: list[str] = []
+        for pattern in self.patterns:
+            if glob.has_magic(pattern):
+                found.extend(sorted(p for p in glob.glob(pattern) if os.path.isfile(p)))
+            elif os.path.isfile(pattern):
+                found.append(pattern)
+        return list(dict.fromkeys(found))
+
+    def _start(self, path: str) -> None:
+        """Begin following `path`: from its checkpoint when it still names this file (or its rotated copy),
+        from its end on a first start (unless from_start), from 0 for a file that appeared while running."""
+        opened = _open(path)
+        if opened is None:
+            return
+        fh, st = opened
+        saved = self.saved.pop(path, None)
+        offset = 0
+        if saved is not None:
+            if (st.st_dev, st.st_ino) == (saved.device, saved.inode) and _matches(fh, saved):
+                offset = saved.offset if st.st_size >= saved.offset else 0
+            else:
+                self._resume_rotated(path, saved)
+        elif self.first_scan and not self.from_start:
+            offset = st.st_size
+        tail = _Tail(path, fh, st.st_dev, st.st_ino, offset)
+        if offset and offset == st.st_size and not saved:
+            self._skip_to_line_start(tail)
+        tail.head = _head(fh, min(tail.offset, HEAD_BYTES))
+        fh.seek(tail.offset)
+        self.tails[path] = tail
+
+    def _skip_to_line_start(self, tail: _Tail) -> None:
+        """Starting at a file's end: a last line still being written is not skipped half-read, so the offset moves
+        back to just after the last newline."""
+        fh = tail.fh
+        back = min(tail.offset, MAX_LINE_BYTES)
+        fh.seek(tail.offset - back)
+        chunk = fh.read(back)
+        cut = chunk.rfind(b"\n")
+        tail.offset = tail.offset - back + cut + 1 if cut >= 0 else tail.offset
+
+    def _resume_rotated(self, path: str, saved: Checkpoint) -> None:
+        """After a restart the path names a new file: read the old one on from its offset if it is still in the
+        directory (renamed by rotation), found by inode and head."""
+        directory = Path(path).parent
+        try:
+            candidates = list(directory.iterdir())
+        except OSError:
+            candidates = []
+        for candidate in candidates:
+            try:
+                st = candidate.stat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) != (saved.device, saved.inode):
+                continue
+            opened = _open(str(candidate))
+            if opened is None:
+                return
+            fh, st = opened
+            if not _matches(fh, saved):
+                fh.close()
+                return
+            offset = saved.offset if st.st_size >= saved.offset else 0
+            fh.seek(offset)
+            self.rotated.append(_Tail(path, fh, st.st_dev, st.st_ino, offset, head=_head(fh, saved.head_len)))
+            log.info("%s: rotated while stopped; reading %s from offset %d first", path, candidate, offset)
+            return
+        log.warning("%s: the file last read (inode %d) is gone; reading the new one from its start", path, saved.inode)
+
+    def poll(self) -> list[Batch]:
+        """Lines written since the last poll, per file; a rotated file is finished before its successor."""
+        for path in self.paths():
+            if path not in self.tails:
+                self._start(path)
+        self.first_scan = False
+        batches: list[Batch] = []
+        budget = self.max_batch_bytes
+        while self.rotated:
+            tail = self.rotated[0]
+            lines, at_end = tail.read(budget)
+            if at_end:
+                lines += tail.flush_partial()
+            if not at_end:
+                batches.append(Batch(tail.path, lines, tail.checkpoint()))
+                return batches
+            tail.close()
+            self.rotated.pop(0)
+            successor = self.tails.get(tail.path)
+            # Once the old file is done, the path's checkpoint is its successor's start.
+            checkpoint = successor.checkpoint() if successor is not None else tail.checkpoint()
+            batches.append(Batch(tail.path, lines, checkpoint))
+        for path, tail in list(self.tails.items()):
+            batches.extend(self._poll_one(path, tail, budget))
+        return batches
+
+    def _poll_one(self, path: str, tail: _Tail, budget: int) -> list[Batch]:
+        out: list[Batch] = []
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) != (tail.device, tail.inode):
+            # Renamed away: drain the old file through its descriptor, then follow the new one from its start.
+            lines: list[bytes] = []
+            while True:
+                chunk, at_end = tail.read(budget)
+                lines += chunk
+                if at_end:
+                    break
+            lines += tail.flush_partial()
+            tail.close()
+            self.rotations += 1
+            log.info("%s: rotated (new inode); old file read to its end", path)
+            del self.tails[path]
+            self._start_new(path)
+            new = self.tails.get(path)
+            checkpoint = new.checkpoint() if new is not None else None
+            if checkpoint is not None:
+                out.append(Batch(path, lines, checkpoint))
+                rest = self._poll_one(path, self.tails[path], budget)
+                out.extend(rest)
+            return out
+        if st is not None and (st.st_size < tail.offset or tail.replaced_in_place()):
+            self.truncations += 1
+            log.info("%s: truncated (copy-truncate rotation); reading from its start", path)
+            tail.fh.seek(0)
+            tail.offset = 0
+            tail.head = _head(tail.fh, 0)
+            tail.pending = bytearray()
+            tail.skipping = False
+        lines, _ = tail.read(budget)
+        if lines:
+            out.append(Batch(path, lines, tail.checkpoint()))
+        return out
+
+    def _start_new(self, path: str) -> None:
+        opened = _open(path)
+        if opened is None:
+            return
+        fh, st = opened
+        self.tails[path] = _Tail(path, fh, st.st_dev, st.st_ino, 0, head=_head(fh, 0))
+
+    def lag_bytes(self) -> int:
+        """Bytes written but not read yet, over every followed file."""
+        total = 0
+        for path, tail in self.tails.items():
+            try:
+                total += max(0, os.stat(path).st_size - tail.offset - len(tail.pending))
+            except OSError:
+                continue
+        return total
+
+    def close(self) -> None:
+        for tail in [*self.tails.values(), *self.rotated]:
+            tail.close()
+        self.tails.clear()
+        self.rotated.clear()
+
+
+__all__ = ["Batch", "Checkpoint", "LogFollower"]
