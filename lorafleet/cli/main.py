@@ -32,6 +32,7 @@ def _fail(lines: list[str], hint: str | None, code: int) -> None:
 # a shell's Tab cost little more than importing click.
 COMMANDS: dict[str, tuple[str, str]] = {
     "completion": ("lorafleet.cli.completion:completion", "Print the shell completion script for SHELL."),
+    "daemon": ("lorafleet.cli.daemon:daemon", "Follow the gateway's logs, warm adapters ahead of demand, journal it."),
     "inventory": ("lorafleet.cli.inventory:inventory", "Validate and show the fleet inventory."),
     "plan": ("lorafleet.cli.plan:plan", "Plan which adapters stay resident on which engine, from the demand."),
     "replay": ("lorafleet.cli.replay:replay", "Replay access LOGS through the policy core with simulated engines."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lorafleet.daemon.tally import Summary
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.logs.records import LogTally
@@ -270,4 +271,41 @@ def plan(
     }
 
 
-SHAPES = (inventory_check, inventory_show, vram, warm, replay, plan)
+DAEMON_KEYS = (
+    "lines",
+    "bad_lines",
+    "requests",
+    "hits",
+    "late",
+    "misses",
+    "unserved",
+    "cold_ms_paid",
+    "cold_ms_avoided",
+    "loads",
+    "prefetch_loads",
+    "prefetch_used",
+    "wasted_prefetches",
+    "touches",
+    "unloads",
+    "evictions",
+    "failed",
+    "reconciles",
+    "engine_restarts",
+    "vanished",
+    "commits",
+)
+
+
+def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str, Any]:
+    """`daemon --json` (printed when it stops): `{"policy", "shadow", "state", "hit_ratio", "lines", "bad_lines",
+    "requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "cold_ms_avoided", "loads", "prefetch_loads",
+    "prefetch_used", "wasted_prefetches", "touches", "unloads", "evictions", "failed", "reconciles",
+    "engine_restarts", "vanished", "commits"}` — counts over this run; `state` is the journal's path."""
+    out: dict[str, Any] = {"policy": policy, "shadow": shadow, "state": state, "hit_ratio": round(summary.hit_ratio, 4)}
+    for key in DAEMON_KEYS:
+        value = getattr(summary, key)
+        out[key] = round(value, 1) if isinstance(value, float) else value
+    return out
+
+
+SHAPES = (inventory_check, inventory_show, vram, warm, replay, plan, daemon)

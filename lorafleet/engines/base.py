@@ -280,8 +280,15 @@ class EngineClient:
     # --- the interface --------------------------------------------------------------------------------------
     def registry(self) -> set[str]:
         """Adapter names the engine has registered (`/v1/models` cards with a parent)."""
-        cards = self._model_cards()
-        return {c["id"] for c in cards if c.get("parent") not in (None, "") and isinstance(c.get("id"), str)}
+        return set(self.registered_paths())
+
+    def registered_paths(self) -> dict[str, str]:
+        """Registered adapter names and the paths the engine reads them from (each card's `root`; '' if none)."""
+        return {
+            c["id"]: c["root"] if isinstance(c.get("root"), str) else ""
+            for c in self._model_cards()
+            if c.get("parent") not in (None, "") and isinstance(c.get("id"), str)
+        }
 
     def served_model(self) -> str:
         """The name the engine serves its base model under (the card without a parent)."""

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from lorafleet.cli import shapes
+from lorafleet.daemon.tally import Summary
 from lorafleet.inventory import load_inventory
 from lorafleet.logs.records import LogTally
 from lorafleet.planning import recommend_flags
@@ -76,6 +77,7 @@ def test_every_shape_prints_what_its_docstring_says() -> None:
         shapes.warm: ([WarmResult("a", "h/e", "loaded", True, 1.0)], False),
         shapes.replay: ([PolicyResult("lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
         shapes.plan: (inv, planned, [advice], ([planned.placements[0]], []), (0.9, [(4, 0.95)], 4)),
+        shapes.daemon: (Summary(requests=2, hits=1), "lorafleet", True, "/tmp/state.db"),
     }
     assert set(cases) == set(shapes.SHAPES)
     for shape, args in cases.items():

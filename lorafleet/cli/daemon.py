@@ -1,0 +1,184 @@
+"""`lorafleet daemon`: the long-lived prefetch loop (signals, logging and the final summary live here)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+
+from lorafleet.cli.options import complete_policies, global_options, json_option, settings
+from lorafleet.cli.plan import parse_window
+from lorafleet.cli.render import console, print_json, table
+
+ONLINE_POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per log record: time, level, logger, message (and the exception, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data)
+
+
+def configure_daemon_logging(log_format: str, verbose: int) -> None:
+    """Warnings always; -v info, -vv debug. `json`: one object per line on stderr (for journald, Loki, …)."""
+    logger = logging.getLogger("lorafleet")
+    logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING)
+    if log_format == "json":
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonLines())
+        logger.addHandler(handler)
+        logger.propagate = False
+    elif not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value == "off":
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"{value!r} is not HOST:PORT (or 'off')")
+    return value
+
+
+@click.command()
+@global_options(with_env=False)
+@json_option
+@click.option("--once", is_flag=True, help="Process what the logs hold now, then exit (cron, tests).")
+@click.option("--shadow", is_flag=True, help="Decide and journal, send nothing: simulated engines stand in.")
+@click.option("--from-start", is_flag=True, help="On a first start, read the logs' history (default: from the end).")
+@click.option(
+    "--policy",
+    default="lorafleet",
+    show_default=True,
+    type=click.Choice(ONLINE_POLICIES),
+    shell_complete=complete_policies,
+    help="The policy to run live.",
+)
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Start from this plan file.")
+@click.option("--log", "logs", multiple=True, help="Follow this file or glob instead of gateway.logs (repeatable).")
+@click.option("--reconcile-every", type=click.FloatRange(min=1), default=30.0, show_default=True, help="Seconds.")
+@click.option("--retention", default="14d", show_default=True, help="Keep journal rows this long (30m, 24h, 14d).")
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1:9464",
+    show_default=True,
+    callback=check_address,
+    help="Serve Prometheus /metrics here ('off': none; port 0: a free one).",
+)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def daemon(
+    as_json: bool,
+    once: bool,
+    shadow: bool,
+    from_start: bool,
+    policy: str,
+    plan_path: str | None,
+    logs: tuple[str, ...],
+    reconcile_every: float,
+    retention: str,
+    metrics_addr: str,
+    log_format: str,
+) -> None:
+    """Follow the gateway's access logs, warm adapters ahead of demand, journal every decision.
+
+    Runs until SIGTERM or Ctrl-C (exit 0 after a final checkpoint); SIGHUP reloads the inventory (a broken one
+    is reported and the old one kept). Every outcome and action goes to the state database's journal; a crash
+    neither loses nor double-counts a log line. --shadow sends nothing and journals what would have happened.
+    """
+    from lorafleet.daemon.loop import Daemon, DaemonOptions
+    from lorafleet.planning import read_plan
+    from lorafleet.probe.files import FileChecker
+    from lorafleet.store.db import open_store
+
+    s = settings()
+    configure_daemon_logging(log_format, s.verbose)
+    inv = s.load_inventory()
+    plan = read_plan(plan_path, inv) if plan_path else None
+    options = DaemonOptions(
+        policy=policy,
+        shadow=shadow,
+        once=once,
+        from_start=from_start,
+        plan=plan,
+        logs=logs,
+        reconcile_every_s=reconcile_every,
+        retention_days=parse_window(retention) / 86400.0,
+        metrics_addr=None if metrics_addr == "off" else metrics_addr,
+    )
+    store = open_store(s.state_path)
+    checker = FileChecker(inv)
+
+    def reload() -> Any:
+        from lorafleet.inventory import load_inventory
+
+        return load_inventory(s.inventory_path)
+
+    runner = Daemon(inv, store, options, reload=reload, files_gone=checker.missing)
+    stopped_by: list[int] = []
+
+    def on_stop(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
+        runner.stop.set()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: runner.reload_requested.set())
+    try:
+        summary = runner.run()
+    finally:
+        checker.close()
+        store.close()
+    from lorafleet.cli import shapes
+
+    data = shapes.daemon(summary, policy, shadow, str(s.state_path))
+    if as_json:
+        print_json(data)
+    else:
+        render_summary(data)
+    if once and summary.failed:
+        sys.exit(1)
+
+
+def render_summary(data: dict[str, Any]) -> None:
+    mode = "shadow (nothing sent)" if data["shadow"] else "live"
+    t = table(f"daemon: {data['policy']}, {mode}", [("", "left"), ("value", "right"), ("", "left")])
+    requests = data["requests"] or 1
+    rows = [
+        ("log lines", data["lines"], f"{data['bad_lines']} bad"),
+        ("adapter requests", data["requests"], f"{data['unserved']} no engine can serve"),
+        ("hits", data["hits"], f"{data['hit_ratio']:.1%}"),
+        ("late", data["late"], f"{data['late'] / requests:.1%} waited on a load in flight"),
+        ("misses", data["misses"], f"{data['misses'] / requests:.1%} cold starts"),
+        ("cold ms paid", f"{data['cold_ms_paid']:,.0f}", ""),
+        ("cold ms avoided", f"{data['cold_ms_avoided']:,.0f}", "by prefetched adapters"),
+        ("loads", data["loads"], f"{data['prefetch_loads']} ahead of demand, {data['prefetch_used']} used"),
+        ("touches", data["touches"], "1-token requests keeping vLLM's LRU on the policy's choice"),
+        ("evictions", data["evictions"], f"{data['unloads']} unloads, {data['wasted_prefetches']} unused prefetches"),
+        ("failed calls", data["failed"], ""),
+    ]
+    for name, value, note in rows:
+        t.add_row(name, str(value), note)
+    out = console()
+    out.print(t)
+    out.print(f"journal: {data['state']} (lorafleet stats reads it)", highlight=False)

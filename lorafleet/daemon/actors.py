@@ -1,0 +1,173 @@
+"""One actor thread per engine: the daemon's hands.
+
+Each engine gets its own thread, its own client and its own circuit breaker, and works through its own queue
+one call at a time (an engine loads adapters serially anyway). Whatever an engine does — answer slowly, hang
+until its call deadline, refuse connections — costs only its own thread: the log readers, the other engines and
+shutdown never wait on it. Results go back to the daemon's loop through one shared queue; the loop alone
+touches the policy core and the journal.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from lorafleet.daemon.breaker import CircuitBreaker
+from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError
+from lorafleet.engines.executor import Cancelled, Stop
+from lorafleet.inventory.model import Engine
+from lorafleet.kinds import kind_of
+
+log = logging.getLogger("lorafleet.daemon")
+LOAD, TOUCH, UNLOAD, RECONCILE = "load", "touch", "unload", "reconcile"
+MAX_QUEUED = 512  # past this an engine is not keeping up: new work is refused at once, not queued forever
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    action: str  # LOAD, TOUCH, UNLOAD, RECONCILE
+    adapter: str | None = None
+    path: str | None = None
+    reason: str = ""
+    pinned: bool = False
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    engine: str
+    work: Work
+    ok: bool
+    action: str  # loaded, reloaded, touched, unloaded, reconciled, refused (circuit open or queue full), failed
+    ms: float
+    error: str | None = None
+    sent_at: float | None = None  # monotonic time the call was sent (decision latency)
+    registry: frozenset[str] | None = None  # reconcile: what the engine has registered
+    vanished: tuple[str, ...] = ()  # reconcile: registered adapters whose files are gone (unregistered now)
+
+
+ClientFactory = Callable[[Engine], EngineClient]
+FileCheck = Callable[[str, Mapping[str, str]], list[str]]  # (engine key, {name: path}) -> names whose files are gone
+
+
+class EngineActor:
+    def __init__(
+        self,
+        engine: Engine,
+        client_factory: ClientFactory,
+        outbox: queue.Queue[Done],
+        stop: Stop,
+        files_gone: FileCheck,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        self.engine = engine
+        self.profile = kind_of(engine.kind)
+        self.client_factory = client_factory
+        self.outbox = outbox
+        self.stop = stop
+        self.files_gone = files_gone
+        self.breaker = breaker or CircuitBreaker()
+        self.inbox: queue.Queue[Work] = queue.Queue()
+        self.retired = threading.Event()
+        self.busy_since: float | None = None
+        self.thread = threading.Thread(target=self._run, name=f"engine {engine.key}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, work: Work) -> None:
+        if self.inbox.qsize() >= MAX_QUEUED:
+            self.outbox.put(
+                Done(self.engine.key, work, False, "refused", 0.0, "queue full: the engine is not keeping up")
+            )
+            return
+        self.inbox.put(work)
+
+    def retire(self) -> None:
+        """Stop taking work (the engine left the inventory); the thread ends after its current call."""
+        self.retired.set()
+
+    def _run(self) -> None:
+        try:
+            client = self.client_factory(self.engine)
+        except Exception as exc:  # a missing key, a bad URL: every call of this engine fails, with this reason
+            message = exc.message if isinstance(exc, EngineError) else str(exc)
+            while not (self.stop.is_set() or self.retired.is_set()):
+                try:
+                    work = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                self.outbox.put(Done(self.engine.key, work, False, "failed", 0.0, message))
+            return
+        client.bind_stop(self.stop)
+        try:
+            while not (self.stop.is_set() or self.retired.is_set()):
+                try:
+                    work = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                self.outbox.put(self._do(client, work))
+        finally:
+            client.close()
+
+    def _do(self, client: EngineClient, work: Work) -> Done:
+        key = self.engine.key
+        if not self.breaker.allow():
+            return Done(key, work, False, "refused", 0.0, f"{key}: circuit open after repeated failures")
+        client.failed = None  # the breaker decides when to try a failing engine again, not the client
+        sent = time.monotonic()
+        self.busy_since = sent
+        try:
+            action, registry, vanished = self._call(client, work)
+        except Cancelled:
+            return Done(key, work, False, "failed", _ms(sent), "stopped while in flight", sent)
+        except EngineError as exc:
+            self.breaker.failure()
+            return Done(key, work, False, "failed", _ms(sent), exc.message, sent)
+        except Exception as exc:  # never let one engine's surprise end its thread
+            self.breaker.failure()
+            log.exception("%s: unexpected error", key)
+            return Done(key, work, False, "failed", _ms(sent), f"{key}: {type(exc).__name__}: {exc}", sent)
+        finally:
+            self.busy_since = None
+        self.breaker.success()
+        return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished)
+
+    def _call(self, client: EngineClient, work: Work) -> tuple[str, frozenset[str] | None, tuple[str, ...]]:
+        name, path = work.adapter, work.path
+        if work.action == RECONCILE:
+            paths = client.registered_paths()
+            registry = frozenset(paths)
+            known = {n: p for n, p in paths.items() if p}
+            gone = tuple(sorted(self.files_gone(self.engine.key, known))) if known else ()
+            for adapter in gone:
+                # On vLLM the next request needing these files would kill the whole engine: unregister now.
+                client.unload(adapter)
+            return "reconciled", registry - set(gone), gone
+        assert name is not None
+        if work.action == LOAD:
+            assert path is not None
+            try:
+                client.load(name, path, pinned=work.pinned and self.profile.engine_pins)
+            except AlreadyLoadedError:
+                client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
+                return "reloaded", None, ()
+            return "loaded", None, ()
+        if work.action == TOUCH:
+            client.prime(name)
+            return "touched", None, ()
+        if work.action == UNLOAD:
+            client.unload(name)
+            return "unloaded", None, ()
+        raise ValueError(f"unknown work {work.action!r}")
+
+
+def _ms(since: float) -> float:
+    return round((time.monotonic() - since) * 1000.0, 1)
+
+
+__all__ = ["LOAD", "RECONCILE", "TOUCH", "UNLOAD", "Done", "EngineActor", "FileCheck", "Work"]
