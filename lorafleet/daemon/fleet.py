@@ -20,7 +20,7 @@ from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import PlannedResidency
 from lorafleet.policy.policies import make_policy
 from lorafleet.store.db import format_utc
-from lorafleet.store.journal import ActionRow
+from lorafleet.store.journal import ActionRow, RollupKey
 
 log = logging.getLogger("lorafleet.daemon")
 KEEP, RECONCILE_REASON = "keep", "reconcile"
@@ -54,6 +54,8 @@ class Fleet:
         self.source = "daemon-shadow" if shadow else "daemon"
         self.load_started: dict[tuple[str, str], float] = {}  # (engine, adapter) -> policy time the load began
         self.speed: dict[str, float] = {}  # per engine: measured / modelled load time (calibration)
+        # shadow: requests waiting on a simulated load, (rollup key, arrival, was a prefetch) per (engine, adapter)
+        self.waiters: dict[tuple[str, str], list[tuple[RollupKey, float, bool]]] = {}
         self._setup(inventory, make_policy(policy, plan=plan.placements if plan else ()), log_patterns)
 
     def _setup(self, inventory: Inventory, policy: Policy, log_patterns: Sequence[str]) -> None:
@@ -86,6 +88,8 @@ class Fleet:
                 c = sim.pop_done()
                 at = c.done_ms / 1000.0
                 reason = core.loading_reason.get((c.engine, c.adapter), DEMAND)
+                for okey, arrived, prefetched in self.waiters.pop((c.engine, c.adapter), ()):
+                    self._waited(c.engine, okey, c.done_ms - arrived * 1000.0, prefetched)
                 self._journal(c.engine, c.adapter, "loaded", True, self._model_ms(c.engine, c.adapter), None, reason)
                 out += self.decided(at, core.load_finished(at, c.engine, c.adapter))
                 sim.start_next(c.done_ms, c.engine)
@@ -107,7 +111,8 @@ class Fleet:
             return self.decided(now, decisions), outcome
         prefetched = core.counters.prefetch_used > used_before
         cold = self.cold_ms(engine, adapter)
-        o = self.pending.outcome((minute_of(event.time), event.tenant or "", adapter, engine))
+        okey = (minute_of(event.time), event.tenant or "", adapter, engine)
+        o = self.pending.outcome(okey)
         o.requests += 1
         s = self.summary
         s.requests += 1
@@ -125,21 +130,30 @@ class Fleet:
             if outcome == LATE:
                 o.late += 1
                 s.late += 1
-                started = self.load_started.get((engine, adapter), now)
-                waited = max(0.0, min(cold, started * 1000.0 + cold - now * 1000.0))
                 if self.shadow:
                     self.sim.promote(engine, adapter)
             else:
                 o.misses += 1
                 s.misses += 1
-                waited = cold
-            o.cold_ms += waited
-            s.cold_ms_paid += waited
-            self.metrics.cold_ms_paid.labels(engine).inc(waited)
-            if prefetched:
-                o.avoided_ms += cold - waited
-                s.cold_ms_avoided += cold - waited
+            key = (engine, adapter)
+            if self.shadow and adapter in core.book.engines[engine].in_flight:
+                # The simulated load's completion says exactly how long it waited (replay's figure).
+                self.waiters.setdefault(key, []).append((okey, now, prefetched))
+            else:
+                started = self.load_started.get(key, now) if outcome == LATE else now
+                self._waited(engine, okey, max(0.0, min(cold, started * 1000.0 + cold - now * 1000.0)), prefetched)
         return self.decided(now, decisions), outcome
+
+    def _waited(self, engine: str, key: RollupKey, waited: float, prefetched: bool) -> None:
+        """A late or missed request's wait on its load: cold ms paid (and, for a prefetch, the part avoided)."""
+        o = self.pending.outcome(key)
+        o.cold_ms += waited
+        self.summary.cold_ms_paid += waited
+        self.metrics.cold_ms_paid.labels(engine).inc(waited)
+        if prefetched:
+            avoided = max(0.0, self.cold_ms(engine, key[2]) - waited)
+            o.avoided_ms += avoided
+            self.summary.cold_ms_avoided += avoided
 
     def decided(self, now: float, decisions: list[Decision]) -> list[Decision]:
         """Book-keeping for decisions just made; in shadow mode the simulated engines take them."""

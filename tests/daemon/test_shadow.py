@@ -1,0 +1,119 @@
+"""The daemon in shadow mode, in-process: the same computation as replay, journaled exactly once per line."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from lorafleet.daemon.loop import Daemon, DaemonOptions, log_patterns
+from lorafleet.inventory import load_inventory
+from lorafleet.logs.reader import read_events
+from lorafleet.replay.simulator import simulate
+from lorafleet.replay.synth import synthesize
+from lorafleet.store.db import open_store
+
+
+def totals(db: Path) -> tuple[int, int, int, int]:
+    with sqlite3.connect(db) as c:
+        row = c.execute("SELECT SUM(requests), SUM(hits), SUM(late), SUM(misses) FROM rollups").fetchone()
+    return tuple(v or 0 for v in row)  # type: ignore[return-value]
+
+
+def run_shadow(inventory: Path, db: Path, policy: str = "lorafleet", **options: object) -> object:
+    inv = load_inventory(inventory)
+    with open_store(db) as store:
+        # The synthetic logs are from November 2026: a retention from today would drop them at once.
+        options.setdefault("retention_days", 3650.0)
+        opts = DaemonOptions(policy=policy, shadow=True, once=True, from_start=True, **options)  # type: ignore[arg-type]
+        return Daemon(inv, store, opts).run()
+
+
+@pytest.mark.parametrize("shape", ["workflows", "drift"])
+@pytest.mark.parametrize("policy", ["lru", "lorafleet"])
+def test_shadow_once_is_replay(tmp_path: Path, shape: str, policy: str) -> None:
+    synth = synthesize(shape, 1500, 3, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    events, _ = read_events([synth.log_path], inv)
+    replayed = simulate(inv, policy, events)
+    summary = run_shadow(synth.inventory_path, tmp_path / "s.db", policy)
+    assert (summary.hits, summary.late, summary.misses) == (replayed.hits, replayed.late, replayed.misses)
+    assert summary.cold_ms_paid == pytest.approx(replayed.cold_ms_total, abs=1.0)  # epoch vs relative ms
+    assert totals(tmp_path / "s.db") == (replayed.requests, replayed.hits, replayed.late, replayed.misses)
+
+
+def test_a_restart_reads_only_what_was_written_since(tmp_path: Path) -> None:
+    synth = synthesize("workflows", 600, 1, tmp_path / "t")
+    lines = synth.log_path.read_text().splitlines(keepends=True)
+    synth.log_path.write_text("".join(lines[:400]))
+    db = tmp_path / "s.db"
+    first = run_shadow(synth.inventory_path, db)
+    assert first.lines == 400
+    again = run_shadow(synth.inventory_path, db)
+    assert again.lines == 0  # the checkpoint: nothing read twice
+    with open(synth.log_path, "a") as fh:
+        fh.write("".join(lines[400:]))
+        fh.write("not json\n")
+    third = run_shadow(synth.inventory_path, db)
+    assert (third.lines, third.bad_lines) == (201, 1)
+    assert totals(db)[0] == 600
+
+
+def test_a_first_start_without_from_start_reads_from_the_end(tmp_path: Path) -> None:
+    synth = synthesize("workflows", 300, 1, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    with open_store(tmp_path / "s.db") as store:
+        summary = Daemon(inv, store, DaemonOptions(shadow=True, once=True)).run()
+    assert summary.lines == 0
+
+
+def test_actions_are_journaled_with_their_reasons(tmp_path: Path) -> None:
+    synth = synthesize("workflows", 800, 2, tmp_path / "t")
+    run_shadow(synth.inventory_path, tmp_path / "s.db")
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        rows = set(c.execute("SELECT source, action, reason FROM loads"))
+    assert ("daemon-shadow", "loaded", "demand") in rows
+    assert ("daemon-shadow", "loaded", "prefetch") in rows
+    assert {r[2] for r in rows} <= {"plan", "prefetch", "demand", "keep", "reconcile", "manual"}
+
+
+def test_log_paths_are_taken_from_the_inventorys_folder(tmp_path: Path) -> None:
+    synth = synthesize("seed", 10, 1, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    assert log_patterns(inv) == [str((tmp_path / "t" / "access.jsonl").resolve())]
+    assert log_patterns(inv, ("x.log",)) == [str(Path("x.log").resolve())]
+
+
+def test_the_oracle_cannot_run_live(tmp_path: Path) -> None:
+    synth = synthesize("seed", 10, 1, tmp_path / "t")
+    with pytest.raises(ValueError, match="replay only"):
+        run_shadow(synth.inventory_path, tmp_path / "s.db", "oracle")
+
+
+def test_cli_once_prints_the_summary_as_json(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    synth = synthesize("workflows", 500, 1, tmp_path / "t")
+    args = ["daemon", "-i", str(synth.inventory_path), "--shadow", "--once", "--from-start", "--metrics-addr", "off"]
+    result = run_cli(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["requests"] == 500 and data["shadow"] is True
+    assert data["hits"] + data["late"] + data["misses"] == 500
+    table = run_cli(*args)
+    assert table.exit_code == 0 and "shadow (nothing sent)" in table.stdout
+
+
+def test_cli_refuses_a_bad_metrics_address(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    synth = synthesize("seed", 10, 1, tmp_path / "t")
+    result = run_cli("daemon", "-i", str(synth.inventory_path), "--metrics-addr", "nowhere")
+    assert result.exit_code == 2 and "HOST:PORT" in result.stderr
+
+
+def test_retention_drops_old_minutes(tmp_path: Path) -> None:
+    synth = synthesize("workflows", 300, 1, tmp_path / "t")  # dated November 2026
+    db = tmp_path / "s.db"
+    run_shadow(synth.inventory_path, db)
+    assert totals(db)[0] == 300
+    run_shadow(synth.inventory_path, db, retention_days=1e-6)
+    assert totals(db)[0] == 0
