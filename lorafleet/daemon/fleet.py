@@ -224,6 +224,7 @@ class Fleet:
             return []
         registry = done.registry
         gone = [a for a in state.resident if a not in registry]
+        wanted = {a: True for a in gone if a in state.pins and a not in done.vanished}  # pins come back
         if gone and not registry:
             log.warning("%s: registry empty (engine restarted?); re-warming its planned adapters", done.engine)
             self.summary.engine_restarts += 1
@@ -245,12 +246,15 @@ class Fleet:
                 size = self.core.sizes.get(adapter)
                 if size is not None and not state.holds(adapter) and state.has_room(size):
                     state.admit(adapter, size)
-        decisions: list[Decision] = []
         if self.plan is not None:
             for p in self.plan.placements:
-                if p.engine == done.engine and not state.holds(p.adapter) and p.adapter not in done.vanished:
-                    order = lambda: self.core.policy.victim_order(state, now)  # noqa: E731
-                    decisions += self.core.load(now, p.engine, p.adapter, PLAN, order, pin=p.pinned)
+                if p.engine == done.engine and p.adapter not in done.vanished:
+                    wanted[p.adapter] = wanted.get(p.adapter, False) or p.pinned
+        decisions: list[Decision] = []
+        for adapter, pin in wanted.items():
+            if not state.holds(adapter):
+                order = lambda: self.core.policy.victim_order(state, now)  # noqa: E731
+                decisions += self.core.load(now, done.engine, adapter, PLAN, order, pin=pin)
         return self.decided(now, decisions)
 
     # --- inventory reload ---------------------------------------------------------------------------------------

@@ -125,12 +125,17 @@ class Daemon:
         next_reconcile = time.monotonic()  # at once: learn what the engines hold before acting on guesses
         next_commit = time.monotonic() + options.commit_every_s
         next_prune = 0.0
+        first = True
         try:
             while not self.stop.is_set():
                 if self.reload_requested.is_set():
                     self.reload_requested.clear()
                     self._reload()
                 read = self._read_logs()
+                if first:
+                    first = False
+                    files = sum(len(f.tails) for f in self.followers)
+                    log.info("following %d log file(s) of %s", files, ", ".join(self.patterns))
                 if not self.started and not read and not options.once:
                     self._start(time.time())  # nothing to catch up on: the policy starts on the wall clock
                 self._drain()
@@ -281,7 +286,7 @@ class Daemon:
         try:
             inventory = self.reload_inventory()
         except InputError as exc:
-            message = f"inventory reload failed, keeping the one in use: {exc}"
+            message = "inventory reload failed, keeping the one in use: " + "; ".join(exc.lines())
             log.error("%s", message)
             self.pending.errors.append((format_utc(datetime.now(UTC)), "daemon", message))
             return

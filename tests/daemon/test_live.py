@@ -1,0 +1,135 @@
+"""The daemon as a real subprocess against emulated engines on free loopback ports, with a log the test writes."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.daemon.conftest import log_line, sglang, vllm, wait_for, write_adapters, write_fleet
+from tests.engine_emulator import Fault
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def test_a_workflow_tenants_next_adapter_is_loaded_before_its_request(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 6)
+    inv = write_fleet(
+        tmp_path, [vllm("e0", engine.url, host=4)], adapters, tenants="  t: {workflows: [[a3, a4, a5]]}\n"
+    )
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    append(tmp_path / "access.jsonl", log_line("a3"))
+    wait_for(lambda: "a4" in engine.state.registry, what=f"a4 prefetched\n{daemon.log()}")
+    assert not any(body and body.get("model") == "a4" for _, _, body in engine.state.requests)  # no request yet
+    code, took = daemon.stop()
+    assert code == 0 and took < 5
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        reasons = {r for (r,) in c.execute("SELECT reason FROM loads WHERE adapter = 'a4' AND action = 'loaded'")}
+    assert reasons & {"prefetch", "plan"}
+
+
+def test_sigterm_exits_0_within_5_s_with_a_hung_engine(tmp_path, emulators, daemon_process) -> None:
+    hung = emulators(kind="vllm")
+    hung.state.faults.append(Fault(hang_s=30.0, times=100))
+    healthy = emulators(kind="sglang")
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    inv = write_fleet(tmp_path, [vllm("hung", hung.url), sglang("ok", healthy.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    for i in range(3):
+        append(tmp_path / "access.jsonl", log_line(f"a{i}", engine="h/hung"))
+        append(tmp_path / "access.jsonl", log_line(f"a{i}", engine="h/ok"))
+    # The hung engine does not hold up the healthy one.
+    wait_for(lambda: len(healthy.state.registry) == 3, what=f"the healthy engine loaded\n{daemon.log()}")
+    code, took = daemon.stop()
+    assert code == 0, daemon.log()
+    assert took < 5.0
+
+
+def test_sighup_with_a_broken_inventory_keeps_the_old_one(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm")
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    good = inv.read_text()
+    inv.write_text(good.replace("rank: 8", "rank: eight", 1))
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "inventory reload failed" in daemon.log(), what="the reload error")
+    assert "inv.yaml" in daemon.log() and "rank" in daemon.log()
+    append(tmp_path / "access.jsonl", log_line("a1"))
+    wait_for(lambda: "a1" in engine.state.registry, what="a load on the old inventory")
+    code, _ = daemon.stop()
+    assert code == 0
+
+
+def test_a_restarted_engine_is_rewarmed_within_a_reconcile_interval(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    inv = write_fleet(tmp_path, [sglang("e0", engine.url)], adapters, tenants="  t: {pinned: [a0]}\n")
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    wait_for(lambda: "a0" in engine.state.registry, what=f"the pinned adapter loaded\n{daemon.log()}")
+    engine.state.restart()
+    wait_for(lambda: "a0" in engine.state.registry, timeout=5, what=f"a0 re-warmed\n{daemon.log()}")
+    assert daemon.stop()[0] == 0
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        assert c.execute("SELECT COUNT(*) FROM loads WHERE action = 'forgotten' AND reason = 'reconcile'").fetchone()[0]
+
+
+def test_vanished_adapter_files_are_unregistered(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=1, host_slots=2)
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=1, host=2)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    append(tmp_path / "access.jsonl", log_line("a1"))
+    wait_for(lambda: "a1" in engine.state.registry, what="a1 loaded")
+    for f in adapters[1].iterdir():
+        f.unlink()
+    adapters[1].rmdir()
+    wait_for(lambda: "a1" not in engine.state.registry, timeout=5, what=f"a1 unregistered\n{daemon.log()}")
+    port = daemon.metrics_port()
+
+    def counted() -> bool:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return 'lorafleet_vanished_adapters_total{engine="h/e0"} 1.0' in text
+
+    wait_for(counted, timeout=5, what="the vanished adapter counted")
+    assert "files are gone" in daemon.log()
+    assert daemon.stop()[0] == 0
+
+
+def test_an_engine_failing_then_recovering_opens_and_closes_its_breaker(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=8)
+    adapters = write_adapters(tmp_path / "adapters", 8)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, host=8)], adapters)
+    engine.state.faults.append(Fault(status=503, times=40, path="/v1/load_lora_adapter"))
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    port = daemon.metrics_port()
+    for i in range(4):
+        append(tmp_path / "access.jsonl", log_line(f"a{i}"))
+
+    def metrics() -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    wait_for(lambda: 'lorafleet_engine_circuit_state{engine="h/e0"} 2.0' in metrics(), what="the breaker open")
+    engine.state.faults.clear()
+    time.sleep(0.1)
+    for i in range(4, 8):
+        append(tmp_path / "access.jsonl", log_line(f"a{i}"))
+        time.sleep(0.3)
+    wait_for(
+        lambda: 'lorafleet_engine_circuit_state{engine="h/e0"} 0.0' in metrics(),
+        timeout=15,
+        what=f"the breaker closed\n{daemon.log()}",
+    )
+    append(tmp_path / "access.jsonl", log_line("a7"))
+    wait_for(lambda: "a7" in engine.state.registry, timeout=10, what="loads again")
+    assert daemon.stop()[0] == 0
