@@ -134,6 +134,12 @@ class Daemon:
                 read = self._read_logs()
                 if first:
                     first = False
+                    # Pin where reading starts (a first start begins at the files' ends): a crash before the
+                    # next commit must not move that point to wherever the files end by then.
+                    for follower in self.followers:
+                        for checkpoint in follower.checkpoints():
+                            self.pending.checkpoints.setdefault(checkpoint.path, CheckpointRow(**vars(checkpoint)))
+                    self._commit()
                     files = sum(len(f.tails) for f in self.followers)
                     log.info("following %d log file(s) of %s", files, ", ".join(self.patterns))
                 if not self.started and not read and not options.once:

@@ -307,6 +307,10 @@ class LogFollower:
         fh, st = opened
         self.tails[path] = _Tail(path, fh, st.st_dev, st.st_ino, 0, head=_head(fh, 0))
 
+    def checkpoints(self) -> list[Checkpoint]:
+        """Where every followed file stands now (a first start from the end pins its starting point with these)."""
+        return [tail.checkpoint() for tail in self.tails.values()]
+
     def lag_bytes(self) -> int:
         """Bytes written but not read yet, over every followed file."""
         total = 0

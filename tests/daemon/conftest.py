@@ -84,7 +84,8 @@ class DaemonProcess:
         )
 
     def log(self) -> str:
-        self.stderr.flush()
+        if not self.stderr.closed:
+            self.stderr.flush()
         return self.stderr_path.read_text(errors="replace")
 
     def metrics_port(self, timeout: float = 10.0) -> int:
