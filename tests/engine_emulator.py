@@ -49,6 +49,12 @@ class EngineState:
     faults: list[Fault] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
     loads: int = 0
+    # vLLM's lazy resolver (VLLM_PLUGINS=lora_filesystem_resolver): a request naming an unregistered adapter
+    # found here (name -> path) registers and loads it — the cold start on the request path.
+    resolver: dict[str, str] = field(default_factory=dict)
+    # What the engine itself saw for requests that are not lorafleet's own touches (prompt "ping"):
+    served: dict[str, int] = field(default_factory=lambda: {"hit": 0, "miss": 0})
+    peak_host: int = 0  # the most adapters it ever held in host memory
 
     def restart(self) -> None:
         """What an engine restart does: everything registered or cached is gone."""
@@ -173,6 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
                 state.gpu.pop(victim, None)
                 if state.kind == "sglang":
                     state.registry.pop(victim, None)  # SGLang's LRU eviction unloads it
+            state.peak_host = max(state.peak_host, len(state.host))
             state.gpu.pop(name, None)
             state.gpu[name] = None
             while len(state.gpu) > state.gpu_slots:
@@ -190,8 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
     def health(self, body: dict[str, Any]) -> None:
         self._send(200, "")
 
-    def _complete(self, adapter: str | None) -> None:
+    def _complete(self, adapter: str | None, body: dict[str, Any] | None = None) -> None:
         if adapter is not None:
+            state = self.server.state
+            if (body or {}).get("prompt") != "ping":
+                with self.server.lock:
+                    state.served["hit" if adapter in state.host else "miss"] += 1
             self._cache(adapter)
         self._send(
             200,
@@ -252,7 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
         if model == state.served_model:
             self._complete(None)
         elif model in state.registry:
-            self._complete(model)
+            self._complete(model, body)
+        elif model in state.resolver:
+            state.registry[str(model)] = state.resolver[str(model)]
+            self._complete(model, body)
         else:
             self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
 
@@ -344,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif adapter and adapter not in state.registry:
             self._error(400, f"LoRA adapter {adapter} is not loaded.")
         else:
-            self._complete(adapter or None)
+            self._complete(adapter or None, body)
 
 
 VLLM_ROUTES = {

@@ -154,6 +154,10 @@ class EngineActor:
             try:
                 client.load(name, path, pinned=work.pinned and self.profile.engine_pins)
             except AlreadyLoadedError:
+                if work.reason == "demand":
+                    # The request itself brought it in (the engine has no admission control): keep it recent.
+                    client.prime(name)
+                    return "touched", None, ()
                 client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
                 return "reloaded", None, ()
             return "loaded", None, ()

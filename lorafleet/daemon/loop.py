@@ -54,7 +54,7 @@ class DaemonOptions:
     logs: tuple[str, ...] = ()  # instead of the inventory's gateway.logs
     reconcile_every_s: float = 30.0
     retention_days: float = 14.0
-    poll_s: float = 0.2
+    poll_s: float = 0.025  # an idle poll is a stat per file: cheap, and it bounds the decision latency
     commit_every_s: float = 1.0
     commit_every_lines: int = 50_000
     settle_s: float = 30.0  # --once: the longest wait for engine calls still in flight at the end

@@ -41,7 +41,17 @@ def complete(words: str, cword: int, **env: str) -> list[str]:
 
 
 def test_command_names_complete_without_loading_commands() -> None:
-    assert complete("lorafleet ", 1) == ["completion", "inventory", "plan", "replay", "trace", "unload", "vram", "warm"]
+    assert complete("lorafleet ", 1) == [
+        "completion",
+        "daemon",
+        "inventory",
+        "plan",
+        "replay",
+        "trace",
+        "unload",
+        "vram",
+        "warm",
+    ]
     assert complete("lorafleet wa", 1) == ["warm"]
 
 
