@@ -178,3 +178,36 @@ def test_engines_own_rank_check_reported_cleanly(vllm_server, real_inventory, ru
     assert code == 1
     assert results[0]["action"] == "failed"
     assert "LoRA rank 128 is greater than max_lora_rank 64" in results[0]["error"]
+
+
+def test_daemon_drives_the_real_engine(vllm_server, real_inventory, run_cli, tmp_path) -> None:
+    """The daemon end to end on a real vLLM: it follows a log, loads the adapters its requests need (and the
+    workflow's next one), touches, and journals it; the engine's own registry shows the result."""
+    url, _ = vllm_server
+    text = real_inventory.read_text().split("      - {name: vllm-claims-128")[0]
+    text += real_inventory.read_text().split("adapters:\n", 1)[1].join(["adapters:\n", ""])
+    text += "tenants:\n  acme: {workflows: [[real-r16, real-r64]]}\n"
+    text += "gateway:\n  logs:\n    - {path: access.jsonl, format: jsonl, fields: {time: ts, tenant: tenant, adapter: model}}\n"
+    inventory = tmp_path / "daemon.yaml"
+    inventory.write_text(text)
+    now = time.time()
+    lines = [{"ts": now - 60 + i, "tenant": "acme", "model": m} for i, m in enumerate(["real-r8", "real-r16"])]
+    (tmp_path / "access.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for name in registry(url):
+        httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+    result = run_cli(
+        "daemon",
+        "-i",
+        str(inventory),
+        "--once",
+        "--from-start",
+        "--metrics-addr",
+        "off",
+        "--json",
+        "--state",
+        str(tmp_path / "state.db"),
+    )
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["requests"] == 2 and summary["failed"] == 0
+    assert {"real-r8", "real-r16", "real-r64"} <= registry(url)  # r64: the workflow's next step, prefetched
