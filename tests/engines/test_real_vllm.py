@@ -187,7 +187,8 @@ def test_daemon_drives_the_real_engine(vllm_server, real_inventory, run_cli, tmp
     text = real_inventory.read_text().split("      - {name: vllm-claims-128")[0]
     text += real_inventory.read_text().split("adapters:\n", 1)[1].join(["adapters:\n", ""])
     text += "tenants:\n  acme: {workflows: [[real-r16, real-r64]]}\n"
-    text += "gateway:\n  logs:\n    - {path: access.jsonl, format: jsonl, fields: {time: ts, tenant: tenant, adapter: model}}\n"
+    text += "gateway:\n  logs:\n    - {path: access.jsonl, format: jsonl,\n"
+    text += "       fields: {time: ts, tenant: tenant, adapter: model}}\n"
     inventory = tmp_path / "daemon.yaml"
     inventory.write_text(text)
     now = time.time()
