@@ -318,8 +318,12 @@ class Daemon:
         self.fleet.pending = self.pending = Pending()
 
     def _prune(self) -> None:
-        cutoff = time.time() - self.options.retention_days * 86400.0
-        dropped = prune(self.store, minute_of(cutoff), format_utc(datetime.fromtimestamp(cutoff, UTC)))
+        """Retention: rollups older than the newest log time minus the retention (so a log's recorded history
+        is kept while it is being read), actions and errors older than the wall clock minus the retention."""
+        keep_s = self.options.retention_days * 86400.0
+        wall = time.time()
+        newest = min(wall, self.log_now) if self.log_now is not None else wall
+        dropped = prune(self.store, minute_of(newest - keep_s), format_utc(datetime.fromtimestamp(wall - keep_s, UTC)))
         if dropped:
             log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
 

@@ -110,10 +110,14 @@ def test_cli_refuses_a_bad_metrics_address(tmp_path: Path, run_cli) -> None:  # 
     assert result.exit_code == 2 and "HOST:PORT" in result.stderr
 
 
-def test_retention_drops_old_minutes(tmp_path: Path) -> None:
-    synth = synthesize("workflows", 300, 1, tmp_path / "t")  # dated November 2026
+def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(tmp_path: Path) -> None:
+    synth = synthesize("workflows", 300, 1, tmp_path / "t")  # dated November 2026, spread over minutes
     db = tmp_path / "s.db"
-    run_shadow(synth.inventory_path, db)
+    run_shadow(synth.inventory_path, db, retention_days=14.0)  # history older than today's 14 days is kept
     assert totals(db)[0] == 300
-    run_shadow(synth.inventory_path, db, retention_days=1e-6)
-    assert totals(db)[0] == 0
+    with open(synth.log_path, "a") as fh:
+        fh.write(synth.log_path.read_text().splitlines(keepends=True)[-1])  # one more line at the newest time
+    run_shadow(synth.inventory_path, db, retention_days=1e-6)  # keep only the newest minute
+    with sqlite3.connect(db) as c:
+        minutes = {m for (m,) in c.execute("SELECT DISTINCT minute FROM rollups")}
+    assert len(minutes) == 1 and 0 < totals(db)[0] < 301
