@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from prometheus_client import Counter
 
 from lorafleet.daemon.actors import LOAD, Done
 from lorafleet.daemon.metrics import DaemonMetrics
@@ -27,8 +30,6 @@ KEEP, RECONCILE_REASON = "keep", "reconcile"
 
 
 def _at() -> str:
-    from datetime import UTC, datetime
-
     return format_utc(datetime.now(UTC))
 
 
@@ -52,6 +53,8 @@ class Fleet:
         self.summary = summary
         self.pending = pending
         self.source = "daemon-shadow" if shadow else "daemon"
+        self.stamp = _at()  # the wall time journal rows carry: refreshed per batch by the loop (ms would cost)
+        self.outcome_counters: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
         self.load_started: dict[tuple[str, str], float] = {}  # (engine, adapter) -> policy time the load began
         self.speed: dict[str, float] = {}  # per engine: measured / modelled load time (calibration)
         # shadow: requests waiting on a simulated load, (rollup key, arrival, was a prefetch) per (engine, adapter)
@@ -105,7 +108,12 @@ class Fleet:
         engine = core.route(event)
         used_before = core.counters.prefetch_used
         outcome, decisions = core.on_request(now, event, engine)
-        self.metrics.requests.labels(engine or "", outcome).inc()
+        counter = self.outcome_counters.get((engine or "", outcome))
+        if counter is None:
+            counter = self.outcome_counters[(engine or "", outcome)] = self.metrics.requests.labels(
+                engine or "", outcome
+            )
+        counter.inc()
         if outcome == UNSERVED or engine is None:
             self.summary.unserved += 1
             return self.decided(now, decisions), outcome
@@ -288,7 +296,9 @@ class Fleet:
         self, engine: str, adapter: str, action: str, ok: bool, ms: float | None, error: str | None, reason: str
     ) -> None:
         size = self.core.sizes.get(adapter)
-        self.pending.actions.append(ActionRow(_at(), self.source, adapter, engine, action, ok, ms, size, error, reason))
+        self.pending.actions.append(
+            ActionRow(self.stamp, self.source, adapter, engine, action, ok, ms, size, error, reason)
+        )
 
 
 __all__ = ["Fleet"]

@@ -206,6 +206,7 @@ class Daemon:
         for follower, parser in zip(self.followers, self.fleet.parsers, strict=True):
             for batch in follower.poll():
                 read_at = time.monotonic()
+                self.fleet.stamp = format_utc(datetime.now(UTC))
                 tally = parser.tally
                 lines0, bad0 = tally.lines, tally.bad_lines
                 for line in batch.lines:
@@ -264,6 +265,7 @@ class Daemon:
             actor.submit(Work(action, d.adapter, adapter.path, reason, d.adapter in state.pins, queued_at))
 
     def _drain(self, wait_s: float = 0.0) -> None:
+        self.fleet.stamp = format_utc(datetime.now(UTC))
         while True:
             try:
                 done = self.outbox.get(timeout=wait_s) if wait_s else self.outbox.get_nowait()

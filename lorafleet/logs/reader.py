@@ -140,7 +140,7 @@ class LineParser:
                 return None
         else:
             try:
-                record = json.loads(line, parse_constant=_no_constant)
+                record = _DECODER.decode(line)
             except _NonFiniteError:
                 self.tally.bad("non-finite number (NaN or Infinity)")
                 return None
@@ -206,6 +206,9 @@ class _NonFiniteError(ValueError):
 
 def _no_constant(name: str) -> Any:
     raise _NonFiniteError(name)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # one decoder: json.loads with options builds one per call
 
 
 def _number(value: Any, low: float, high: float) -> float | None:
