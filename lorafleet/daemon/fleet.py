@@ -56,6 +56,7 @@ class Fleet:
         self.stamp = _at()  # the wall time journal rows carry: refreshed per batch by the loop (ms would cost)
         self.outcome_counters: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
         self.load_started: dict[tuple[str, str], float] = {}  # (engine, adapter) -> policy time the load began
+        self.unused_unloads: dict[tuple[str, str], bool] = {}  # unloads in flight: do they evict unused prefetches
         self.speed: dict[str, float] = {}  # per engine: measured / modelled load time (calibration)
         # shadow: requests waiting on a simulated load, (rollup key, arrival, was a prefetch) per (engine, adapter)
         self.waiters: dict[tuple[str, str], list[tuple[RollupKey, float, bool]]] = {}
@@ -182,9 +183,12 @@ class Fleet:
                 if profile.unload_frees:
                     s.unloads += 1
                     if self.shadow:
-                        self._journal(d.engine, d.adapter, "unloaded", True, None, None, self.reason_of(d))
+                        self._journal(d.engine, d.adapter, "unloaded", True, None, None, self.reason_of(d), d.unused)
+                    else:
+                        self.unused_unloads[(d.engine, d.adapter)] = d.unused  # journaled when the call returns
                 else:  # vLLM: no call; its LRU evicts this one after the touches
-                    self._journal(d.engine, d.adapter, "evicted", True, None, "by the engine's LRU", self.reason_of(d))
+                    why = "by the engine's LRU"
+                    self._journal(d.engine, d.adapter, "evicted", True, None, why, self.reason_of(d), d.unused)
         if self.shadow:
             self.sim.apply(now * 1000.0, decisions)
         return decisions
@@ -203,7 +207,8 @@ class Fleet:
         assert work.adapter is not None
         result = "ok" if done.ok else ("refused" if done.action == "refused" else "failed")
         self.metrics.actions.labels(done.engine, work.action, result).inc()
-        self._journal(done.engine, work.adapter, done.action, done.ok, done.ms, done.error, work.reason)
+        unused = work.action == "unload" and self.unused_unloads.pop((done.engine, work.adapter), False)
+        self._journal(done.engine, work.adapter, done.action, done.ok, done.ms, done.error, work.reason, unused)
         if not done.ok:
             self.summary.failed += 1
             self.pending.errors.append((_at(), done.engine, done.error or done.action))
@@ -293,12 +298,19 @@ class Fleet:
         return self._model_ms(engine, adapter) * self.speed.get(engine, 1.0)
 
     def _journal(
-        self, engine: str, adapter: str, action: str, ok: bool, ms: float | None, error: str | None, reason: str
+        self,
+        engine: str,
+        adapter: str,
+        action: str,
+        ok: bool,
+        ms: float | None,
+        error: str | None,
+        reason: str,
+        unused: bool = False,
     ) -> None:
         size = self.core.sizes.get(adapter)
-        self.pending.actions.append(
-            ActionRow(self.stamp, self.source, adapter, engine, action, ok, ms, size, error, reason)
-        )
+        row = ActionRow(self.stamp, self.source, adapter, engine, action, ok, ms, size, error, reason, unused)
+        self.pending.actions.append(row)
 
 
 __all__ = ["Fleet"]

@@ -27,6 +27,7 @@ class Decision:
     engine: str  # HOST/ENGINE
     adapter: str
     reason: str  # demand, prefetch, plan (loads); the adapter it made room for (evictions, touches)
+    unused: bool = False  # an eviction of a prefetch no request used (waste)
 
 
 @dataclass
@@ -190,10 +191,10 @@ class PolicyCore:
         if victims and state.profile.unload_frees:
             self.counters.unloads += len(victims)
         for victim in victims:
-            if state.evict(victim):
-                self.counters.wasted_prefetches += 1
+            unused = state.evict(victim)
+            self.counters.wasted_prefetches += unused
             self.counters.evictions += 1
-            decisions.append(Decision(EVICT, engine, victim, adapter))
+            decisions.append(Decision(EVICT, engine, victim, adapter, unused))
             self.policy.on_evicted(now, engine, victim)
         state.start_load(adapter, size)
         if pin and self.policy.honours_pins:

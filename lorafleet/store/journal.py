@@ -72,6 +72,7 @@ class ActionRow:
     size_bytes: int | None
     error: str | None
     reason: str  # plan, prefetch, demand, keep, reconcile, manual
+    unused_prefetch: bool = False  # an eviction of a prefetch no request used
 
 
 def commit_progress(
@@ -104,10 +105,22 @@ def commit_progress(
             [(minute, lines, bad) for minute, (lines, bad) in log_counts.items()],
         )
         db.executemany(
-            "INSERT INTO loads (at, source, adapter, engine, action, ok, ms, size_bytes, error, reason) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO loads (at, source, adapter, engine, action, ok, ms, size_bytes, error, reason, "
+            "unused_prefetch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (a.at, a.source, a.adapter, a.engine, a.action, int(a.ok), a.ms, a.size_bytes, a.error, a.reason)
+                (
+                    a.at,
+                    a.source,
+                    a.adapter,
+                    a.engine,
+                    a.action,
+                    int(a.ok),
+                    a.ms,
+                    a.size_bytes,
+                    a.error,
+                    a.reason,
+                    int(a.unused_prefetch),
+                )
                 for a in actions
             ],
         )

@@ -81,6 +81,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX errors_at ON errors (at);
         """,
     ),
+    (
+        "004_unused_prefetch",
+        """
+        ALTER TABLE loads ADD COLUMN unused_prefetch INTEGER NOT NULL DEFAULT 0;  -- an eviction of an unused prefetch
+        """,
+    ),
 )
 
 

@@ -71,9 +71,11 @@ def test_a_first_start_without_from_start_reads_from_the_end(tmp_path: Path) -> 
 
 def test_actions_are_journaled_with_their_reasons(tmp_path: Path) -> None:
     synth = synthesize("workflows", 800, 2, tmp_path / "t")
-    run_shadow(synth.inventory_path, tmp_path / "s.db")
+    summary = run_shadow(synth.inventory_path, tmp_path / "s.db")
     with sqlite3.connect(tmp_path / "s.db") as c:
         rows = set(c.execute("SELECT source, action, reason FROM loads"))
+        (unused,) = c.execute("SELECT SUM(unused_prefetch) FROM loads").fetchone()
+    assert unused == summary.wasted_prefetches > 0
     assert ("daemon-shadow", "loaded", "demand") in rows
     assert ("daemon-shadow", "loaded", "prefetch") in rows
     assert {r[2] for r in rows} <= {"plan", "prefetch", "demand", "keep", "reconcile", "manual"}
