@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "daemon": ("lorafleet.cli.daemon:daemon", "Follow the gateway's logs, warm adapters ahead of demand, journal it."),
     "inventory": ("lorafleet.cli.inventory:inventory", "Validate and show the fleet inventory."),
     "plan": ("lorafleet.cli.plan:plan", "Plan which adapters stay resident on which engine, from the demand."),
+    "stats": ("lorafleet.cli.stats:stats", "Hit ratios, cold ms avoided and prefetch waste from the journal."),
     "replay": ("lorafleet.cli.replay:replay", "Replay access LOGS through the policy core with simulated engines."),
     "trace": ("lorafleet.cli.replay:trace", "Synthetic access logs for replay and benchmarks."),
     "unload": ("lorafleet.cli.unload:unload", "Unload ADAPTERS from engines (where registered) and forget them."),

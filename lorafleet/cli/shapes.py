@@ -16,6 +16,8 @@ from lorafleet.planning import FlagAdvice
 from lorafleet.policy.placement import Placement, PlannedResidency
 from lorafleet.probe.snapshot import HostVram
 from lorafleet.replay.simulator import PolicyResult, headroom_captured
+from lorafleet.store.journal import Outcomes
+from lorafleet.store.stats import ActionLine, ActionTotals, Window
 from lorafleet.warm import WarmResult
 
 
@@ -308,4 +310,79 @@ def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str,
     return out
 
 
-SHAPES = (inventory_check, inventory_show, vram, warm, replay, plan, daemon)
+def _outcome_fields(o: Outcomes) -> dict[str, Any]:
+    return {
+        "requests": o.requests,
+        "hits": o.hits,
+        "late": o.late,
+        "misses": o.misses,
+        "hit_ratio": round(o.hits / o.requests, 6) if o.requests else 0.0,
+        "cold_ms_paid": round(o.cold_ms, 1),
+        "cold_ms_avoided": round(o.avoided_ms, 1),
+        "prefetch_used": o.prefetch_hits,
+    }
+
+
+def stats(
+    window: Window,
+    overall: Outcomes,
+    actions: ActionTotals,
+    rows: list[tuple[str, Outcomes]],
+    per_key: dict[str, tuple[int, int]] | None,
+    top: int,
+    lru_hit_ratio: float | None,
+    tiers: dict[str, str | None],
+) -> dict[str, Any]:
+    """`stats --json`: `{"window": {"since", "until"}, "overall": {"requests", "hits", "late", "misses", "hit_ratio",
+    "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "gpu_hits",
+    "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits", "late",
+    "misses", "hit_ratio", "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches",
+    "tier"}]}` — `by` holds the `--top` keys needing attention most (lowest hit ratio, then most cold ms);
+    `prefetch_wasted` and `touches` are null by tenant (actions are per engine and adapter); `load_ms` maps an
+    engine to `{"loads", "p50", "p99"}` of its measured loads; `lru_hit_ratio` is replay's `lru` over the same
+    window of the gateway logs (null when they cannot be read); times are UTC ISO-8601."""
+    overall_out = _outcome_fields(overall)
+    overall_out.update(
+        {
+            "prefetch_wasted": actions.unused_prefetches,
+            "touches": actions.touches,
+            "gpu_hits": overall.gpu_hits,
+            "prefetch_loads": actions.prefetch_loads,
+            "lru_hit_ratio": None if lru_hit_ratio is None else round(lru_hit_ratio, 6),
+            "circuit_opened": actions.refused_engines,
+            "load_ms": {e: {"loads": n, "p50": p50, "p99": p99} for e, (n, p50, p99) in actions.load_ms.items()},
+        }
+    )
+    ranked = sorted(rows, key=lambda r: (r[1].hits / r[1].requests if r[1].requests else 1.0, -r[1].cold_ms, r[0]))
+    by = []
+    for key, o in ranked[:top]:
+        row = {"key": key, **_outcome_fields(o)}
+        wasted, touches = per_key.get(key, (0, 0)) if per_key is not None else (None, None)
+        row.update({"prefetch_wasted": wasted, "touches": touches, "tier": tiers.get(key)})
+        by.append(row)
+    return {"window": {"since": window.since_at, "until": window.until_at}, "overall": overall_out, "by": by}
+
+
+def stats_loads(lines: list[ActionLine]) -> dict[str, Any]:
+    """`stats loads --json`: `{"actions": [{"at", "source", "engine", "adapter", "action", "ok", "ms", "reason",
+    "error", "unused_prefetch"}]}` — oldest first; `source` is warm, daemon or daemon-shadow."""
+    return {
+        "actions": [
+            {
+                "at": a.at,
+                "source": a.source,
+                "engine": a.engine,
+                "adapter": a.adapter,
+                "action": a.action,
+                "ok": a.ok,
+                "ms": a.ms,
+                "reason": a.reason,
+                "error": a.error,
+                "unused_prefetch": a.unused_prefetch,
+            }
+            for a in lines
+        ]
+    }
+
+
+SHAPES = (inventory_check, inventory_show, vram, warm, replay, plan, daemon, stats, stats_loads)

@@ -53,7 +53,8 @@ class Fleet:
         self.summary = summary
         self.pending = pending
         self.source = "daemon-shadow" if shadow else "daemon"
-        self.stamp = _at()  # the wall time journal rows carry: refreshed per batch by the loop (ms would cost)
+        self.stamp = _at()  # the time journal rows carry: live, refreshed per batch by the loop (ms would cost)
+        self._stamp_second = -1
         self.outcome_counters: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
         self.load_started: dict[tuple[str, str], float] = {}  # (engine, adapter) -> policy time the load began
         self.unused_unloads: dict[tuple[str, str], bool] = {}  # unloads in flight: do they evict unused prefetches
@@ -92,6 +93,7 @@ class Fleet:
                 c = sim.pop_done()
                 at = c.done_ms / 1000.0
                 reason = core.loading_reason.get((c.engine, c.adapter), DEMAND)
+                self._shadow_stamp(at)
                 for okey, arrived, prefetched in self.waiters.pop((c.engine, c.adapter), ()):
                     self._waited(c.engine, okey, c.done_ms - arrived * 1000.0, prefetched)
                 self._journal(c.engine, c.adapter, "loaded", True, self._model_ms(c.engine, c.adapter), None, reason)
@@ -164,8 +166,18 @@ class Fleet:
             o.avoided_ms += avoided
             self.summary.cold_ms_avoided += avoided
 
+    def _shadow_stamp(self, now: float) -> None:
+        """In shadow mode an action is journaled at the policy time it would have happened (so a run over a
+        recorded log files its actions beside that log's requests); live, at the wall time it was done."""
+        second = int(now)
+        if second != self._stamp_second:
+            self._stamp_second = second
+            self.stamp = format_utc(datetime.fromtimestamp(second, UTC))
+
     def decided(self, now: float, decisions: list[Decision]) -> list[Decision]:
         """Book-keeping for decisions just made; in shadow mode the simulated engines take them."""
+        if self.shadow and decisions:
+            self._shadow_stamp(now)
         s = self.summary
         for d in decisions:
             if d.action == LOAD_DECISION:

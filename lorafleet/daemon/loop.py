@@ -206,7 +206,8 @@ class Daemon:
         for follower, parser in zip(self.followers, self.fleet.parsers, strict=True):
             for batch in follower.poll():
                 read_at = time.monotonic()
-                self.fleet.stamp = format_utc(datetime.now(UTC))
+                if not self.options.shadow:
+                    self.fleet.stamp = format_utc(datetime.now(UTC))
                 tally = parser.tally
                 lines0, bad0 = tally.lines, tally.bad_lines
                 for line in batch.lines:
@@ -265,7 +266,8 @@ class Daemon:
             actor.submit(Work(action, d.adapter, adapter.path, reason, d.adapter in state.pins, queued_at))
 
     def _drain(self, wait_s: float = 0.0) -> None:
-        self.fleet.stamp = format_utc(datetime.now(UTC))
+        if not self.options.shadow:
+            self.fleet.stamp = format_utc(datetime.now(UTC))
         while True:
             try:
                 done = self.outbox.get(timeout=wait_s) if wait_s else self.outbox.get_nowait()
@@ -320,12 +322,13 @@ class Daemon:
         self.fleet.pending = self.pending = Pending()
 
     def _prune(self) -> None:
-        """Retention: rollups older than the newest log time minus the retention (so a log's recorded history
-        is kept while it is being read), actions and errors older than the wall clock minus the retention."""
+        """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's
+        history, and the shadow actions dated in it, are kept while they are being read."""
         keep_s = self.options.retention_days * 86400.0
         wall = time.time()
         newest = min(wall, self.log_now) if self.log_now is not None else wall
-        dropped = prune(self.store, minute_of(newest - keep_s), format_utc(datetime.fromtimestamp(wall - keep_s, UTC)))
+        cutoff = newest - keep_s
+        dropped = prune(self.store, minute_of(cutoff), format_utc(datetime.fromtimestamp(cutoff, UTC)))
         if dropped:
             log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
 

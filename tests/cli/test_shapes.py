@@ -13,6 +13,8 @@ from lorafleet.planning import recommend_flags
 from lorafleet.policy.placement import plan_residency
 from lorafleet.probe.snapshot import GpuInfo, HostVram
 from lorafleet.replay.simulator import PolicyResult
+from lorafleet.store.journal import Outcomes
+from lorafleet.store.stats import ActionLine, ActionTotals, window_of
 from lorafleet.warm import WarmResult
 from tests.conftest import INVENTORIES
 
@@ -78,6 +80,17 @@ def test_every_shape_prints_what_its_docstring_says() -> None:
         shapes.replay: ([PolicyResult("lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
         shapes.plan: (inv, planned, [advice], ([planned.placements[0]], []), (0.9, [(4, 0.95)], 4)),
         shapes.daemon: (Summary(requests=2, hits=1), "lorafleet", True, "/tmp/state.db"),
+        shapes.stats: (
+            window_of(0.0, 3600.0),
+            Outcomes(requests=2, hits=1),
+            ActionTotals(load_ms={"h/e": (1, 5.0, 5.0)}),
+            [("t", Outcomes(requests=2, hits=1))],
+            None,
+            10,
+            0.5,
+            {"t": "gold"},
+        ),
+        shapes.stats_loads: ([ActionLine("at", "daemon", "a", "h/e", "loaded", True, 1.0, "demand", None, False)],),
     }
     assert set(cases) == set(shapes.SHAPES)
     for shape, args in cases.items():

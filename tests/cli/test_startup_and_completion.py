@@ -47,6 +47,7 @@ def test_command_names_complete_without_loading_commands() -> None:
         "inventory",
         "plan",
         "replay",
+        "stats",
         "trace",
         "unload",
         "vram",

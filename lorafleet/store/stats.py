@@ -1,0 +1,243 @@
+"""Read the journal for `lorafleet stats`: totals, breakdowns, hit-ratio series and the action log.
+
+Windows are half-open, [since, until), on the requests' UTC minutes (rollups) and on the actions' UTC times
+(`loads.at`). Every query is one indexed range scan: rollups by their primary key (minute first) or by
+(engine, minute); actions by `at` (see docs/benchmarks.md for the plans).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lorafleet.store.db import Store, format_utc
+from lorafleet.store.journal import ROLLUP_FIELDS, Outcomes
+
+BY_COLUMNS = {
+    "tenant": "tenant",
+    "adapter": "adapter",
+    "engine": "engine",
+    "minute": "minute",
+    "hour": "substr(minute, 1, 13) || ':00Z'",
+}
+_SUMS = ", ".join(f"COALESCE(SUM({f}), 0)" for f in ROLLUP_FIELDS)
+
+
+@dataclass(frozen=True)
+class Window:
+    since_minute: str  # first minute included ('YYYY-MM-DDTHH:MMZ')
+    until_minute: str  # first minute excluded
+    since_at: str  # ISO times for actions: [since_at, until_at)
+    until_at: str
+
+
+@dataclass
+class ActionTotals:
+    prefetch_loads: int = 0  # loads ahead of demand (prefetch and plan)
+    demand_loads: int = 0
+    unused_prefetches: int = 0  # prefetches evicted before any request used them
+    touches: int = 0
+    unloads: int = 0
+    failed: int = 0
+    refused_engines: list[str] = field(default_factory=list)  # engines whose calls a circuit breaker refused
+    load_ms: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # engine -> (loads, p50, p99)
+
+
+def _where(window: Window) -> tuple[str, list[str]]:
+    return " WHERE minute >= ? AND minute < ?", [window.since_minute, window.until_minute]
+
+
+def totals(store: Store, window: Window) -> Outcomes:
+    where, args = _where(window)
+    return Outcomes(*store.db.execute(f"SELECT {_SUMS} FROM rollups{where}", args).fetchone())
+
+
+def breakdown(store: Store, window: Window, by: str) -> list[tuple[str, Outcomes]]:
+    """Per key of `by`: the window's sums."""
+    column = BY_COLUMNS[by]
+    where, args = _where(window)
+    rows = store.db.execute(f"SELECT {column} AS k, {_SUMS} FROM rollups{where} GROUP BY k", args)
+    return [(row[0], Outcomes(*row[1:])) for row in rows]
+
+
+def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> dict[str, list[float | None]]:
+    """Hit ratio per key (or '' for everything) in `buckets` equal slices of the window's minutes; None where a
+    slice had no requests."""
+    from datetime import UTC, datetime
+
+    def epoch(minute: str) -> float:
+        return datetime.strptime(minute, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC).timestamp()
+
+    start, end = epoch(window.since_minute), epoch(window.until_minute)
+    width = max(60.0, (end - start) / buckets)
+    column = BY_COLUMNS[by] if by else "''"
+    where, args = _where(window)
+    sums: dict[str, list[list[int]]] = {}
+    for key, minute, requests, hits in store.db.execute(
+        f"SELECT {column} AS k, minute, SUM(requests), SUM(hits) FROM rollups{where} GROUP BY k, minute", args
+    ):
+        slot = min(buckets - 1, int((epoch(minute) - start) // width))
+        cells = sums.setdefault(key, [[0, 0] for _ in range(buckets)])
+        cells[slot][0] += requests
+        cells[slot][1] += hits
+    return {key: [h / r if r else None for r, h in cells] for key, cells in sums.items()}
+
+
+def action_totals(store: Store, window: Window) -> ActionTotals:
+    out = ActionTotals()
+    args = [window.since_at, window.until_at]
+    for action, reason, ok, count, unused in store.db.execute(
+        "SELECT action, reason, ok, COUNT(*), SUM(unused_prefetch) FROM loads WHERE at >= ? AND at < ? "
+        "GROUP BY action, reason, ok",
+        args,
+    ):
+        out.unused_prefetches += unused or 0
+        if not ok:
+            out.failed += count
+            continue
+        if action in ("loaded", "reloaded"):
+            if reason in ("prefetch", "plan"):
+                out.prefetch_loads += count
+            else:
+                out.demand_loads += count
+        elif action == "touched":
+            out.touches += count
+        elif action == "unloaded":
+            out.unloads += count
+    out.refused_engines = [
+        e
+        for (e,) in store.db.execute(
+            "SELECT DISTINCT engine FROM loads WHERE at >= ? AND at < ? AND action = 'refused' ORDER BY engine", args
+        )
+    ]
+    timings: dict[str, list[float]] = {}
+    for engine, ms in store.db.execute(
+        "SELECT engine, ms FROM loads WHERE at >= ? AND at < ? AND action = 'loaded' AND ok AND ms IS NOT NULL "
+        "AND source != 'daemon-shadow'",
+        args,
+    ):
+        timings.setdefault(engine, []).append(ms)
+    for engine, values in timings.items():
+        values.sort()
+        out.load_ms[engine] = (len(values), _rank(values, 50), _rank(values, 99))
+    return out
+
+
+def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, int]] | None:
+    """Per key of `by`: (prefetches evicted unused, touches) in the window; None by tenant (actions have none)."""
+    column = {
+        "adapter": "adapter",
+        "engine": "engine",
+        "minute": "substr(at, 1, 16) || 'Z'",
+        "hour": "substr(at, 1, 13) || ':00Z'",
+    }.get(by)
+    if column is None:
+        return None
+    rows = store.db.execute(
+        f"SELECT {column} AS k, SUM(unused_prefetch), SUM(action = 'touched' AND ok) FROM loads "
+        "WHERE at >= ? AND at < ? GROUP BY k",
+        [window.since_at, window.until_at],
+    )
+    return {k: (unused or 0, touches or 0) for k, unused, touches in rows}
+
+
+def _rank(ordered: list[float], q: float) -> float:
+    index = max(1, min(len(ordered), -(-q * len(ordered) // 100)))
+    return ordered[int(index) - 1]
+
+
+@dataclass(frozen=True)
+class ActionLine:
+    at: str
+    source: str
+    adapter: str
+    engine: str
+    action: str
+    ok: bool
+    ms: float | None
+    reason: str | None
+    error: str | None
+    unused_prefetch: bool
+
+
+def action_log(
+    store: Store, window: Window, engine: str | None = None, adapter: str | None = None, limit: int = 100
+) -> list[ActionLine]:
+    """The newest `limit` actions in the window (oldest first), optionally of one engine and/or adapter."""
+    sql = (
+        "SELECT at, source, adapter, engine, action, ok, ms, reason, error, unused_prefetch FROM loads "
+        "WHERE at >= ? AND at < ?"
+    )
+    args: list[object] = [window.since_at, window.until_at]
+    if engine:
+        sql += " AND engine = ?"
+        args.append(engine)
+    if adapter:
+        sql += " AND adapter = ?"
+        args.append(adapter)
+    rows = store.db.execute(sql + " ORDER BY at DESC, id DESC LIMIT ?", [*args, limit]).fetchall()
+    return [ActionLine(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], bool(r[9])) for r in reversed(rows)]
+
+
+def journal_span(store: Store) -> tuple[str | None, str | None]:
+    """The first and last minute with rollups (None, None for an empty journal)."""
+    first, last = store.db.execute("SELECT MIN(minute), MAX(minute) FROM rollups").fetchone()
+    return first, last
+
+
+UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_moment(text: str, now: float) -> float:
+    """An epoch time from `30m`, `24h`, `7d` (that long before `now`), `now`, or an ISO-8601 time (UTC unless it
+    carries an offset). ValueError with the reason otherwise."""
+    from datetime import UTC, datetime
+
+    value = text.strip()
+    if value == "now":
+        return now
+    if len(value) > 1 and value[-1] in UNITS_S:
+        try:
+            amount = float(value[:-1])
+        except ValueError:
+            amount = -1.0
+        if amount > 0:
+            return now - amount * UNITS_S[value[-1]]
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a span like 30m, 24h, 7d nor an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def window_of(since: float, until: float) -> Window:
+    """The minutes that start in [since, until), and the same span for actions."""
+    import math
+    import time
+    from datetime import UTC, datetime
+
+    def minute_at_or_after(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(math.ceil(t / 60.0) * 60.0))
+
+    def iso(t: float) -> str:
+        return format_utc(datetime.fromtimestamp(t, UTC))
+
+    return Window(minute_at_or_after(since), minute_at_or_after(until), iso(since), iso(until))
+
+
+__all__ = [
+    "BY_COLUMNS",
+    "ActionLine",
+    "ActionTotals",
+    "Window",
+    "action_log",
+    "action_totals",
+    "breakdown",
+    "hit_series",
+    "journal_span",
+    "key_actions",
+    "parse_moment",
+    "totals",
+    "window_of",
+]

@@ -1,0 +1,193 @@
+"""`lorafleet stats` over journals seeded through the store's own write API, with known numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lorafleet.store.db import open_store
+from lorafleet.store.journal import ActionRow, Outcomes, commit_progress
+from lorafleet.store.stats import parse_moment, window_of
+from tests.conftest import ROOT
+
+T0 = "2026-11-20T10:"
+
+
+def seed(db: Path) -> None:
+    with open_store(db) as store:
+        commit_progress(
+            store,
+            rollups={
+                (T0 + "00Z", "acme", "a1", "h/e0"): Outcomes(10, 8, 1, 1, 4, 3, 30.0, 60.0),
+                (T0 + "01Z", "acme", "a2", "h/e0"): Outcomes(10, 2, 0, 8, 0, 0, 400.0, 0.0),
+                (T0 + "02Z", "beta", "a1", "h/e1"): Outcomes(5, 5, 0, 0, 5, 5, 0.0, 100.0),
+                (T0 + "59Z", "beta", "a3", "h/e1"): Outcomes(5, 0, 0, 5, 0, 0, 250.0, 0.0),  # outside [00, 30)
+            },
+            actions=[
+                ActionRow(T0 + "00:10.000Z", "daemon", "a1", "h/e0", "loaded", True, 40.0, 1, None, "prefetch"),
+                ActionRow(T0 + "00:11.000Z", "daemon", "a2", "h/e0", "loaded", True, 60.0, 1, None, "demand"),
+                ActionRow(T0 + "00:12.000Z", "daemon", "a2", "h/e0", "touched", True, 3.0, 1, None, "keep"),
+                ActionRow(T0 + "00:13.000Z", "daemon", "a3", "h/e0", "evicted", True, None, 1, None, "prefetch", True),
+                ActionRow(T0 + "00:14.000Z", "daemon", "a3", "h/e1", "refused", False, 0.0, 1, "open", "prefetch"),
+                ActionRow(T0 + "45:00.000Z", "daemon", "a3", "h/e1", "touched", True, 3.0, 1, None, "keep"),
+            ],
+        )
+
+
+def stats_json(run_cli, db: Path, *args: str) -> dict:
+    result = run_cli("stats", "--state", str(db), "--json", "--no-replay", *args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+WINDOW = ("--since", "2026-11-20T10:00:00Z", "--until", "2026-11-20T10:30:00Z")
+
+
+def test_every_number_of_the_summary(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    data = stats_json(run_cli, db, *WINDOW)
+    assert data["window"] == {"since": "2026-11-20T10:00:00.000Z", "until": "2026-11-20T10:30:00.000Z"}
+    o = data["overall"]
+    assert (o["requests"], o["hits"], o["late"], o["misses"]) == (25, 15, 1, 9)
+    assert o["hit_ratio"] == 0.6 and o["gpu_hits"] == 9
+    assert (o["cold_ms_paid"], o["cold_ms_avoided"]) == (430.0, 160.0)
+    assert (o["prefetch_used"], o["prefetch_loads"], o["prefetch_wasted"], o["touches"]) == (8, 1, 1, 1)
+    assert o["circuit_opened"] == ["h/e1"]
+    assert o["load_ms"] == {"h/e0": {"loads": 2, "p50": 40.0, "p99": 60.0}}  # measured loads of any reason
+
+
+def test_breakdowns_sort_by_what_needs_attention(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    by_adapter = stats_json(run_cli, db, *WINDOW, "--by", "adapter")["by"]
+    assert [(r["key"], r["hits"], r["requests"]) for r in by_adapter] == [("a2", 2, 10), ("a1", 13, 15)]
+    assert by_adapter[0]["cold_ms_paid"] == 400.0 and by_adapter[0]["touches"] == 1
+    by_tenant = stats_json(run_cli, db, *WINDOW, "--by", "tenant", "--top", "1")["by"]
+    assert [r["key"] for r in by_tenant] == ["acme"] and by_tenant[0]["prefetch_wasted"] is None
+    by_hour = stats_json(run_cli, db, "--since", "2026-11-20T10:00Z", "--until", "2026-11-20T11:00Z", "--by", "hour")
+    assert [(r["key"], r["requests"]) for r in by_hour["by"]] == [("2026-11-20T10:00Z", 30)]
+
+
+def test_window_edges_are_minutes_starting_inside_it_and_offsets_are_honoured(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    one = stats_json(run_cli, db, "--since", "2026-11-20T10:01:00Z", "--until", "2026-11-20T10:02:00Z")
+    assert one["overall"]["requests"] == 10  # only minute 10:01
+    late_start = stats_json(run_cli, db, "--since", "2026-11-20T10:00:01Z", "--until", "2026-11-20T10:03:00Z")
+    assert late_start["overall"]["requests"] == 15  # 10:00 started before the window
+    paris = stats_json(run_cli, db, "--since", "2026-11-20T11:00:00+01:00", "--until", "2026-11-20T11:01:00+01:00")
+    assert paris["overall"]["requests"] == 10  # = 10:00Z
+
+
+def test_relative_times_and_bad_ones() -> None:
+    assert parse_moment("30m", 10_000.0) == 10_000.0 - 1800
+    assert parse_moment("7d", 1e6) == 1e6 - 7 * 86400
+    assert parse_moment("now", 5.0) == 5.0
+    with pytest.raises(ValueError, match="neither a span"):
+        parse_moment("yesterday", 0.0)
+    w = window_of(60.0, 120.5)
+    assert (w.since_minute, w.until_minute) == ("1970-01-01T00:01Z", "1970-01-01T00:03Z")
+
+
+def test_bad_time_option_is_a_usage_error(tmp_path: Path, run_cli) -> None:
+    result = run_cli("stats", "--state", str(tmp_path / "s.db"), "--since", "soon")
+    assert result.exit_code == 2 and "neither a span" in result.stderr
+
+
+def test_missing_journal_exits_2_and_an_empty_one_explains(tmp_path: Path, run_cli) -> None:
+    missing = run_cli("stats", "--state", str(tmp_path / "none.db"))
+    assert missing.exit_code == 2 and "no journal" in missing.stderr and "lorafleet daemon" in missing.stderr
+    open_store(tmp_path / "empty.db").close()
+    empty = run_cli("stats", "--state", str(tmp_path / "empty.db"), "--no-replay")
+    assert empty.exit_code == 0 and "Start the daemon" in empty.stdout
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    with open_store(db) as store, store.transaction() as c:
+        c.execute("INSERT INTO schema_migrations VALUES ('999_future', 'x')")
+    result = run_cli("stats", "--state", str(db))
+    assert result.exit_code == 2 and "newer lorafleet" in result.stderr
+
+
+def test_tables_fit_80_columns(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    for args in (("--by", "tenant"), ("--by", "engine"), ("--by", "minute")):
+        result = run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, *args, env={"COLUMNS": "80"})
+        assert result.exit_code == 0
+        assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+        assert "a2" in result.stdout or "acme" in result.stdout or "h/e0" in result.stdout or "10:0" in result.stdout
+    loads = run_cli("stats", "loads", "--state", str(db), *WINDOW, env={"COLUMNS": "80"})
+    assert loads.exit_code == 0 and max(len(x) for x in loads.stdout.splitlines()) <= 80
+    assert "refused ✗" in loads.stdout
+
+
+def test_stats_loads_filters(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    result = run_cli("stats", "loads", "--state", str(db), *WINDOW, "--engine", "h/e0", "--adapter", "a2", "--json")
+    actions = json.loads(result.stdout)["actions"]
+    assert [(a["action"], a["reason"]) for a in actions] == [("loaded", "demand"), ("touched", "keep")]
+
+
+def test_stats_reads_while_a_daemon_writes(tmp_path: Path, run_cli) -> None:
+    from lorafleet.replay.synth import synthesize
+
+    synth = synthesize("workflows", 30_000, 1, tmp_path / "t")
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lorafleet",
+            "daemon",
+            "-i",
+            str(synth.inventory_path),
+            "--state",
+            str(db),
+            "--shadow",
+            "--once",
+            "--from-start",
+            "--metrics-addr",
+            "off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    seen = []
+    while daemon.poll() is None or not seen:
+        if db.exists():
+            result = run_cli("stats", "--state", str(db), "--since", "2026-01-01T00:00Z", "--json", "--no-replay")
+            assert result.exit_code == 0, result.stderr
+            seen.append(json.loads(result.stdout)["overall"]["requests"])
+        time.sleep(0.05)
+    assert daemon.wait() == 0
+    assert seen == sorted(seen)  # never a torn read: totals only grow
+
+
+def test_watch_refreshes_and_stops_on_sigint(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    seed(db)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lorafleet", "stats", "--state", str(db), "--since", "3650d", "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert b"requests" in out
