@@ -115,7 +115,8 @@ def latency(work: Path, lines: int) -> tuple[str, str, int]:
         with open(work / "access.jsonl", "a") as fh:
             for _ in range(lines):
                 tenant = rng.choice(["t0", "t1"])
-                adapter = chain[tenant][step[tenant] % len(chain[tenant])] if rng.random() > 0.2 else f"a{rng.randrange(12)}"
+                stray = rng.random() < 0.2
+                adapter = f"a{rng.randrange(12)}" if stray else chain[tenant][step[tenant] % len(chain[tenant])]
                 step[tenant] += 1
                 fh.write(log_line(adapter, tenant, "h/e0"))
                 fh.flush()
@@ -164,7 +165,7 @@ def main() -> None:
             rows.append((policy, lines, rate, rate / base_rate))
         print(f"json.loads over the same file: {base_rate:,.0f} lines/s")
         for policy, lines, rate, ratio in rows:
-            print(f"daemon --shadow --once, {policy}: {lines:,} lines at {rate:,.0f} lines/s = {ratio:.2f} of json.loads")
+            print(f"daemon --shadow --once, {policy}: {lines:,} lines at {rate:,.0f}/s = {ratio:.2f} of json.loads")
         stretch(base, log, args.long)
         (work / "lorafleet.db").unlink()
         rate, lines, grown = shadow_run(synth.inventory_path, work / "long.db", "lorafleet")
