@@ -55,21 +55,22 @@ def json_loads_rate(path: Path) -> float:
 
 
 def stretch(source: Path, target: Path, lines: int) -> None:
-    """`lines` lines: the source's lines repeated, each pass shifted later in time so time keeps moving on."""
+    """`lines` lines: the source's lines repeated, each pass shifted later by the source's span, so time keeps
+    moving forward (a log whose time stood still would hold every load in flight)."""
+    from lorafleet.logs.timeparse import parse_time
+
     records = [json.loads(x) for x in source.read_text().splitlines()]
-    span = records[-1]["ts"] - records[0]["ts"] + 1.0 if isinstance(records[0]["ts"], float) else None
+    times = [parse_time(r["ts"]) for r in records]
+    span = times[-1] - times[0] + 1.0
     with open(target, "w") as fh:
         written, shift = 0, 0.0
         while written < lines:
-            for r in records:
+            for r, t in zip(records, times, strict=True):
                 if written >= lines:
                     break
-                r2 = dict(r)
-                if span is not None:
-                    r2["ts"] = r["ts"] + shift
-                fh.write(json.dumps(r2) + "\n")
+                fh.write(json.dumps({**r, "ts": round(t + shift, 3)}) + "\n")
                 written += 1
-            shift += span or 0.0
+            shift += span
 
 
 def shadow_run(inventory: Path, db: Path, policy: str) -> tuple[float, int, float]:

@@ -56,7 +56,7 @@ class DaemonOptions:
     retention_days: float = 14.0
     poll_s: float = 0.025  # an idle poll is a stat per file: cheap, and it bounds the decision latency
     commit_every_s: float = 1.0
-    commit_every_lines: int = 50_000
+    commit_every_lines: int = 10_000  # bounds what a batch holds in memory (and what a crash makes re-read)
     settle_s: float = 30.0  # --once: the longest wait for engine calls still in flight at the end
     metrics_addr: str | None = None
 

@@ -27,7 +27,6 @@ from lorafleet.logs.reader import MAX_LINE_BYTES
 
 log = logging.getLogger("lorafleet.logs.follow")
 HEAD_BYTES = 256  # how much of a file's start identifies it (hashed)
-READ_CHUNK = 1 << 20
 OVER_LONG = b"x" * (MAX_LINE_BYTES + 1)  # stands for a skipped over-long line: the parser counts it as bad
 
 
@@ -151,7 +150,7 @@ class LogFollower:
         patterns: Iterable[str],
         checkpoints: dict[str, Checkpoint] | None = None,
         from_start: bool = False,
-        max_batch_bytes: int = 4 << 20,
+        max_batch_bytes: int = 256 << 10,  # small reads: large ones fragment the C heap of a long-lived process
     ) -> None:
         self.patterns = list(patterns)
         self.saved = dict(checkpoints or {})
