@@ -63,7 +63,7 @@ def collect(store: Any, since: float, until: float, by: str, top: int, lru: floa
     from lorafleet.cli import shapes
     from lorafleet.store import stats as q
 
-    window = q.window_of(since, until)
+    window = q.window_of(since, until, by)
     overall = q.totals(store, window)
     actions = q.action_totals(store, window)
     rows = q.breakdown(store, window, by)

@@ -83,6 +83,7 @@ def commit_progress(
     actions: Iterable[ActionRow] = (),
     errors: Iterable[tuple[str, str, str]] = (),  # (at, source, message)
 ) -> None:
+    actions = list(actions)
     with store.transaction() as db:
         db.executemany(
             f"INSERT INTO rollups (minute, tenant, adapter, engine, {', '.join(ROLLUP_FIELDS)}) "
@@ -124,6 +125,33 @@ def commit_progress(
                 for a in actions
             ],
         )
+        hourly: dict[tuple[str, str, str], Outcomes] = {}
+        for (minute, tenant, adapter, engine), o in rollups.items():
+            hour = minute[:13] + ":00Z"
+            for dim, key in (("all", ""), ("tenant", tenant), ("adapter", adapter), ("engine", engine)):
+                found = hourly.get((dim, hour, key))
+                if found is None:
+                    found = hourly[(dim, hour, key)] = Outcomes()
+                found.add(o)
+        db.executemany(
+            f"INSERT INTO rollups_hourly (dim, hour, key, {', '.join(ROLLUP_FIELDS)}) "
+            f"VALUES (?, ?, ?, {', '.join('?' * len(ROLLUP_FIELDS))}) ON CONFLICT (dim, hour, key) DO UPDATE SET "
+            + ", ".join(f"{f} = {f} + excluded.{f}" for f in ROLLUP_FIELDS),
+            [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in hourly.items()],
+        )
+        counts: dict[tuple[str, str, str, str, str, int], list[int]] = {}
+        for a in actions:
+            cell = counts.setdefault(
+                (a.at[:13] + ":00Z", a.engine, a.adapter, a.action, a.reason or "", int(a.ok)), [0, 0]
+            )
+            cell[0] += 1
+            cell[1] += int(a.unused_prefetch)
+        db.executemany(
+            "INSERT INTO actions_hourly (hour, engine, adapter, action, reason, ok, count, unused) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, engine, adapter, action, reason, ok) DO UPDATE SET "
+            "count = count + excluded.count, unused = unused + excluded.unused",
+            [(*key, n, unused) for key, (n, unused) in counts.items()],
+        )
         db.executemany("INSERT INTO errors (at, source, message) VALUES (?, ?, ?)", list(errors))
 
 
@@ -159,6 +187,8 @@ def prune(store: Store, before_minute: str, before_at: str) -> int:
     with store.transaction() as db:
         for sql, arg in (
             ("DELETE FROM rollups WHERE minute < ?", before_minute),
+            ("DELETE FROM rollups_hourly WHERE hour < ?", before_minute[:13] + ":00Z"),
+            ("DELETE FROM actions_hourly WHERE hour < ?", before_at[:13] + ":00Z"),
             ("DELETE FROM log_minutes WHERE minute < ?", before_minute),
             ("DELETE FROM loads WHERE at < ?", before_at),
             ("DELETE FROM errors WHERE at < ?", before_at),

@@ -87,6 +87,57 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE loads ADD COLUMN unused_prefetch INTEGER NOT NULL DEFAULT 0;  -- an eviction of an unused prefetch
         """,
     ),
+    (
+        "005_hourly_rollups",
+        """
+        -- Hourly sums per dimension, written with the minute rows, so stats over days reads hours, not minutes.
+        CREATE TABLE rollups_hourly (
+            dim TEXT NOT NULL,               -- all, tenant, adapter, engine
+            hour TEXT NOT NULL,              -- 'YYYY-MM-DDTHH:00Z'
+            key TEXT NOT NULL,               -- '' for dim all
+            requests INTEGER NOT NULL,
+            hits INTEGER NOT NULL,
+            late INTEGER NOT NULL,
+            misses INTEGER NOT NULL,
+            gpu_hits INTEGER NOT NULL,
+            prefetch_hits INTEGER NOT NULL,
+            cold_ms REAL NOT NULL,
+            avoided_ms REAL NOT NULL,
+            PRIMARY KEY (dim, hour, key)
+        ) WITHOUT ROWID;
+        CREATE TABLE actions_hourly (
+            hour TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            action TEXT NOT NULL,
+            reason TEXT NOT NULL,            -- '' when none
+            ok INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            unused INTEGER NOT NULL,         -- evictions of unused prefetches
+            PRIMARY KEY (hour, engine, adapter, action, reason, ok)
+        ) WITHOUT ROWID;
+        INSERT INTO rollups_hourly
+            SELECT 'all', substr(minute, 1, 13) || ':00Z', '', SUM(requests), SUM(hits), SUM(late), SUM(misses),
+                   SUM(gpu_hits), SUM(prefetch_hits), SUM(cold_ms), SUM(avoided_ms)
+            FROM rollups GROUP BY 2;
+        INSERT INTO rollups_hourly
+            SELECT 'tenant', substr(minute, 1, 13) || ':00Z', tenant, SUM(requests), SUM(hits), SUM(late),
+                   SUM(misses), SUM(gpu_hits), SUM(prefetch_hits), SUM(cold_ms), SUM(avoided_ms)
+            FROM rollups GROUP BY 2, 3;
+        INSERT INTO rollups_hourly
+            SELECT 'adapter', substr(minute, 1, 13) || ':00Z', adapter, SUM(requests), SUM(hits), SUM(late),
+                   SUM(misses), SUM(gpu_hits), SUM(prefetch_hits), SUM(cold_ms), SUM(avoided_ms)
+            FROM rollups GROUP BY 2, 3;
+        INSERT INTO rollups_hourly
+            SELECT 'engine', substr(minute, 1, 13) || ':00Z', engine, SUM(requests), SUM(hits), SUM(late),
+                   SUM(misses), SUM(gpu_hits), SUM(prefetch_hits), SUM(cold_ms), SUM(avoided_ms)
+            FROM rollups GROUP BY 2, 3;
+        INSERT INTO actions_hourly
+            SELECT substr(at, 1, 13) || ':00Z', engine, adapter, action, COALESCE(reason, ''), ok, COUNT(*),
+                   SUM(unused_prefetch)
+            FROM loads GROUP BY 1, 2, 3, 4, 5, 6;
+        """,
+    ),
 )
 
 

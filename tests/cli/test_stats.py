@@ -191,3 +191,33 @@ def test_watch_refreshes_and_stops_on_sigint(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert b"requests" in out
+
+
+def test_long_windows_read_the_hourly_tables_and_agree_with_the_minutes(tmp_path: Path, run_cli) -> None:
+    import random
+
+    from lorafleet.store import stats as q
+
+    rng = random.Random(3)
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        for hour in range(30):
+            rollups = {}
+            for minute in range(0, 60, 7):
+                stamp = f"2026-11-{20 + hour // 24:02d}T{hour % 24:02d}:{minute:02d}Z"
+                for adapter in ("a1", "a2", "a3"):
+                    n = rng.randint(1, 9)
+                    h = rng.randint(0, n)
+                    rollups[(stamp, f"t{rng.randrange(3)}", adapter, f"h/e{rng.randrange(2)}")] = Outcomes(
+                        n, h, 0, n - h, h, h // 2, 10.0 * (n - h), 5.0 * h
+                    )
+            commit_progress(store, rollups=rollups)
+        day = q.window_of(1_795_132_800.0, 1_795_132_800.0 + 86400)  # 2026-11-20, 24 h: hourly
+        assert day.hourly and day.since_minute == "2026-11-20T00:00Z"
+        minutes = q.Window(day.since_minute, day.until_minute, day.since_at, day.until_at, hourly=False)
+        assert q.totals(store, day) == q.totals(store, minutes)
+        for by in ("tenant", "adapter", "engine", "hour"):
+            assert sorted(q.breakdown(store, day, by)) == sorted(q.breakdown(store, minutes, by)), by
+        assert q.hit_series(store, day, "adapter", 12) == q.hit_series(store, minutes, "adapter", 12)
+    data = stats_json(run_cli, db, "--since", "2026-11-20T00:00Z", "--until", "2026-11-21T00:00Z", "--by", "engine")
+    assert data["overall"]["requests"] == sum(r["requests"] for r in data["by"])
