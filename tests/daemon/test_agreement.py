@@ -70,6 +70,7 @@ def test_replay_agrees_with_live_within_3_points(policy, tmp_path, emulators, da
     inventory = load_inventory(inv)
     events, _ = read_events([log], inventory)
     replayed = simulate(inventory, policy, events).hit_ratio
+    print(f"agreement {policy}: live {live:.4f} replay {replayed:.4f}")
     assert abs(live - replayed) <= 0.03, (policy, live, replayed, daemon.log()[-3000:])
 
 
