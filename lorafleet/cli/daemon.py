@@ -181,4 +181,10 @@ def render_summary(data: dict[str, Any]) -> None:
         t.add_row(name, str(value), note)
     out = console()
     out.print(t)
+    if not data["lines"]:
+        out.print(
+            "no new log lines: everything up to the checkpoint was read by an earlier run (see lorafleet stats), "
+            "or the logs are empty",
+            highlight=False,
+        )
     out.print(f"journal: {data['state']} (lorafleet stats reads it)", highlight=False)
