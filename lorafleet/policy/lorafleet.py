@@ -6,11 +6,25 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement, can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ScheduledPrefetch:
+    """A prefetch the policy wants at `due` (policy time): ordered by due time, then by when it was scheduled."""
+
+    due: float
+    seq: int
+    key: tuple[str, str | None] = field(compare=False)  # ("tenant", name) or ("adapter", id): whose prediction
+    generation: int = field(compare=False)  # stale once the key's generation moved on (a newer request)
+    engine: str = field(compare=False)
+    adapter: str = field(compare=False)
+    attempt: int = field(default=0, compare=False)  # retries while the engine's loader is busy
 
 
 class LorafleetPolicy(Policy):
@@ -59,7 +73,7 @@ class LorafleetPolicy(Policy):
         self.predicted: dict[str | None, tuple[list[str], float]] = {}  # tenant -> (guesses, baseline)
         # ("tenant", name) or ("adapter", id) -> requests seen, to drop scheduled prefetches that went stale
         self.generation: dict[tuple[str, str | None], int] = {}
-        self.scheduled: list[tuple[float, int, tuple[str, str | None], int, str, str, int]] = []
+        self.scheduled: list[ScheduledPrefetch] = []  # a heap, soonest first
         self.periodic: set[str] = set()  # adapters requested at regular intervals
         self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
         self.seq = 0
@@ -264,7 +278,9 @@ class LorafleetPolicy(Policy):
         due = max(now, demand.adapter_last[adapter] + period - self._lead(engine, adapter))
         key = ("adapter", adapter)
         self.seq += 1
-        heapq.heappush(self.scheduled, (due, self.seq, key, self.generation.get(key, 0), engine, adapter, 0))
+        heapq.heappush(
+            self.scheduled, ScheduledPrefetch(due, self.seq, key, self.generation.get(key, 0), engine, adapter)
+        )
 
     def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
         """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
@@ -298,7 +314,7 @@ class LorafleetPolicy(Policy):
         if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
             return []  # already there, and the prediction now protects it: nothing to schedule
         self.seq += 1
-        heapq.heappush(self.scheduled, (due, self.seq, key, generation, target, candidate, 0))
+        heapq.heappush(self.scheduled, ScheduledPrefetch(due, self.seq, key, generation, target, candidate))
         return []
 
     def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
@@ -321,20 +337,20 @@ class LorafleetPolicy(Policy):
 
     # scheduled prefetches --------------------------------------------------------------------------------
     def next_wakeup(self) -> float | None:
-        return self.scheduled[0][0] if self.scheduled else None
+        return self.scheduled[0].due if self.scheduled else None
 
     def tick(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
         scheduled = self.scheduled
         engines = self.core.book.engines
-        while scheduled and scheduled[0][0] <= now:
-            _, _, key, generation, target, candidate, attempt = heapq.heappop(scheduled)
-            if self.generation.get(key) != generation:
+        while scheduled and scheduled[0].due <= now:
+            work = heapq.heappop(scheduled)
+            if self.generation.get(work.key) != work.generation:
                 continue  # a newer request replaced this prediction
-            if len(engines[target].in_flight) >= self.max_in_flight and attempt < self.retries:
+            if len(engines[work.engine].in_flight) >= self.max_in_flight and work.attempt < self.retries:
                 self.seq += 1
-                retry = (now + self.lead_margin_s, self.seq, key, generation, target, candidate, attempt + 1)
+                retry = replace(work, due=now + self.lead_margin_s, seq=self.seq, attempt=work.attempt + 1)
                 heapq.heappush(scheduled, retry)
                 continue
-            decisions += self._prefetch(now, target, candidate, None)
+            decisions += self._prefetch(now, work.engine, work.adapter, None)
         return decisions
