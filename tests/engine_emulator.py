@@ -279,9 +279,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
                 "# TYPE vllm:lora_requests_info gauge\n"
                 f'vllm:lora_requests_info{{max_lora="{state.gpu_slots}",running_lora_adapters="",'
-                f'waiting_lora_adapters=""}} {time.time() - 60:.6e}\n'
+                f'waiting_lora_adapters=""}} {time.time() - 60!r}\n'
                 f'vllm:lora_requests_info{{max_lora="{state.gpu_slots}",running_lora_adapters="{running}",'
-                f'waiting_lora_adapters=""}} {time.time():.6e}\n'
+                f'waiting_lora_adapters=""}} {time.time()!r}\n'
             ),
         )
 

@@ -48,6 +48,7 @@ class Done:
     sent_at: float | None = None  # monotonic time the call was sent (decision latency)
     registry: frozenset[str] | None = None  # reconcile: what the engine has registered
     vanished: tuple[str, ...] = ()  # reconcile: registered adapters whose files are gone (unregistered now)
+    running: tuple[str, ...] = ()  # reconcile, vLLM: adapters in GPU slots now (its /metrics)
 
 
 ClientFactory = Callable[[Engine], EngineClient]
@@ -122,7 +123,7 @@ class EngineActor:
         sent = time.monotonic()
         self.busy_since = sent
         try:
-            action, registry, vanished = self._call(client, work)
+            action, registry, vanished, running = self._call(client, work)
         except Cancelled:
             return Done(key, work, False, "failed", _ms(sent), "stopped while in flight", sent)
         except EngineError as exc:
@@ -135,9 +136,11 @@ class EngineActor:
         finally:
             self.busy_since = None
         self.breaker.success()
-        return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished)
+        return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished, running)
 
-    def _call(self, client: EngineClient, work: Work) -> tuple[str, frozenset[str] | None, tuple[str, ...]]:
+    def _call(
+        self, client: EngineClient, work: Work
+    ) -> tuple[str, frozenset[str] | None, tuple[str, ...], tuple[str, ...]]:
         name, path = work.adapter, work.path
         if work.action == RECONCILE:
             paths = client.registered_paths()
@@ -147,7 +150,9 @@ class EngineActor:
             for adapter in gone:
                 # On vLLM the next request needing these files would kill the whole engine: unregister now.
                 client.unload(adapter)
-            return "reconciled", registry - set(gone), gone
+            activity = getattr(client, "activity", None)  # vLLM: its /metrics say what holds a GPU slot
+            running = tuple(a for a in activity().running if a in registry) if activity is not None else ()
+            return "reconciled", registry - set(gone), gone, running
         assert name is not None
         if work.action == LOAD:
             assert path is not None
@@ -157,16 +162,16 @@ class EngineActor:
                 if work.reason == "demand":
                     # The request itself brought it in (the engine has no admission control): keep it recent.
                     client.prime(name)
-                    return "touched", None, ()
+                    return "touched", None, (), ()
                 client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
-                return "reloaded", None, ()
-            return "loaded", None, ()
+                return "reloaded", None, (), ()
+            return "loaded", None, (), ()
         if work.action == TOUCH:
             client.prime(name)
-            return "touched", None, ()
+            return "touched", None, (), ()
         if work.action == UNLOAD:
             client.unload(name)
-            return "unloaded", None, ()
+            return "unloaded", None, (), ()
         raise ValueError(f"unknown work {work.action!r}")
 
 

@@ -241,6 +241,8 @@ class Fleet:
     def reconciled(self, now: float, done: Done) -> list[Decision]:
         """Correct the book from an engine's registry: what it no longer has is forgotten (an emptied registry
         is a restart), vanished files were unregistered; planned adapters it lacks are warmed again."""
+        result = "ok" if done.ok else ("refused" if done.action == "refused" else "failed")
+        self.metrics.actions.labels(done.engine, "reconcile", result).inc()
         if not done.ok or done.registry is None:
             self.pending.errors.append((_at(), done.engine, f"reconcile: {done.error}"))
             return []
@@ -266,8 +268,11 @@ class Fleet:
             self.summary.vanished += 1
             self.metrics.vanished.labels(done.engine).inc()
             self._journal(done.engine, adapter, "unloaded", True, None, "files gone", RECONCILE_REASON)
-        if not state.profile.load_fills_gpu:  # SGLang: registered means in host memory; adopt what fits
-            for adapter in sorted(registry):
+        # What the engine certainly holds, lorafleet did not load: SGLang's registered adapters (in host memory),
+        # vLLM's running ones (in a GPU slot, so cached). Adopted while they fit, so the budget counts them.
+        held = registry if not state.profile.load_fills_gpu else set(done.running)
+        if held:
+            for adapter in sorted(held):
                 size = self.core.sizes.get(adapter)
                 if size is not None and not state.holds(adapter) and state.has_room(size):
                     state.admit(adapter, size)

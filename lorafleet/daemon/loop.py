@@ -146,7 +146,10 @@ class Daemon:
                     self._start(time.time())  # nothing to catch up on: the policy starts on the wall clock
                 self._drain()
                 if not options.once:
-                    self._send(fleet.advance(self._now()))
+                    try:
+                        self._send(fleet.advance(self._now()))
+                    except Exception as exc:  # a bug must cost one scheduled prefetch, never the daemon
+                        self._internal_error("scheduled work", exc)
                 now = time.monotonic()
                 if not options.shadow and now >= next_reconcile:
                     self._reconcile()
@@ -213,7 +216,10 @@ class Daemon:
                 for line in batch.lines:
                     event = parser.parse(line)
                     if event is not None:
-                        self._on_event(event, read_at)
+                        try:
+                            self._on_event(event, read_at)
+                        except Exception as exc:  # a bug must cost one request, never the daemon
+                            self._internal_error("a request", exc)
                 lines, bad = tally.lines - lines0, tally.bad_lines - bad0
                 self.pending.count_lines(minute_of(time.time()), lines, bad)
                 self.summary.lines += lines
@@ -277,12 +283,20 @@ class Daemon:
             actor = self.actors.get(done.engine)
             if actor is not None:
                 self.metrics.circuit.labels(done.engine).set(STATE_VALUES[actor.breaker.state])
-            if done.work.action == RECONCILE:
-                self._send(self.fleet.reconciled(self._now(), done))
-                continue
-            if done.sent_at is not None:
-                self.metrics.decision_latency.observe(max(0.0, done.sent_at - done.work.queued_at))
-            self._send(self.fleet.action_done(self._now(), done))
+            try:
+                if done.work.action == RECONCILE:
+                    self._send(self.fleet.reconciled(self._now(), done))
+                    continue
+                if done.sent_at is not None:
+                    self.metrics.decision_latency.observe(max(0.0, done.sent_at - done.work.queued_at))
+                self._send(self.fleet.action_done(self._now(), done))
+            except Exception as exc:  # a bug must cost one result, never the daemon
+                self._internal_error(f"{done.engine}'s result", exc)
+
+    def _internal_error(self, what: str, exc: Exception) -> None:
+        """Log a bug with its traceback, journal it and go on: the daemon outlives its own mistakes."""
+        log.error("internal error handling %s (continuing): %s: %s", what, type(exc).__name__, exc, exc_info=exc)
+        self.pending.errors.append((format_utc(datetime.now(UTC)), "daemon", f"internal error: {type(exc).__name__}"))
 
     def _reconcile(self) -> None:
         self.summary.reconciles += 1

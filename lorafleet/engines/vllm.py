@@ -13,8 +13,6 @@ import re
 from lorafleet.engines.base import Activity, AlreadyLoadedError, EngineClient, EngineRejectedError
 
 _ALREADY = re.compile(r"has already been loaded", re.IGNORECASE)
-_SERIES = re.compile(r"^vllm:lora_requests_info\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 class VllmClient(EngineClient):
@@ -55,16 +53,20 @@ class VllmClient(EngineClient):
 
 
 def parse_lora_requests_info(text: str) -> Activity:
-    """The newest `vllm:lora_requests_info` series (its value is a timestamp); empty when there is none."""
+    """The newest `vllm:lora_requests_info` series (its value is a timestamp), read with prometheus_client's
+    parser; empty when there is none or the text is not the Prometheus format."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     newest: tuple[float, dict[str, str]] | None = None
-    for match in _SERIES.finditer(text):
-        try:
-            value = float(match.group("value"))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(match.group("labels")))
-        if newest is None or value > newest[0]:
-            newest = (value, labels)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name != "vllm:lora_requests_info":
+                    continue
+                if newest is None or sample.value >= newest[0]:  # a tie: the later series
+                    newest = (sample.value, dict(sample.labels))
+    except (ValueError, TypeError, IndexError):
+        return Activity((), (), None)
     if newest is None:
         return Activity((), (), None)
     labels = newest[1]

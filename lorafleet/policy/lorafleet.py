@@ -345,8 +345,8 @@ class LorafleetPolicy(Policy):
         engines = self.core.book.engines
         while scheduled and scheduled[0].due <= now:
             work = heapq.heappop(scheduled)
-            if self.generation.get(work.key) != work.generation:
-                continue  # a newer request replaced this prediction
+            if self.generation.get(work.key) != work.generation or work.engine not in engines:
+                continue  # a newer request replaced this prediction, or the engine left the fleet
             if len(engines[work.engine].in_flight) >= self.max_in_flight and work.attempt < self.retries:
                 self.seq += 1
                 retry = replace(work, due=now + self.lead_margin_s, seq=self.seq, attempt=work.attempt + 1)

@@ -130,10 +130,16 @@ def daemon_process() -> Iterator[Callable[..., DaemonProcess]]:
             process.proc.wait()
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float = 10.0,
+    what: str = "condition",
+    log: Callable[[], str] | None = None,
+) -> None:
+    """Poll `condition`; on timeout fail with `what` and, when given, `log()` as it is then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{log()}" if log is not None else ""))

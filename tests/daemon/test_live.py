@@ -133,3 +133,44 @@ def test_an_engine_failing_then_recovering_opens_and_closes_its_breaker(tmp_path
     append(tmp_path / "access.jsonl", log_line("a7"))
     wait_for(lambda: "a7" in engine.state.registry, timeout=10, what="loads again")
     assert daemon.stop()[0] == 0
+
+
+def test_sighup_with_a_valid_inventory_adds_and_removes_engines(tmp_path, emulators, daemon_process) -> None:
+    first = emulators(kind="vllm")
+    second = emulators(kind="sglang")
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", first.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    append(tmp_path / "access.jsonl", log_line("a0", engine="h/e0"))
+    wait_for(lambda: "a0" in first.state.registry, what="a0 on the first engine")
+    write_fleet(tmp_path, [sglang("e1", second.url)], adapters)  # e0 leaves, e1 joins
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "inventory reloaded" in daemon.log(), what="the reload")
+    append(tmp_path / "access.jsonl", log_line("a1", engine="h/e1"))
+    wait_for(lambda: "a1" in second.state.registry, what="a1 on the new engine", log=daemon.log)
+    assert "a1" not in first.state.registry
+    assert daemon.stop()[0] == 0
+
+
+def test_a_vllm_engines_running_adapters_are_adopted_at_reconcile(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    engine.state.registry["a2"] = str(adapters[2])  # loaded by someone else, and in a GPU slot
+    engine.state.host["a2"] = None
+    engine.state.gpu["a2"] = None
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    port = daemon.metrics_port()
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+
+    def resident() -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    reconciled = 'lorafleet_actions_total{action="reconcile",engine="h/e0",result="ok"}'
+    wait_for(lambda: reconciled in resident(), what="a reconcile", log=daemon.log)
+    append(tmp_path / "access.jsonl", log_line("a2", engine="h/e0"))
+    wait_for(
+        lambda: 'lorafleet_requests_total{engine="h/e0",outcome="hit"} 1.0' in resident(), what="a hit", log=resident
+    )
+    assert daemon.stop()[0] == 0

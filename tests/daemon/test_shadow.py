@@ -123,3 +123,23 @@ def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(
     with sqlite3.connect(db) as c:
         minutes = {m for (m,) in c.execute("SELECT DISTINCT minute FROM rollups")}
     assert len(minutes) == 1 and 0 < totals(db)[0] < 301
+
+
+def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monkeypatch) -> None:
+    from lorafleet.daemon.fleet import Fleet
+
+    synth = synthesize("workflows", 200, 1, tmp_path / "t")
+    real = Fleet.request
+    calls = {"n": 0}
+
+    def flaky(self, now, event):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 50:
+            raise RuntimeError("a bug")
+        return real(self, now, event)
+
+    monkeypatch.setattr(Fleet, "request", flaky)
+    summary = run_shadow(synth.inventory_path, tmp_path / "s.db")
+    assert summary.lines == 200 and summary.requests == 199
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        assert c.execute("SELECT message FROM errors").fetchall() == [("internal error: RuntimeError",)]

@@ -200,3 +200,9 @@ def test_sglang_prime_names_base_and_adapter(httpx_mock: HTTPXMock) -> None:
 def test_sglang_launch_limits(httpx_mock: HTTPXMock) -> None:
     httpx_mock.add_response(url=f"{URL}/get_server_info", json={"max_loras_per_batch": 8, "max_loaded_loras": 24})
     assert client("sglang").launch_limits() == (8, 24)
+
+
+def test_vllm_metrics_that_are_not_prometheus_text_are_no_activity() -> None:
+    assert parse_lora_requests_info("<html>oops</html>\n{{{").running == ()
+    escaped = 'vllm:lora_requests_info{running_lora_adapters="a\\"b",waiting_lora_adapters=""} 1.0\n'
+    assert parse_lora_requests_info(escaped).running == ('a"b',)
