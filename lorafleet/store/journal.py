@@ -141,14 +141,14 @@ def commit_progress(
         )
         counts: dict[tuple[str, str, str, str, str, int], list[int]] = {}
         for a in actions:
-            cell = counts.setdefault(
-                (a.at[:13] + ":00Z", a.engine, a.adapter, a.action, a.reason or "", int(a.ok)), [0, 0]
-            )
-            cell[0] += 1
-            cell[1] += int(a.unused_prefetch)
+            hour = a.at[:13] + ":00Z"
+            for dim, key in (("all", ""), ("engine", a.engine), ("adapter", a.adapter)):
+                cell = counts.setdefault((dim, hour, key, a.action, a.reason or "", int(a.ok)), [0, 0])
+                cell[0] += 1
+                cell[1] += int(a.unused_prefetch)
         db.executemany(
-            "INSERT INTO actions_hourly (hour, engine, adapter, action, reason, ok, count, unused) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, engine, adapter, action, reason, ok) DO UPDATE SET "
+            "INSERT INTO actions_hourly (dim, hour, key, action, reason, ok, count, unused) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dim, hour, key, action, reason, ok) DO UPDATE SET "
             "count = count + excluded.count, unused = unused + excluded.unused",
             [(*key, n, unused) for key, (n, unused) in counts.items()],
         )

@@ -106,15 +106,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             PRIMARY KEY (dim, hour, key)
         ) WITHOUT ROWID;
         CREATE TABLE actions_hourly (
+            dim TEXT NOT NULL,               -- all, engine, adapter
             hour TEXT NOT NULL,
-            engine TEXT NOT NULL,
-            adapter TEXT NOT NULL,
+            key TEXT NOT NULL,               -- '' for dim all
             action TEXT NOT NULL,
             reason TEXT NOT NULL,            -- '' when none
             ok INTEGER NOT NULL,
             count INTEGER NOT NULL,
             unused INTEGER NOT NULL,         -- evictions of unused prefetches
-            PRIMARY KEY (hour, engine, adapter, action, reason, ok)
+            PRIMARY KEY (dim, hour, key, action, reason, ok)
         ) WITHOUT ROWID;
         INSERT INTO rollups_hourly
             SELECT 'all', substr(minute, 1, 13) || ':00Z', '', SUM(requests), SUM(hits), SUM(late), SUM(misses),
@@ -133,9 +133,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
                    SUM(misses), SUM(gpu_hits), SUM(prefetch_hits), SUM(cold_ms), SUM(avoided_ms)
             FROM rollups GROUP BY 2, 3;
         INSERT INTO actions_hourly
-            SELECT substr(at, 1, 13) || ':00Z', engine, adapter, action, COALESCE(reason, ''), ok, COUNT(*),
+            SELECT 'all', substr(at, 1, 13) || ':00Z', '', action, COALESCE(reason, ''), ok, COUNT(*),
                    SUM(unused_prefetch)
-            FROM loads GROUP BY 1, 2, 3, 4, 5, 6;
+            FROM loads GROUP BY 2, 4, 5, 6;
+        INSERT INTO actions_hourly
+            SELECT 'engine', substr(at, 1, 13) || ':00Z', engine, action, COALESCE(reason, ''), ok, COUNT(*),
+                   SUM(unused_prefetch)
+            FROM loads GROUP BY 2, 3, 4, 5, 6;
+        INSERT INTO actions_hourly
+            SELECT 'adapter', substr(at, 1, 13) || ':00Z', adapter, action, COALESCE(reason, ''), ok, COUNT(*),
+                   SUM(unused_prefetch)
+            FROM loads GROUP BY 2, 3, 4, 5, 6;
         """,
     ),
 )

@@ -118,8 +118,8 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
     args = [window.since_at, window.until_at]
     if window.hourly:
         grouped = store.db.execute(
-            "SELECT action, reason, ok, SUM(count), SUM(unused) FROM actions_hourly WHERE hour >= ? AND hour < ? "
-            "GROUP BY action, reason, ok",
+            "SELECT action, reason, ok, SUM(count), SUM(unused) FROM actions_hourly "
+            "WHERE dim = 'all' AND hour >= ? AND hour < ? GROUP BY action, reason, ok",
             [window.since_hour, window.until_hour],
         )
     else:
@@ -143,7 +143,11 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
         elif action == "unloaded":
             out.unloads += count
     refused = (
-        ("SELECT DISTINCT engine FROM actions_hourly WHERE hour >= ? AND hour < ? AND action = 'refused'", "hour")
+        (
+            "SELECT DISTINCT key FROM actions_hourly WHERE dim = 'engine' AND hour >= ? AND hour < ? "
+            "AND action = 'refused'",
+            "hour",
+        )
         if window.hourly
         else ("SELECT DISTINCT engine FROM loads WHERE at >= ? AND at < ? AND action = 'refused'", "at")
     )
@@ -169,9 +173,10 @@ def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, i
     """Per key of `by`: (prefetches evicted unused, touches) in the window; None by tenant (actions have none)."""
     if window.hourly and by in ("adapter", "engine", "hour"):
         rows = store.db.execute(
-            f"SELECT {by} AS k, SUM(unused), SUM(CASE WHEN action = 'touched' AND ok THEN count ELSE 0 END) "
-            "FROM actions_hourly WHERE hour >= ? AND hour < ? GROUP BY k",
-            [window.since_hour, window.until_hour],
+            f"SELECT {'hour' if by == 'hour' else 'key'} AS k, SUM(unused), "
+            "SUM(CASE WHEN action = 'touched' AND ok THEN count ELSE 0 END) "
+            "FROM actions_hourly WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY k",
+            ["all" if by == "hour" else by, window.since_hour, window.until_hour],
         )
         return {k: (unused or 0, touches or 0) for k, unused, touches in rows}
     column: str | None = {

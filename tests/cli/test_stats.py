@@ -211,7 +211,17 @@ def test_long_windows_read_the_hourly_tables_and_agree_with_the_minutes(tmp_path
                     rollups[(stamp, f"t{rng.randrange(3)}", adapter, f"h/e{rng.randrange(2)}")] = Outcomes(
                         n, h, 0, n - h, h, h // 2, 10.0 * (n - h), 5.0 * h
                     )
-            commit_progress(store, rollups=rollups)
+            at = f"2026-11-{20 + hour // 24:02d}T{hour % 24:02d}:30:00.000Z"
+            actions = [
+                ActionRow(at, "daemon", a, e, act, ok, 5.0, 1, None, why, unused)
+                for a, e, act, ok, why, unused in (
+                    ("a1", "h/e0", "loaded", True, "prefetch", False),
+                    ("a2", "h/e1", "touched", True, "keep", False),
+                    ("a3", "h/e0", "evicted", True, "prefetch", hour % 2 == 0),
+                    ("a3", "h/e1", "refused", False, "prefetch", False),
+                )
+            ]
+            commit_progress(store, rollups=rollups, actions=actions)
         day = q.window_of(1_795_132_800.0, 1_795_132_800.0 + 86400)  # 2026-11-20, 24 h: hourly
         assert day.hourly and day.since_minute == "2026-11-20T00:00Z"
         minutes = q.Window(day.since_minute, day.until_minute, day.since_at, day.until_at, hourly=False)
@@ -219,5 +229,9 @@ def test_long_windows_read_the_hourly_tables_and_agree_with_the_minutes(tmp_path
         for by in ("tenant", "adapter", "engine", "hour"):
             assert sorted(q.breakdown(store, day, by)) == sorted(q.breakdown(store, minutes, by)), by
         assert q.hit_series(store, day, "adapter", 12) == q.hit_series(store, minutes, "adapter", 12)
+        assert q.action_totals(store, day) == q.action_totals(store, minutes)
+        assert q.action_totals(store, day).unused_prefetches == 12
+        for by in ("adapter", "engine", "hour"):
+            assert q.key_actions(store, day, by) == q.key_actions(store, minutes, by), by
     data = stats_json(run_cli, db, "--since", "2026-11-20T00:00Z", "--until", "2026-11-21T00:00Z", "--by", "engine")
     assert data["overall"]["requests"] == sum(r["requests"] for r in data["by"])
