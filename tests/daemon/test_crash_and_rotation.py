@@ -117,3 +117,26 @@ def test_rotation_partial_lines_late_files_and_junk_while_running(tmp_path, daem
     code, took = daemon.stop()
     assert code == 0 and took < 5
     assert "Traceback" not in daemon.log()
+
+
+def test_json_log_format_writes_one_object_per_line(tmp_path, daemon_process) -> None:
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    (tmp_path / "access.jsonl").write_text(log_line("a0", ts=T0) + "junk\n")
+    daemon = daemon_process(
+        inv,
+        tmp_path / "state.db",
+        "--shadow",
+        "--once",
+        "--from-start",
+        "--metrics-addr",
+        "off",
+        "--log-format",
+        "json",
+    )
+    assert daemon.proc.wait(30) == 0
+    import json
+
+    records = [json.loads(line) for line in daemon.log().splitlines() if line.strip()]
+    assert records and all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert any("following" in r["message"] for r in records)
