@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -59,12 +60,19 @@ def main() -> None:
     parser.add_argument("--engines", type=int, default=500)
     parser.add_argument("--adapters", type=int, default=2000)
     parser.add_argument("--rows-per-minute", type=int, default=100)
+    parser.add_argument("--journal", type=Path, help="Keep the journal here; an existing one is timed, not rewritten.")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lorafleet-stats-bench-"))
-    db = work / "journal.db"
-    end = time.time() // 60 * 60
+    db = args.journal or work / "journal.db"
     started = time.perf_counter()
-    rows = build(db, args.days, args.engines, args.adapters, args.rows_per_minute, end)
+    if db.exists():
+        with open_store(db) as store:
+            (last,) = store.db.execute("SELECT MAX(minute) FROM rollups").fetchone()
+        end = q._epoch(last) + 60.0
+        rows = 0
+    else:
+        end = time.time() // 60 * 60
+        rows = build(db, args.days, args.engines, args.adapters, args.rows_per_minute, end)
     print(
         f"journal: {rows:,} rollup rows, {rows:,} actions, {db.stat().st_size / 1e6:,.0f} MB, "
         f"written in {time.perf_counter() - started:,.0f} s"
@@ -97,13 +105,15 @@ def main() -> None:
                 [month.since_hour, month.until_hour],
             ),
             (
-                "SELECT action, SUM(count) FROM actions_hourly WHERE hour >= ? AND hour < ? GROUP BY action",
+                "SELECT action, SUM(count) FROM actions_hourly WHERE dim = 'all' AND hour >= ? AND hour < ? "
+                "GROUP BY action",
                 [month.since_hour, month.until_hour],
             ),
             ("SELECT engine, ms FROM loads WHERE at >= ? AND at < ?", [day.since_at, day.until_at]),
         ):
             plan = store.db.execute("EXPLAIN QUERY PLAN " + sql, args_).fetchall()
             print(f"plan: {sql[:70]}… -> {'; '.join(r[-1] for r in plan)}")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

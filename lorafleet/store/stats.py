@@ -9,6 +9,7 @@ key or index (docs/benchmarks.md has the plans).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ def breakdown(store: Store, window: Window, by: str) -> list[tuple[str, Outcomes
     return [(row[0], Outcomes(*row[1:])) for row in store.db.execute(sql, args)]
 
 
+@functools.lru_cache(maxsize=65536)  # series rows repeat the same minutes and hours: parse each once
 def _epoch(minute: str) -> float:
     return datetime.strptime(minute, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC).timestamp()
 
