@@ -14,8 +14,7 @@ import click
 from lorafleet.cli.options import complete_policies, global_options, json_option, settings
 from lorafleet.cli.plan import parse_window
 from lorafleet.cli.render import console, print_json, table
-
-ONLINE_POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet")
+from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
 
 
 class JsonLines(logging.Formatter):

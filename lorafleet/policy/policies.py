@@ -23,7 +23,8 @@ _ONLINE: dict[str, Callable[[], Policy]] = {
     "markov": MarkovPolicy,
     "lorafleet": LorafleetPolicy,
 }
-POLICY_NAMES = (*_ONLINE, "oracle")
+ONLINE_POLICIES = tuple(_ONLINE)  # the ones the daemon can run
+POLICY_NAMES = (*ONLINE_POLICIES, "oracle")
 BASELINES = ("lru", "lfu", "arc", "wtinylfu", "markov")
 
 
@@ -44,6 +45,7 @@ def make_policy(
 
 __all__ = [
     "BASELINES",
+    "ONLINE_POLICIES",
     "ORACLE_VARIANTS",
     "POLICY_NAMES",
     "ArcPolicy",
