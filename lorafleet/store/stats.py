@@ -100,18 +100,19 @@ def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> di
         dim = by if by in ("tenant", "adapter", "engine") else "all"
         key = "key" if dim != "all" else ("hour" if by == "hour" else "''")
         where, args = _hourly(window, dim)
-        sql = f"SELECT {key} AS k, hour, SUM(requests), SUM(hits) FROM rollups_hourly{where} GROUP BY k, hour"
+        table, stamp = "rollups_hourly", "hour"
     else:
-        column = BY_COLUMNS[by] if by else "''"
+        key = BY_COLUMNS[by] if by else "''"
         where, args = _where(window)
-        sql = f"SELECT {column} AS k, minute, SUM(requests), SUM(hits) FROM rollups{where} GROUP BY k, minute"
-    sums: dict[str, list[list[int]]] = {}
-    for key_value, minute, requests, hits in store.db.execute(sql, args):
-        slot = min(buckets - 1, max(0, int((_epoch(minute) - start) // width)))
-        cells = sums.setdefault(key_value, [[0, 0] for _ in range(buckets)])
-        cells[slot][0] += requests
-        cells[slot][1] += hits
-    return {key_value: [h / r if r else None for r, h in cells] for key_value, cells in sums.items()}
+        table, stamp = "rollups", "minute"
+    # The slice is computed by SQLite, so a month of hourly rows per engine comes back as keys × buckets rows.
+    slot = f"MIN({buckets - 1}, MAX(0, CAST((strftime('%s', substr({stamp}, 1, 16)) - ?) / ? AS INTEGER)))"
+    sql = f"SELECT {key} AS k, {slot} AS s, SUM(requests), SUM(hits) FROM {table}{where} GROUP BY k, s"
+    series: dict[str, list[float | None]] = {}
+    for key_value, index, requests, hits in store.db.execute(sql, [start, width, *args]):
+        cells = series.setdefault(key_value, [None] * buckets)
+        cells[index] = hits / requests if requests else None
+    return series
 
 
 def action_totals(store: Store, window: Window) -> ActionTotals:
