@@ -1,0 +1,116 @@
+"""Rules at their boundaries — where a mutation run (benchmarks/mutation.py) found `<` and `<=` interchangeable
+for the rest of the tests: exactly-full budgets, one free slot, pins filling the GPU tier, the simulated
+loader's demand-first order, empty replays."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from lorafleet.inventory.model import LoadModel
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision
+from lorafleet.policy.engine_model import SimulatedEngines
+from lorafleet.policy.placement import why_not
+from lorafleet.policy.residency import Budget, EngineResidency
+from lorafleet.replay.simulator import Simulation
+from tests.policy.fleet import make_inventory, stream
+
+
+def engine(host: int | None = 2, gpu: int = 1, bytes_: int | None = None) -> EngineResidency:
+    return EngineResidency("h/e", "sglang", "m", Budget(gpu, host, bytes_))
+
+
+def filled(state: EngineResidency, *adapters: str, size: int = 10) -> EngineResidency:
+    for a in adapters:
+        state.admit(a, size)
+    return state
+
+
+def test_an_adapter_exactly_the_byte_budget_fits_and_one_byte_more_never_does() -> None:
+    state = engine(host=None, bytes_=100)
+    assert state.fits_ever(100) and state.has_room(100)
+    assert not state.fits_ever(101)
+    assert state.victims_for(101, []) is None
+
+
+def test_a_single_slot_engine_can_hold_an_adapter() -> None:
+    state = engine(host=1)
+    assert state.fits_ever(10) and state.has_room(10)
+    filled(state, "a")
+    assert not state.has_room(10)
+    assert state.victims_for(10, ["a"]) == ["a"]
+
+
+def test_victims_are_exactly_as_many_as_needed() -> None:
+    state = filled(engine(host=3), "a", "b")
+    assert state.victims_for(10, ["a", "b"]) == []  # one slot free: nobody leaves
+    filled(state, "c")
+    assert state.victims_for(10, ["a", "b", "c"]) == ["a"]  # full: exactly one leaves
+    by_bytes = filled(engine(host=None, bytes_=30), "a", "b", "c")
+    assert by_bytes.victims_for(10, ["a", "b", "c"]) == ["a"]  # exactly full in bytes: one leaves
+    assert by_bytes.victims_for(20, ["a", "b", "c"]) == ["a", "b"]
+
+
+def test_used_slots_count_loads_in_flight() -> None:
+    state = filled(engine(host=2), "a")
+    state.start_load("b", 10)
+    assert state.used_slots == 2 and not state.has_room(10)
+    assert state.victims_for(10, ["a", "b"]) == ["a"]  # the one in flight is never a victim
+
+
+def test_pins_filling_the_gpu_tier_still_rotate_but_fewer_pins_are_kept() -> None:
+    state = filled(engine(host=4, gpu=2), "p", "q", "x")
+    state.pin("p")
+    state.use_gpu("p")
+    state.use_gpu("x")
+    state.use_gpu("y")  # the tier is full: the unpinned one leaves, the pin stays
+    assert list(state.gpu) == ["p", "y"]
+    state.pin("q")
+    state.use_gpu("q")  # two pins fill both slots: pins rotate too (an engine always serves)
+    state.use_gpu("z")
+    assert "z" in state.gpu and len(state.gpu) == 2
+
+
+def test_an_adapter_exactly_the_engines_budget_is_servable(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=1, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    adapter = inv.adapters["a0"]
+    exact = replace(inv.engines[0], lora_budget_bytes=adapter.size_bytes)
+    assert why_not(adapter, exact) is None
+    assert why_not(adapter, replace(exact, lora_budget_bytes=adapter.size_bytes - 1)) is not None
+
+
+def test_the_simulated_loader_serves_demand_before_queued_prefetches() -> None:
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, {"p1": 10, "p2": 10, "d": 10})
+    sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH), Decision(LOAD, "e", "p2", PREFETCH)])
+    sim.apply(1.0, [Decision(LOAD, "e", "d", DEMAND)])
+    order = []
+    while sim.completions:
+        done = sim.pop_done()
+        order.append(done.adapter)
+        sim.start_next(done.done_ms, done.engine)
+    assert order == ["p1", "d", "p2"]  # p1 was loading already: never preempted; d jumps p2
+
+
+def test_simulated_holdings_count_evictions_and_violations() -> None:
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, 1, None)}, {"a": 10, "b": 10})
+    sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND)])
+    sim.apply(0.0, [Decision(EVICT, "e", "a", "b"), Decision(LOAD, "e", "b", DEMAND)])
+    assert sim.violations == 0 and sim.held["e"] == {"b": 10}
+    sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND)])
+    assert sim.violations == 1
+
+
+def test_an_empty_replay_counts_nothing(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2)
+    r = Simulation(inv, "lorafleet", []).run()
+    assert (r.requests, r.hits, r.late, r.misses, r.loads, r.budget_violations, r.evictions) == (0,) * 7
+    assert r.hit_ratio == 0.0 and r.cold_ms_percentile(99) == 0.0 and r.loader_utilization == 0.0
+
+
+def test_a_late_request_on_a_prefetch_counts_as_its_use_once(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=3, tenants={"t": "{workflows: [[a0, a1]]}"})
+    load_ms = inv.engines[0].load.cold_ms(inv.adapters["a1"].size_bytes)
+    events = stream([0, 1, 1], tenants=["t"], gap_s=load_ms / 4000.0)  # a1 asked while its prefetch loads
+    r = Simulation(inv, "lorafleet", events).run()
+    # a0 preloaded (a workflow's head), a1 prefetched: each used, and a1's second late request is not a second use
+    assert (r.late, r.prefetch_loads, r.prefetch_used, r.wasted_prefetches) == (3, 2, 2, 0)
