@@ -1,4 +1,4 @@
-"""The lorafleet policy's newer rules, each pinned: following the better shadow expert."""
+"""The lorafleet policy's rules, each pinned: the shadow experts, trust and edge, lift, timed prefetches, retries, preload."""
 
 from __future__ import annotations
 
@@ -43,3 +43,137 @@ def test_the_shadow_credits_lru_for_a_miss_it_would_have_hit(tmp_path: Path) -> 
         policy._shadow("h/e0", name, "miss")  # pushes a1 out of LRU's reach (5 slots)
     policy._shadow("h/e0", "a1", "hit")  # we hit what LRU would have dropped: the value order is credited
     assert policy.evidence["h/e0"][1] > before * 0.9
+
+
+# --- trust, edge, lift, timing, retries, preload ------------------------------------------------------------
+
+from dataclasses import replace  # noqa: E402
+
+import pytest  # noqa: E402
+
+from lorafleet.policy.core import LOAD, PLAN, PREFETCH  # noqa: E402
+from lorafleet.policy.lorafleet import ScheduledPrefetch  # noqa: E402
+from tests.policy.fleet import stream  # noqa: E402
+
+
+def ask(core: PolicyCore, events) -> list:  # type: ignore[no-untyped-def]
+    """Drive the core as replay does, with instant loads: scheduled work up to each request's time, then the
+    request; every load completes at once."""
+    decisions: list = []
+
+    def done(now: float, new: list) -> None:  # type: ignore[type-arg]
+        decisions.extend(new)
+        for d in new:
+            if d.action == LOAD:
+                done(now, core.load_finished(now, d.engine, d.adapter))
+
+    for e in events:
+        while (wakeup := core.next_wakeup()) is not None and wakeup <= e.time:
+            done(wakeup, core.tick(wakeup))
+        done(e.time, core.on_request(e.time, e, core.route(e))[1])
+    return decisions
+
+
+def test_trust_and_edge_move_toward_what_came_true(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    ask(core, stream([0], tenants=["t"]))
+    assert policy.predicted["t"][0] == ["a1"]
+    assert (policy.trust["t"], policy.edge["t"]) == (0.6, pytest.approx(0.2))  # a declared workflow's start
+    ask(core, stream([1], tenants=["t"]))  # it came true; a1 was none of the tenant's mix before
+    assert policy.trust["t"] == pytest.approx(0.6 + 0.1 * (1 - 0.6))
+    assert policy.edge["t"] == pytest.approx(0.2 + 0.1 * (1 - 0.0 - 0.2))
+    undeclared = LorafleetPolicy()
+    other = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ENGINE, name="u.yaml"), undeclared)
+    ask(other, stream([0], tenants=["u"]))
+    assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx(0.1))
+
+
+def test_a_tenant_without_an_edge_is_scored_but_not_acted_on(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    policy.trust["t"], policy.edge["t"] = 0.9, 0.05  # below min_edge
+    decisions = ask(core, stream([0], tenants=["t"]))
+    assert not [d for d in decisions if d.reason == PREFETCH]
+    assert policy.predicted["t"][0] == ["a1"]  # still scored next time, so it can earn trust back
+    policy.edge["t"] = 0.5
+    decisions = ask(core, stream([0], tenants=["t"]))
+    assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
+
+
+def irregular(sequence: list[int], seed: int = 4) -> list:  # type: ignore[type-arg]
+    """One tenant's requests at irregular gaps (1–30 s), so no adapter looks periodic."""
+    import random
+
+    rng = random.Random(seed)
+    events, t = [], 1000.0
+    for e in stream(sequence, tenants=["t"]):
+        t += rng.uniform(1.0, 30.0)
+        events.append(replace(e, time=t))
+    return events
+
+
+def test_no_prefetch_when_the_next_adapter_is_no_likelier_than_the_tenants_usual_mix(tmp_path: Path) -> None:
+    """min_lift: alternating a0, a1 — the next one is certain, but so is it from the mix alone (1/2 each)."""
+    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}])
+    alternating = PolicyCore(inv, LorafleetPolicy())
+    decisions = ask(alternating, irregular([0, 1] * 20))
+    assert not [d for d in decisions if d.reason == PREFETCH]
+    cycling = PolicyCore(inv, LorafleetPolicy())  # a0..a5 in turn: the next is 6x likelier than the mix
+    decisions = ask(cycling, irregular([0, 1, 2, 3, 4, 5] * 6))
+    assert [d for d in decisions if d.reason == PREFETCH]
+
+
+def test_a_prefetch_is_timed_before_the_tenants_earliest_next_request(tmp_path: Path) -> None:
+    one_slot = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}]  # a1 is never still there when due
+    inv = make_inventory(tmp_path, adapters=4, engines=one_slot, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    a0, a1, a2, a3 = stream([0, 1, 2, 3], ["t"])
+    for start in (0.0, 100.0, 200.0):  # a0 then, 30 s later, a1 (the usual gap after a0), then others
+        ask(core, [replace(a0, time=start), replace(a1, time=start + 30), replace(a2, time=start + 50)])
+        ask(core, [replace(a3, time=start + 70)])
+    decisions = ask(core, [replace(a0, time=300.0)])
+    assert not [d for d in decisions if d.reason == PREFETCH]  # not now: scheduled
+    due = core.next_wakeup()
+    load_s = policy._load_s[("h/e0", "a1")]
+    lead = load_s * (policy.lead_factor + 1) + policy.lead_margin_s  # a0's own load was in flight then
+    assert due == pytest.approx(300.0 + 30.0 - lead) and 300.0 < due < 330.0
+    later = ask(core, [replace(a2, time=due + 0.001)])  # time passes: the scheduled prefetch goes first
+    assert next((d.adapter, d.reason) for d in later if d.action == LOAD) == ("a1", PREFETCH)
+
+
+def test_scheduled_prefetches_wait_for_a_busy_loader_then_go_and_stale_ones_are_dropped(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    state = core.book["h/e0"]
+    state.start_load("a4", 1)
+    state.start_load("a5", 1)  # max_in_flight loads already: the loader is busy
+    policy.generation[("tenant", "t")] = 1
+    policy.scheduled.append(ScheduledPrefetch(10.0, 1, ("tenant", "t"), 1, "h/e0", "a1"))
+    assert core.tick(10.0) == []
+    retry = policy.scheduled[0]
+    assert (retry.attempt, retry.due) == (1, pytest.approx(10.0 + policy.lead_margin_s))
+    now = retry.due
+    for _ in range(policy.retries - 1):
+        assert core.tick(now) == []
+        now = policy.scheduled[0].due
+    assert [d.adapter for d in core.tick(now) if d.action == LOAD] == ["a1"]  # after its retries: it goes
+    policy.scheduled.append(ScheduledPrefetch(20.0, 9, ("tenant", "t"), 0, "h/e0", "a2"))  # an older generation
+    assert core.tick(20.0) == [] and not policy.scheduled
+
+
+def test_preload_pins_the_pinned_then_loads_the_workflow_heads(tmp_path: Path) -> None:
+    inv = make_inventory(
+        tmp_path,
+        adapters=4,
+        engines=ENGINE,
+        tenants={"p": "{pinned: [a3]}", "w": "{workflows: [[a1, a2]]}"},
+    )
+    core = PolicyCore(inv, LorafleetPolicy())
+    decisions = core.start(0.0)
+    assert [(d.adapter, d.reason) for d in decisions if d.action == LOAD] == [("a3", PLAN), ("a1", PLAN)]
+    assert core.book["h/e0"].pins == {"a3"}
