@@ -1,4 +1,4 @@
-"""The lorafleet policy's rules, each pinned: the shadow experts, trust and edge, lift, timed prefetches, retries, preload."""
+"""The lorafleet policy's rules, each pinned: shadow experts, trust and edge, lift, timing, retries, preload."""
 
 from __future__ import annotations
 
