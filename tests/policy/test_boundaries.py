@@ -114,3 +114,69 @@ def test_a_late_request_on_a_prefetch_counts_as_its_use_once(tmp_path: Path) -> 
     r = Simulation(inv, "lorafleet", events).run()
     # a0 preloaded (a workflow's head), a1 prefetched: each used, and a1's second late request is not a second use
     assert (r.late, r.prefetch_loads, r.prefetch_used, r.wasted_prefetches) == (3, 2, 2, 0)
+
+
+def test_replay_counts_base_model_and_unknown_requests_apart(tmp_path: Path) -> None:
+    from lorafleet.policy.events import BASE, UNKNOWN
+
+    inv = make_inventory(tmp_path, adapters=2)
+    events = stream([0, 1, 0])
+    events.insert(1, replace(events[0], kind=BASE, adapter=None))
+    events.insert(2, replace(events[0], kind=UNKNOWN, adapter=None))
+    events.insert(3, replace(events[0], kind=UNKNOWN, adapter=None))
+    r = Simulation(inv, "lru", events).run()
+    assert (r.requests, r.base_requests, r.unknown_requests) == (3, 1, 2)
+
+
+def test_gpu_hits_are_hits_whose_adapter_held_a_gpu_slot(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    r = Simulation(inv, "lru", stream([0, 0, 1, 0, 0], gap_s=5.0)).run()
+    # a0 miss, a0 hit in its slot, a1 miss (takes the one slot), a0 hit but copied back, a0 hit in its slot
+    assert (r.hits, r.gpu_hits) == (3, 2)
+
+
+def test_cold_ms_percentiles_are_nearest_rank() -> None:
+    from lorafleet.replay.simulator import PolicyResult
+
+    r = PolicyResult("x", cold_ms=[0.0, 0.0, 10.0, 20.0])
+    assert (r.cold_ms_percentile(50), r.cold_ms_percentile(75), r.cold_ms_percentile(100)) == (0.0, 10.0, 20.0)
+    assert r.cold_ms_percentile(1) == 0.0
+
+
+def test_the_oracle_evicts_what_is_needed_furthest_away(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.oracle import OraclePolicy
+
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    events = stream([3, 0, 1, 2, 0])  # after the first request: a0 next, then a1, then a2
+    oracle = OraclePolicy(events)
+    core = PolicyCore(inv, oracle)
+    state = core.book["h/e0"]
+    for adapter in ("a0", "a1", "a2"):
+        state.admit(adapter, 1)
+    _, decisions = core.on_request(events[0].time, events[0], "h/e0")
+    assert [d.adapter for d in decisions if d.action == EVICT] == ["a2"]  # needed last of the three
+    assert list(oracle.victim_order(state, events[0].time)) == ["a1", "a0"]
+
+
+def test_baselines_ignore_pins_and_lorafleet_keeps_them(tmp_path: Path) -> None:
+    from lorafleet.policy.baselines import LruPolicy
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.lorafleet import LorafleetPolicy
+
+    assert not LruPolicy.honours_pins and LorafleetPolicy.honours_pins
+    inv = make_inventory(tmp_path, adapters=3, tenants={"t": "{pinned: [a0]}"})
+    lru_core = PolicyCore(inv, LruPolicy())
+    assert lru_core.start(0.0) == [] and not lru_core.book["h/e0"].pins
+
+
+def test_a_failed_load_is_counted_and_frees_its_reservation(tmp_path: Path) -> None:
+    from lorafleet.policy.baselines import LruPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    inv = make_inventory(tmp_path, adapters=2)
+    core = PolicyCore(inv, LruPolicy())
+    event = stream([0])[0]
+    core.on_request(event.time, event, "h/e0")
+    assert core.load_finished(event.time + 1, "h/e0", "a0", ok=False) == []
+    assert core.counters.failed_loads == 1 and not core.book["h/e0"].holds("a0")
