@@ -180,3 +180,17 @@ def test_a_failed_load_is_counted_and_frees_its_reservation(tmp_path: Path) -> N
     core.on_request(event.time, event, "h/e0")
     assert core.load_finished(event.time + 1, "h/e0", "a0", ok=False) == []
     assert core.counters.failed_loads == 1 and not core.book["h/e0"].holds("a0")
+
+
+def test_a_further_copy_only_when_half_its_rate_beats_the_mean_rate(tmp_path: Path) -> None:
+    from lorafleet.policy.placement import plan_residency
+
+    two = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}] * 2
+    inv = make_inventory(tmp_path, adapters=4, engines=two)
+
+    def copies(rates: dict[str, float]) -> int:
+        return sum(p.adapter == "a0" for p in plan_residency(inv, rates).placements)
+
+    assert copies({"a0": 4.0, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 1  # 4 x 0.5 = 2 = the mean: not more
+    assert copies({"a0": 4.4, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 2  # 2.2 > the mean 2.1: a second copy
+    assert copies({"a0": 40.0, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 2  # never more copies than engines
