@@ -39,8 +39,14 @@ class Outcomes:
     avoided_ms: float = 0.0
 
     def add(self, other: Outcomes) -> None:
-        for f in ROLLUP_FIELDS:
-            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.requests += other.requests
+        self.hits += other.hits
+        self.late += other.late
+        self.misses += other.misses
+        self.gpu_hits += other.gpu_hits
+        self.prefetch_hits += other.prefetch_hits
+        self.cold_ms += other.cold_ms
+        self.avoided_ms += other.avoided_ms
 
 
 assert tuple(f.name for f in fields(Outcomes)) == ROLLUP_FIELDS

@@ -160,3 +160,11 @@ def test_restore_after_kill_9_keeps_every_committed_transaction(tmp_path: Path) 
     # Every transaction reported committed is there, and each is whole: a load row never without its residency.
     assert {f"a{i}" for i in range(committed + 1)} <= loads
     assert loads == residency
+
+
+def test_outcomes_add_sums_every_rollup_field() -> None:
+    from lorafleet.store.journal import ROLLUP_FIELDS, Outcomes
+
+    a = Outcomes(*range(1, len(ROLLUP_FIELDS) + 1))
+    a.add(Outcomes(*(10 * i for i in range(1, len(ROLLUP_FIELDS) + 1))))
+    assert [getattr(a, f) for f in ROLLUP_FIELDS] == [11 * i for i in range(1, len(ROLLUP_FIELDS) + 1)]
