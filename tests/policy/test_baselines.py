@@ -78,3 +78,50 @@ def test_markov_needs_a_successor_that_came_next_at_least_half_the_time(tmp_path
     # After a0 come a1, a2, a3, a4 in turn: no successor reaches half, so nothing is prefetched.
     walk = [0, 1, 0, 2, 0, 3, 0, 4] * 4
     assert run(tmp_path, "markov", walk, tenants=["t"]).prefetch_loads == 0
+
+
+def test_aged_counts_drop_what_fades_below_a_quarter_and_period_is_at_least_one() -> None:
+    counts = AgedCounts(2)
+    counts.add("a")
+    counts.add("b")  # halves: a = b = 0.5
+    counts.add("c")
+    counts.add("c")  # halves: a = b = 0.25 (kept), c = 1.0
+    assert counts.get("a") == 0.25
+    counts.add("c")
+    counts.add("c")  # halves: a and b fall to 0.125 and are dropped
+    assert "a" not in counts.counts and "b" not in counts.counts and counts.get("c") == 1.5
+    assert AgedCounts(0).period == 1
+
+
+def test_arc_ghost_lists_are_bounded_by_the_capacity() -> None:
+    arc = _ArcLists(2)
+    for a in ("a", "b", "c", "d", "e"):
+        arc.request(a)
+        arc.evicted(a)
+    assert list(arc.b1) == ["d", "e"]  # the oldest ghosts forgotten, the capacity's worth kept
+    for a in ("f", "g", "h"):
+        arc.request(a)
+        arc.request(a)  # seen twice: t2
+        arc.evicted(a)
+    assert list(arc.b2) == ["g", "h"]
+
+
+def test_capacity_is_host_slots_else_gpu_slots_and_at_least_one() -> None:
+    from lorafleet.policy.baselines import capacity
+    from lorafleet.policy.residency import Budget, EngineResidency
+
+    assert capacity(EngineResidency("k", "vllm", "m", Budget(2, 5, None))) == 5
+    assert capacity(EngineResidency("k", "sglang", "m", Budget(3, None, None))) == 3
+    assert capacity(EngineResidency("k", "sglang", "m", Budget(0, None, None))) == 1
+
+
+def test_markov_ignores_requests_no_engine_serves(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=3)
+    from lorafleet.policy.baselines import MarkovPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    core = PolicyCore(inv, MarkovPolicy())
+    events = stream([0, 1, 0, 1, 0], tenants=["t"])
+    for e in events[:-1]:
+        core.on_request(e.time, e, core.route(e))
+    assert core.policy.on_request(events[-1].time, events[-1], None, "unserved") == []
