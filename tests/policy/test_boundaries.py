@@ -194,3 +194,20 @@ def test_a_further_copy_only_when_half_its_rate_beats_the_mean_rate(tmp_path: Pa
     assert copies({"a0": 4.0, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 1  # 4 x 0.5 = 2 = the mean: not more
     assert copies({"a0": 4.4, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 2  # 2.2 > the mean 2.1: a second copy
     assert copies({"a0": 40.0, "a1": 1.0, "a2": 1.0, "a3": 2.0}) == 2  # never more copies than engines
+
+
+def test_no_victims_when_only_bytes_are_capped_and_there_is_room() -> None:
+    state = filled(engine(host=None, bytes_=100), "a", "b")
+    assert state.victims_for(10, ["a", "b"]) == []
+
+
+def test_a_load_requested_while_in_flight_takes_its_place_by_that_request() -> None:
+    state = filled(engine(host=4), "a", "b")
+    state.start_load("c", 10)
+    state.note_use("c")  # asked for while loading
+    state.touch("a")  # a used after that request
+    state.finish_load("c")
+    assert list(state.resident) == ["b", "c", "a"]
+    state.start_load("d", 10)  # nobody asked for d while it loaded: most recent when it lands
+    state.finish_load("d")
+    assert list(state.resident)[-1] == "d"
