@@ -84,9 +84,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 overall = q.totals(store, window)
                 q.action_totals(store, window)
-                q.breakdown(store, window, by)
+                q.sliced(store, window, by, 12)  # what stats runs: sums and trend in one pass
                 q.key_actions(store, window, by)
-                q.hit_series(store, window, by, 12)
                 q.hit_series(store, window, None, 12)
                 print(
                     f"stats --since {label:>3} --by {by:<7}: {time.perf_counter() - t0:6.2f} s "

@@ -66,12 +66,11 @@ def collect(store: Any, since: float, until: float, by: str, top: int, lru: floa
     window = q.window_of(since, until, by)
     overall = q.totals(store, window)
     actions = q.action_totals(store, window)
-    rows = q.breakdown(store, window, by)
+    rows, series = q.sliced(store, window, by, SERIES_BUCKETS)  # sums and trends in one pass
     per_key = q.key_actions(store, window, by)
     inv = _inventory_or_none()
     tiers = {t.name: t.tier for t in inv.tenants.values()} if inv is not None and by == "tenant" else {}
     data = shapes.stats(window, overall, actions, rows, per_key, top, lru, tiers)
-    series = q.hit_series(store, window, by, SERIES_BUCKETS)
     series[""] = q.hit_series(store, window, None, SERIES_BUCKETS).get("", [None] * SERIES_BUCKETS)
     return Snapshot(data, series, overall.requests == 0)
 

@@ -91,9 +91,12 @@ def _epoch(minute: str) -> float:
     return datetime.strptime(minute, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC).timestamp()
 
 
-def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> dict[str, list[float | None]]:
-    """Hit ratio per key (or '' for everything) in `buckets` equal slices of the window; None where a slice had
-    no requests."""
+def sliced(
+    store: Store, window: Window, by: str | None, buckets: int
+) -> tuple[list[tuple[str, Outcomes]], dict[str, list[float | None]]]:
+    """In one pass: per key (or '' for everything) the window's sums, and its hit ratio in `buckets` equal slices
+    of the window (None where a slice had no requests). The slice is computed by SQLite, so a month of hourly
+    rows per engine comes back as keys × buckets rows."""
     start, end = _epoch(window.since_minute), _epoch(window.until_minute)
     width = max(60.0, (end - start) / buckets)
     if window.hourly and by != "minute":
@@ -105,14 +108,25 @@ def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> di
         key = BY_COLUMNS[by] if by else "''"
         where, args = _where(window)
         table, stamp = "rollups", "minute"
-    # The slice is computed by SQLite, so a month of hourly rows per engine comes back as keys × buckets rows.
     slot = f"MIN({buckets - 1}, MAX(0, CAST((strftime('%s', substr({stamp}, 1, 16)) - ?) / ? AS INTEGER)))"
-    sql = f"SELECT {key} AS k, {slot} AS s, SUM(requests), SUM(hits) FROM {table}{where} GROUP BY k, s"
+    sql = f"SELECT {key} AS k, {slot} AS s, {_SUMS} FROM {table}{where} GROUP BY k, s"
+    sums: dict[str, Outcomes] = {}
     series: dict[str, list[float | None]] = {}
-    for key_value, index, requests, hits in store.db.execute(sql, [start, width, *args]):
+    for key_value, index, *fields in store.db.execute(sql, [start, width, *args]):
+        part = Outcomes(*fields)
+        found = sums.get(key_value)
+        if found is None:
+            sums[key_value] = part
+        else:
+            found.add(part)
         cells = series.setdefault(key_value, [None] * buckets)
-        cells[index] = hits / requests if requests else None
-    return series
+        cells[index] = part.hits / part.requests if part.requests else None
+    return list(sums.items()), series
+
+
+def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> dict[str, list[float | None]]:
+    """Hit ratio per key (or '' for everything) in `buckets` equal slices of the window."""
+    return sliced(store, window, by, buckets)[1]
 
 
 def action_totals(store: Store, window: Window) -> ActionTotals:
@@ -295,6 +309,7 @@ __all__ = [
     "journal_span",
     "key_actions",
     "parse_moment",
+    "sliced",
     "totals",
     "window_of",
 ]

@@ -229,6 +229,9 @@ def test_long_windows_read_the_hourly_tables_and_agree_with_the_minutes(tmp_path
         for by in ("tenant", "adapter", "engine", "hour"):
             assert sorted(q.breakdown(store, day, by)) == sorted(q.breakdown(store, minutes, by)), by
         assert q.hit_series(store, day, "adapter", 12) == q.hit_series(store, minutes, "adapter", 12)
+        for by in ("tenant", "engine"):
+            for window in (day, minutes):
+                assert sorted(q.sliced(store, window, by, 12)[0]) == sorted(q.breakdown(store, window, by)), by
         assert q.action_totals(store, day) == q.action_totals(store, minutes)
         assert q.action_totals(store, day).unused_prefetches == 12
         for by in ("adapter", "engine", "hour"):
