@@ -74,17 +74,39 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     help="The policy to run live.",
 )
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Start from this plan file.")
-@click.option("--log", "logs", multiple=True, help="Follow this file or glob instead of gateway.logs (repeatable).")
-@click.option("--reconcile-every", type=click.FloatRange(min=1), default=30.0, show_default=True, help="Seconds.")
-@click.option("--retention", default="14d", show_default=True, help="Keep journal rows this long (30m, 24h, 14d).")
+@click.option(
+    "--log",
+    "logs",
+    multiple=True,
+    metavar="PATH",
+    help="Follow this file or glob instead of gateway.logs (repeatable).",
+)
+@click.option(
+    "--reconcile-every",
+    type=click.FloatRange(min=1),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Read each engine's registry, correct the book, re-warm, unregister vanished adapters.",
+)
+@click.option(
+    "--retention", default="14d", show_default=True, metavar="SPAN", help="Keep journal rows this long (24h, 14d)."
+)
 @click.option(
     "--metrics-addr",
     default="127.0.0.1:9464",
     show_default=True,
     callback=check_address,
+    metavar="HOST:PORT",
     help="Serve Prometheus /metrics here ('off': none; port 0: a free one).",
 )
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line on stderr (for journald, Loki, …).",
+)
 def daemon(
     as_json: bool,
     once: bool,
