@@ -86,6 +86,10 @@ def breakdown(store: Store, window: Window, by: str) -> list[tuple[str, Outcomes
     return [(row[0], Outcomes(*row[1:])) for row in store.db.execute(sql, args)]
 
 
+def _minute_at_or_after(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(math.ceil(t / 60.0) * 60.0))
+
+
 @functools.lru_cache(maxsize=65536)  # series rows repeat the same minutes and hours: parse each once
 def _epoch(minute: str) -> float:
     return datetime.strptime(minute, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC).timestamp()
@@ -108,11 +112,14 @@ def sliced(
         key = BY_COLUMNS[by] if by else "''"
         where, args = _where(window)
         table, stamp = "rollups", "minute"
-    slot = f"MIN({buckets - 1}, MAX(0, CAST((strftime('%s', substr({stamp}, 1, 16)) - ?) / ? AS INTEGER)))"
+    # A row's slice: how many slice boundaries its minute (or hour) is at or past — string comparisons in SQLite,
+    # as cheap as the sums. A boundary is rounded up to the minute, since the rows' minutes are whole.
+    bounds = [_minute_at_or_after(start + i * width) for i in range(1, buckets)]
+    slot = " + ".join(f"({stamp} >= ?)" for _ in bounds) or "0"
     sql = f"SELECT {key} AS k, {slot} AS s, {_SUMS} FROM {table}{where} GROUP BY k, s"
     sums: dict[str, Outcomes] = {}
     series: dict[str, list[float | None]] = {}
-    for key_value, index, *fields in store.db.execute(sql, [start, width, *args]):
+    for key_value, index, *fields in store.db.execute(sql, [*bounds, *args]):
         part = Outcomes(*fields)
         found = sums.get(key_value)
         if found is None:
@@ -288,13 +295,10 @@ def window_of(since: float, until: float, by: str | None = None) -> Window:
     if hourly:
         since, until = math.floor(since / 3600.0) * 3600.0, math.ceil(until / 3600.0) * 3600.0
 
-    def minute_at_or_after(t: float) -> str:
-        return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(math.ceil(t / 60.0) * 60.0))
-
     def iso(t: float) -> str:
         return format_utc(datetime.fromtimestamp(t, UTC))
 
-    return Window(minute_at_or_after(since), minute_at_or_after(until), iso(since), iso(until), hourly)
+    return Window(_minute_at_or_after(since), _minute_at_or_after(until), iso(since), iso(until), hourly)
 
 
 __all__ = [
