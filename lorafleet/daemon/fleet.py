@@ -5,7 +5,7 @@ the rollups, the journal, the metrics and (in shadow mode) the simulated engines
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from prometheus_client import Counter
@@ -29,10 +29,6 @@ log = logging.getLogger("lorafleet.daemon")
 KEEP, RECONCILE_REASON = "keep", "reconcile"
 
 
-def _at() -> str:
-    return format_utc(datetime.now(UTC))
-
-
 class Fleet:
     def __init__(
         self,
@@ -44,6 +40,7 @@ class Fleet:
         metrics: DaemonMetrics,
         summary: Summary,
         pending: Pending,
+        clock: Callable[[], str],
     ) -> None:
         if policy == "oracle":
             raise ValueError("the oracle needs the future: replay only")
@@ -53,7 +50,8 @@ class Fleet:
         self.summary = summary
         self.pending = pending
         self.source = "daemon-shadow" if shadow else "daemon"
-        self.stamp = _at()  # the time journal rows carry: live, refreshed per batch by the loop (ms would cost)
+        self.clock = clock  # the store's: UTC ISO-8601 now
+        self.stamp = clock()  # the time journal rows carry: live, refreshed per batch by the loop (ms would cost)
         self._stamp_second = -1
         self.outcome_counters: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
         self.load_started: dict[tuple[str, str], float] = {}  # (engine, adapter) -> policy time the load began
@@ -223,7 +221,7 @@ class Fleet:
         self._journal(done.engine, work.adapter, done.action, done.ok, done.ms, done.error, work.reason, unused)
         if not done.ok:
             self.summary.failed += 1
-            self.pending.errors.append((_at(), done.engine, done.error or done.action))
+            self.pending.errors.append((self.clock(), done.engine, done.error or done.action))
         if work.action != LOAD:
             return []
         if done.ok:
@@ -244,7 +242,7 @@ class Fleet:
         result = "ok" if done.ok else ("refused" if done.action == "refused" else "failed")
         self.metrics.actions.labels(done.engine, "reconcile", result).inc()
         if not done.ok or done.registry is None:
-            self.pending.errors.append((_at(), done.engine, f"reconcile: {done.error}"))
+            self.pending.errors.append((self.clock(), done.engine, f"reconcile: {done.error}"))
             return []
         state = self.core.book.engines.get(done.engine)
         if state is None:

@@ -97,6 +97,7 @@ class Daemon:
             self.metrics,
             self.summary,
             self.pending,
+            store.clock,
         )
         saved = {c.path: Checkpoint(**vars(c)) for c in read_checkpoints(store)}
         self.followers = [LogFollower([p], saved, options.from_start) for p in self.patterns]
@@ -210,7 +211,7 @@ class Daemon:
             for batch in follower.poll():
                 read_at = time.monotonic()
                 if not self.options.shadow:
-                    self.fleet.stamp = format_utc(datetime.now(UTC))
+                    self.fleet.stamp = self.store.clock()
                 tally = parser.tally
                 lines0, bad0 = tally.lines, tally.bad_lines
                 for line in batch.lines:
@@ -273,7 +274,7 @@ class Daemon:
 
     def _drain(self, wait_s: float = 0.0) -> None:
         if not self.options.shadow:
-            self.fleet.stamp = format_utc(datetime.now(UTC))
+            self.fleet.stamp = self.store.clock()
         while True:
             try:
                 done = self.outbox.get(timeout=wait_s) if wait_s else self.outbox.get_nowait()
@@ -296,7 +297,7 @@ class Daemon:
     def _internal_error(self, what: str, exc: Exception) -> None:
         """Log a bug with its traceback, journal it and go on: the daemon outlives its own mistakes."""
         log.error("internal error handling %s (continuing): %s: %s", what, type(exc).__name__, exc, exc_info=exc)
-        self.pending.errors.append((format_utc(datetime.now(UTC)), "daemon", f"internal error: {type(exc).__name__}"))
+        self.pending.errors.append((self.store.clock(), "daemon", f"internal error: {type(exc).__name__}"))
 
     def _reconcile(self) -> None:
         self.summary.reconciles += 1
@@ -312,7 +313,7 @@ class Daemon:
         except InputError as exc:
             message = "inventory reload failed, keeping the one in use: " + "; ".join(exc.lines())
             log.error("%s", message)
-            self.pending.errors.append((format_utc(datetime.now(UTC)), "daemon", message))
+            self.pending.errors.append((self.store.clock(), "daemon", message))
             return
         self.fleet.replace_inventory(inventory, self.patterns)
         self._sync_actors()

@@ -70,6 +70,7 @@ class _Tail:
     pending: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # inside an over-long line, discarding up to its newline
     head: tuple[int, str] = (0, "")  # (length, hash) of its first bytes when last checked
+    unread: int = 0  # bytes past what was read, as of the last poll's stat (the log lag)
 
     def replaced_in_place(self) -> bool:
         """The file's first bytes changed: it was truncated and written again (copy-truncate), even if it has
@@ -278,7 +279,7 @@ class LogFollower:
             self.rotations += 1
             log.info("%s: rotated (new inode); old file read to its end", path)
             del self.tails[path]
-            self._start_new(path)
+            self._start(path)  # no checkpoint and not the first scan: from its start
             new = self.tails.get(path)
             checkpoint = new.checkpoint() if new is not None else None
             if checkpoint is not None:
@@ -297,28 +298,17 @@ class LogFollower:
         lines, _ = tail.read(budget)
         if lines:
             out.append(Batch(path, lines, tail.checkpoint()))
+        if st is not None:
+            tail.unread = max(0, st.st_size - tail.offset - len(tail.pending))
         return out
-
-    def _start_new(self, path: str) -> None:
-        opened = _open(path)
-        if opened is None:
-            return
-        fh, st = opened
-        self.tails[path] = _Tail(path, fh, st.st_dev, st.st_ino, 0, head=_head(fh, 0))
 
     def checkpoints(self) -> list[Checkpoint]:
         """Where every followed file stands now (a first start from the end pins its starting point with these)."""
         return [tail.checkpoint() for tail in self.tails.values()]
 
     def lag_bytes(self) -> int:
-        """Bytes written but not read yet, over every followed file."""
-        total = 0
-        for path, tail in self.tails.items():
-            try:
-                total += max(0, os.stat(path).st_size - tail.offset - len(tail.pending))
-            except OSError:
-                continue
-        return total
+        """Bytes written but not read yet, over every followed file, as of the last poll (no I/O of its own)."""
+        return sum(tail.unread for tail in self.tails.values())
 
     def close(self) -> None:
         for tail in [*self.tails.values(), *self.rotated]:

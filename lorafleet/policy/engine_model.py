@@ -69,9 +69,9 @@ class SimulatedEngines:
                 loader.queue.appendleft(d.adapter)
             else:
                 loader.queue.append(d.adapter)
-            self._start_next(now_ms, d.engine)
+            self.start_next(now_ms, d.engine)
 
-    def _start_next(self, now_ms: float, engine: str) -> None:
+    def start_next(self, now_ms: float, engine: str) -> None:
         loader = self.loaders[engine]
         if loader.current is not None or not loader.queue:
             return
@@ -98,9 +98,6 @@ class SimulatedEngines:
         done_ms, _, engine, adapter = heapq.heappop(self.completions)
         self.loaders[engine].current = None
         return Completion(done_ms, engine, adapter)
-
-    def start_next(self, now_ms: float, engine: str) -> None:
-        self._start_next(now_ms, engine)
 
     def cold_ms(self, engine: str, adapter: str) -> float:
         return self.loaders[engine].load.cold_ms(self.sizes[adapter])

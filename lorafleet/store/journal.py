@@ -166,26 +166,6 @@ def read_checkpoints(store: Store) -> list[CheckpointRow]:
     return [CheckpointRow(*row) for row in rows]
 
 
-def rollup_totals(store: Store, since: str | None = None, until: str | None = None) -> Outcomes:
-    """Every rollup field summed over minutes in [since, until)."""
-    where, args = _window(since, until)
-    row = store.db.execute(
-        f"SELECT {', '.join(f'COALESCE(SUM({f}), 0)' for f in ROLLUP_FIELDS)} FROM rollups{where}", args
-    ).fetchone()
-    return Outcomes(*row)
-
-
-def _window(since: str | None, until: str | None) -> tuple[str, list[str]]:
-    clauses, args = [], []
-    if since is not None:
-        clauses.append("minute >= ?")
-        args.append(since)
-    if until is not None:
-        clauses.append("minute < ?")
-        args.append(until)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
-
-
 def prune(store: Store, before_minute: str, before_at: str) -> int:
     """Retention: drop rollups and log counts of minutes before `before_minute`, actions and errors before
     `before_at`; returns the rows dropped."""
@@ -212,5 +192,4 @@ __all__ = [
     "commit_progress",
     "prune",
     "read_checkpoints",
-    "rollup_totals",
 ]

@@ -257,12 +257,6 @@ def action_log(
     return [ActionLine(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], bool(r[9])) for r in reversed(rows)]
 
 
-def journal_span(store: Store) -> tuple[str | None, str | None]:
-    """The first and last minute with rollups (None, None for an empty journal)."""
-    first, last = store.db.execute("SELECT MIN(minute), MAX(minute) FROM rollups").fetchone()
-    return first, last
-
-
 UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -310,7 +304,6 @@ __all__ = [
     "action_totals",
     "breakdown",
     "hit_series",
-    "journal_span",
     "key_actions",
     "parse_moment",
     "sliced",
