@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.experts import EvictionExperts
 from lorafleet.policy.placement import Placement, can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
 
@@ -40,6 +40,7 @@ class LorafleetPolicy(Policy):
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
       that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
+      Each engine follows recency instead while the regret pairs say it has been clearly better (experts.py).
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
       only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
       without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
@@ -81,10 +82,16 @@ class LorafleetPolicy(Policy):
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
         self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
-        # Shadow experts per engine: what plain LRU would have held (a stack of the last distinct adapters), and
-        # decayed evidence of which of LRU or the value order would have served the recent requests better.
-        self.stacks: dict[str, OrderedDict[str, None]] = {key: OrderedDict() for key in core.book.engines}
-        self.evidence: dict[str, list[float]] = {key: [0.0, 0.0] for key in core.book.engines}  # [lru, value]
+        # Per engine, whether to evict by recency or by value: the two experts judged by regret (experts.py).
+        self.experts = {
+            key: EvictionExperts(max(1, state.budget.host_slots or state.budget.gpu_slots), self.evidence_memory)
+            for key, state in core.book.engines.items()
+        }
+
+    @property
+    def evidence(self) -> dict[str, list[float]]:
+        """Per engine [LRU's points, value's points], decayed."""
+        return {key: e.evidence for key, e in self.experts.items()}
 
     # scoring ---------------------------------------------------------------------------------------------
     def score(self, adapter: str, now: float) -> float:
@@ -140,36 +147,9 @@ class LorafleetPolicy(Policy):
             yield score, adapter
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        lru, value = self.evidence[state.key]
-        if lru > value:  # lately, recency alone would have served this engine better: follow it
-            return list(state.resident)
-        return (adapter for _, adapter in self._cheapest(state, now))
-
-    def _shadow(self, engine: str, adapter: str, outcome: str) -> None:
-        """Score the request against the two experts, then let it enter LRU's stack."""
-        state = self.core.book.engines[engine]
-        size = max(1, state.budget.host_slots or state.budget.gpu_slots)
-        stack = self.stacks[engine]
-        lru_hit = False
-        if adapter in stack:
-            for rank, seen in enumerate(reversed(stack)):
-                if seen == adapter:
-                    lru_hit = rank < size
-                    break
-            stack.move_to_end(adapter)
-        else:
-            stack[adapter] = None
-            if len(stack) > 2 * size:
-                stack.popitem(last=False)
-        evidence = self.evidence[engine]
-        keep = 1.0 - 1.0 / (self.evidence_memory * size)
-        evidence[0] *= keep
-        evidence[1] *= keep
-        ours = outcome != "miss"
-        if lru_hit and not ours:
-            evidence[0] += 1.0
-        elif ours and not lru_hit:
-            evidence[1] += 1.0
+        experts = self.experts[state.key]
+        by_value = (adapter for _, adapter in self._cheapest(state, now))
+        return experts.choose(experts.by_recency(state.resident), by_value, state.pins)
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -247,7 +227,7 @@ class LorafleetPolicy(Policy):
         predictions = self._predict(tenant, adapter)
         if engine is None:
             return []
-        self._shadow(engine, adapter, outcome)
+        self.experts[engine].requested(adapter)
         core = self.core
         decisions: list[Decision] = []
         if predictions:
@@ -268,7 +248,12 @@ class LorafleetPolicy(Policy):
             self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1  # stale: pending returns
         return decisions
 
+    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
+        self.experts[engine].loaded(adapter)
+        return []
+
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
+        self.experts[engine].evicted(adapter)
         if adapter not in self.periodic:
             return
         demand = self.core.demand
@@ -324,6 +309,7 @@ class LorafleetPolicy(Policy):
             return []
         if state.has_room(core.sizes[candidate]):
             return core.load(now, target, candidate, PREFETCH, tuple)
+        self.experts[target].forget_choice()  # what a prefetch displaces is not an expert's choice
         # Displace only what is clearly worth less, so two similar predictions do not evict each other in turn.
         bar = self.score(candidate, now) * self.displace_margin
 

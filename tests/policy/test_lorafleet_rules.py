@@ -22,27 +22,26 @@ def core_with(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
     return core, policy
 
 
-def test_following_the_lru_expert_when_recency_has_been_serving_better(tmp_path: Path) -> None:
+def test_following_the_lru_expert_when_recency_has_been_clearly_better(tmp_path: Path) -> None:
     core, policy = core_with(tmp_path)
     state = core.book["h/e0"]
-    policy.evidence["h/e0"] = [5.0, 1.0]
-    assert list(policy.victim_order(state, 2.0)) == list(state.resident)  # plain LRU: a0 first
-    policy.evidence["h/e0"] = [1.0, 5.0]
-    assert next(iter(policy.victim_order(state, 2.0))) != "a0"
+    for name in ("a2", "a0", "a4"):  # requests on the engine: a1 and a3 were never asked for (oldest), then these
+        policy.experts["h/e0"].requested(name)
+    policy.experts["h/e0"].evidence[:] = [5.0, 1.0]
+    assert list(policy.victim_order(state, 2.0)) == ["a1", "a3", "a2", "a0", "a4"]  # by request, not book order
+    policy.experts["h/e0"].evidence[:] = [1.0, 5.0]
+    assert next(iter(policy.victim_order(state, 2.0))) != "a0"  # by value: the popular a0 is kept
 
 
-def test_the_shadow_credits_lru_for_a_miss_it_would_have_hit(tmp_path: Path) -> None:
-    _core, policy = core_with(tmp_path)
-    for name in ("a5", "a1"):
-        policy._shadow("h/e0", name, "hit")
-    policy._shadow("h/e0", "a5", "miss")  # a5 is near the top of LRU's stack: LRU would have hit
-    lru, value = policy.evidence["h/e0"]
-    assert lru > 0 and lru > value - 2  # credited once to LRU
-    before = policy.evidence["h/e0"][1]
-    for name in ("b1", "b2", "b3", "b4", "b5", "b6"):
-        policy._shadow("h/e0", name, "miss")  # pushes a1 out of LRU's reach (5 slots)
-    policy._shadow("h/e0", "a1", "hit")  # we hit what LRU would have dropped: the value order is credited
-    assert policy.evidence["h/e0"][1] > before * 0.9
+def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    state = core.book["h/e0"]
+    experts = policy.experts["h/e0"]
+    victim = next(iter(policy.victim_order(state, 2.0)))  # value's choice; LRU's would have been a0
+    assert victim != "a0" and experts.pending == ("a0", False)
+    policy.on_evicted(2.0, "h/e0", victim)
+    policy.experts["h/e0"].requested(victim)  # the evicted one came back first: value chose wrong
+    assert experts.evidence[0] > 0.99 and experts.evidence[1] == 0.0
 
 
 # --- trust, edge, lift, timing, retries, preload ------------------------------------------------------------
