@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.demand import DemandModel
@@ -21,8 +22,9 @@ LOAD, EVICT, TOUCH = "load", "evict", "touch"
 DEMAND, PREFETCH, PLAN = "demand", "prefetch", "plan"
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
+    """One thing to do on an engine (a tuple: policies emit one per touch, so creating it must be cheap)."""
+
     action: str  # LOAD, EVICT (SGLang: an unload; vLLM: the engine's own LRU, after the touches), TOUCH
     engine: str  # HOST/ENGINE
     adapter: str
@@ -184,10 +186,11 @@ class PolicyCore:
         decisions = []
         # What each engine kind lets a controller do (kinds.py): SGLang unloads the victims (memory freed); vLLM
         # only evicts its own least recently used, so the adapters older than the victims are touched first.
-        for kept in state.keep_for(victims):
-            state.keep(kept)
-            self.counters.touches += 1
-            decisions.append(Decision(TOUCH, engine, kept, adapter))
+        kept = state.keep_for(victims)
+        if kept:
+            state.keep_all(kept)
+            self.counters.touches += len(kept)
+            decisions += [Decision(TOUCH, engine, a, adapter) for a in kept]
         if victims and state.profile.unload_frees:
             self.counters.unloads += len(victims)
         for victim in victims:

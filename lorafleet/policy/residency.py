@@ -203,6 +203,26 @@ class EngineResidency:
         self._most_recent(adapter)
         self.use_gpu(adapter)
 
+    def keep_all(self, adapters: list[str]) -> None:
+        """`keep` each adapter in turn (the touches before an eviction on vLLM), in one pass: every touched
+        adapter becomes most recent in host memory in order, and in the GPU tier only the last touches can
+        stay, so the earlier unpinned ones, which the later ones would push out again, are not inserted."""
+        resident, used_at = self.resident, self.used_at
+        stamp = self.stamp
+        for adapter in adapters:
+            del resident[adapter]
+            resident[adapter] = None
+            stamp += 1
+            used_at[adapter] = stamp
+        self.stamp = stamp
+        pins = self.pins
+        slots = self.budget.gpu_slots
+        cut = len(adapters) - slots - len(pins)  # the last `slots` unpinned touches, at least, follow `cut`
+        if cut > 0 and len(pins) < slots:
+            adapters = [a for a in adapters[:cut] if a in pins] + adapters[cut:]
+        for adapter in adapters:
+            self.use_gpu(adapter)
+
     def use_gpu(self, adapter: str) -> bool:
         """Give the adapter a GPU slot (LRU); True when it already had one."""
         gpu = self.gpu

@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision
 from lorafleet.policy.engine_model import SimulatedEngines
@@ -211,3 +214,37 @@ def test_a_load_requested_while_in_flight_takes_its_place_by_that_request() -> N
     state.start_load("d", 10)  # nobody asked for d while it loaded: most recent when it lands
     state.finish_load("d")
     assert list(state.resident)[-1] == "d"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    gpu_slots=st.integers(1, 5),
+    held=st.integers(1, 12),
+    pins=st.sets(st.integers(0, 11), max_size=6),
+    gpu_first=st.lists(st.integers(0, 11), max_size=8),
+    touched=st.lists(st.integers(0, 11), unique=True, max_size=12),
+)
+def test_keeping_in_one_pass_equals_keeping_one_by_one(
+    gpu_slots: int, held: int, pins: set[int], gpu_first: list[int], touched: list[int]
+) -> None:
+    def state() -> EngineResidency:
+        s = EngineResidency("e", "vllm", "m", Budget(gpu_slots, 16, None))
+        for i in range(held):
+            s.admit(f"a{i}", 1)
+        s.pins.update(f"a{i}" for i in pins if i < held)
+        s.gpu.clear()
+        for i in gpu_first:
+            if i < held:
+                s.use_gpu(f"a{i}")
+        return s
+
+    names = [f"a{i}" for i in touched if i < held]
+    one_by_one, in_one_pass = state(), state()
+    for name in names:
+        one_by_one.keep(name)
+    in_one_pass.keep_all(names)
+    assert list(in_one_pass.resident) == list(one_by_one.resident)
+    assert in_one_pass.used_at == one_by_one.used_at
+    assert set(in_one_pass.gpu) == set(one_by_one.gpu)
+    unpinned = [a for a in one_by_one.gpu if a not in one_by_one.pins]
+    assert [a for a in in_one_pass.gpu if a not in in_one_pass.pins] == unpinned
