@@ -40,7 +40,8 @@ class LorafleetPolicy(Policy):
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
       that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
-      Each engine follows recency instead while the regret pairs say it has been clearly better (experts.py).
+      Each engine follows recency instead, or popularity from the short memory alone, while regret pairs say
+      that has been clearly better lately (experts.py).
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
       only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
       without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
@@ -82,16 +83,12 @@ class LorafleetPolicy(Policy):
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
         self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
-        # Per engine, whether to evict by recency or by value: the two experts judged by regret (experts.py).
+        # Per engine, whether to evict by recency or by value, and value by which popularity memory: experts
+        # judged by regret (experts.py).
         self.experts = {
             key: EvictionExperts(max(1, state.budget.host_slots or state.budget.gpu_slots), self.evidence_memory)
             for key, state in core.book.engines.items()
         }
-
-    @property
-    def evidence(self) -> dict[str, list[float]]:
-        """Per engine [LRU's points, value's points], decayed."""
-        return {key: e.evidence for key, e in self.experts.items()}
 
     # scoring ---------------------------------------------------------------------------------------------
     def score(self, adapter: str, now: float) -> float:
@@ -121,15 +118,17 @@ class LorafleetPolicy(Policy):
                 miss *= 1.0 - probability * soon
         return 1.0 - miss
 
-    def _cheapest(self, state: EngineResidency, now: float, keep: str | None = None) -> Iterator[tuple[float, str]]:
-        """Residents by ascending score, computed lazily.
+    def _cheapest(
+        self, state: EngineResidency, now: float, keep: str | None = None, short_only: bool = False
+    ) -> Iterator[tuple[float, str]]:
+        """Residents by ascending score, computed lazily (popularity from the short memory alone if asked).
 
         Predictions only ever raise a score above its popularity part, so walking residents by popularity and
         holding back each one until nothing unseen can score lower yields the exact order while computing full
         scores for only the first few. Ties go least recently used first.
         """
         demand = self.core.demand
-        a_short, b_long = demand.share_weights()
+        a_short, b_long = (demand.short_scale, 0.0) if short_only else demand.share_weights()
         short, long = demand.popularity.get, demand.long_popularity.counts.get
         horizon = self.horizon
         by_share = [
@@ -147,9 +146,9 @@ class LorafleetPolicy(Policy):
             yield score, adapter
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        experts = self.experts[state.key]
-        by_value = (adapter for _, adapter in self._cheapest(state, now))
-        return experts.choose(experts.by_recency(state.resident), by_value, state.pins)
+        blended = (adapter for _, adapter in self._cheapest(state, now))
+        short = (adapter for _, adapter in self._cheapest(state, now, short_only=True))
+        return self.experts[state.key].choose(state.resident, blended, short, state.pins)
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:

@@ -27,16 +27,16 @@ def test_following_the_lru_expert_when_recency_has_been_clearly_better(tmp_path:
     state = core.book["h/e0"]
     for name in ("a2", "a0", "a4"):  # requests on the engine: a1 and a3 were never asked for (oldest), then these
         policy.experts["h/e0"].requested(name)
-    policy.experts["h/e0"].evidence[:] = [5.0, 1.0]
+    policy.experts["h/e0"].value.evidence[:] = [5.0, 1.0]
     assert list(policy.victim_order(state, 2.0)) == ["a1", "a3", "a2", "a0", "a4"]  # by request, not book order
-    policy.experts["h/e0"].evidence[:] = [1.0, 5.0]
+    policy.experts["h/e0"].value.evidence[:] = [1.0, 5.0]
     assert next(iter(policy.victim_order(state, 2.0))) != "a0"  # by value: the popular a0 is kept
 
 
 def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path: Path) -> None:
     core, policy = core_with(tmp_path)
     state = core.book["h/e0"]
-    experts = policy.experts["h/e0"]
+    experts = policy.experts["h/e0"].value
     victim = next(iter(policy.victim_order(state, 2.0)))  # value's choice; LRU's would have been a0
     assert victim != "a0" and experts.pending == ("a0", False)
     policy.on_evicted(2.0, "h/e0", victim)
