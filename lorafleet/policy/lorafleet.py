@@ -293,7 +293,7 @@ class LorafleetPolicy(Policy):
         candidate: str,
         keep: str,
     ) -> list[Decision]:
-        if due <= now:
+        if due <= now and len(self.core.book.engines[target].in_flight) < self.max_in_flight:
             return self._prefetch(now, target, candidate, keep)
         if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
             return []  # already there, and the prediction now protects it: nothing to schedule
@@ -332,7 +332,9 @@ class LorafleetPolicy(Policy):
             work = heapq.heappop(scheduled)
             if self.generation.get(work.key) != work.generation or work.engine not in engines:
                 continue  # a newer request replaced this prediction, or the engine left the fleet
-            if len(engines[work.engine].in_flight) >= self.max_in_flight and work.attempt < self.retries:
+            if len(engines[work.engine].in_flight) >= self.max_in_flight:
+                if work.attempt >= self.retries:
+                    continue  # the loader stayed busy: a prefetch now would only delay demand loads
                 self.seq += 1
                 retry = replace(work, due=now + self.lead_margin_s, seq=self.seq, attempt=work.attempt + 1)
                 heapq.heappush(scheduled, retry)

@@ -144,7 +144,7 @@ def test_a_prefetch_is_timed_before_the_tenants_earliest_next_request(tmp_path: 
     assert next((d.adapter, d.reason) for d in later if d.action == LOAD) == ("a1", PREFETCH)
 
 
-def test_scheduled_prefetches_wait_for_a_busy_loader_then_go_and_stale_ones_are_dropped(tmp_path: Path) -> None:
+def test_scheduled_prefetches_wait_for_a_busy_loader_then_are_dropped_as_are_stale_ones(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
@@ -160,9 +160,26 @@ def test_scheduled_prefetches_wait_for_a_busy_loader_then_go_and_stale_ones_are_
     for _ in range(policy.retries - 1):
         assert core.tick(now) == []
         now = policy.scheduled[0].due
-    assert [d.adapter for d in core.tick(now) if d.action == LOAD] == ["a1"]  # after its retries: it goes
+    assert core.tick(now) == [] and not policy.scheduled  # still busy after its retries: dropped
+    policy.scheduled.append(ScheduledPrefetch(now, 2, ("tenant", "t"), 1, "h/e0", "a1"))
+    state.finish_load("a5")  # one load in flight: the loader has room
+    assert [d.adapter for d in core.tick(now) if d.action == LOAD] == ["a1"]
     policy.scheduled.append(ScheduledPrefetch(20.0, 9, ("tenant", "t"), 0, "h/e0", "a2"))  # an older generation
     assert core.tick(20.0) == [] and not policy.scheduled
+
+
+def test_a_prefetch_due_now_waits_while_the_loader_is_busy(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    state = core.book["h/e0"]
+    state.start_load("a4", 1)
+    key = ("tenant", "t")
+    policy.generation[key] = 1
+    assert [d.adapter for d in policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a1", "a0")] == ["a1"]
+    state.start_load("a5", 1)  # now max_in_flight loads: busy
+    assert policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a2", "a0") == []
+    assert [(w.due, w.adapter) for w in policy.scheduled] == [(5.0, "a2")]  # handed to the retries
 
 
 def test_preload_pins_the_pinned_then_loads_the_workflow_heads(tmp_path: Path) -> None:
