@@ -11,13 +11,13 @@ Workflows from the inventory enter as prior transitions that fade as real observ
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+LEADERS = 3  # successors kept ranked per (tenant, adapter): as many as a prediction looks at
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
 
 
@@ -100,6 +100,7 @@ class DemandModel:
         self.transitions: dict[tuple[str | None, str], dict[str, float]] = {}
         self.transition_totals: dict[tuple[str | None, str], float] = {}
         self.transition_seen: dict[tuple[str | None, str], float] = {}  # undecayed evidence per key
+        self.leaders: dict[tuple[str | None, str], list[str]] = {}  # per key its LEADERS top counts, descending
         self.last: dict[str | None, str] = {}
         self.last_time: dict[str | None, float] = {}
         self.gaps: dict[tuple[str | None, str], GapHistory] = {}  # seconds from (tenant, adapter) to its next
@@ -143,8 +144,20 @@ class DemandModel:
         row = self.transitions.get(key)
         if row is None:
             row = self.transitions[key] = {}
-        row[nxt] = row.get(nxt, 0.0) + weight
+            self.leaders[key] = []
+        count = row[nxt] = row.get(nxt, 0.0) + weight
         self.transition_totals[key] = self.transition_totals.get(key, 0.0) + weight
+        # Only this count grew (the others keep their order, a rescale keeps everyone's): the leaders stay
+        # exact with one comparison, so predicting never sorts a row.
+        leaders = self.leaders[key]
+        if nxt not in leaders:
+            if len(leaders) < LEADERS:
+                leaders.append(nxt)
+            elif count > row[leaders[-1]]:
+                leaders[-1] = nxt
+            else:
+                return
+        leaders.sort(key=row.__getitem__, reverse=True)
 
     def observe(self, tenant: str | None, adapter: str, now: float = 0.0) -> None:
         self.long_popularity.add(adapter)
@@ -239,5 +252,7 @@ class DemandModel:
         if self.transition_seen[key] < self.min_evidence:
             return []
         total = self.transition_totals[key]
-        ranked = heapq.nlargest(limit, row.items(), key=_weight) if len(row) > limit else row.items()
-        return [(a, w / total) for a, w in sorted(ranked, key=_weight, reverse=True)]
+        if limit <= LEADERS:
+            return [(a, row[a] / total) for a in self.leaders[key][:limit]]
+        ranked = sorted(row.items(), key=_weight, reverse=True)[:limit]
+        return [(a, w / total) for a, w in ranked]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lorafleet.policy.demand import AgedCounts, DemandModel, GapHistory
 
@@ -145,3 +147,17 @@ def test_the_fleet_arrival_gap_is_a_moving_average() -> None:
     assert demand.arrival_gap == 2.0  # the first gap is taken as it is
     demand.observe("t", "a", 3.0)
     assert demand.arrival_gap == pytest.approx(2.0 + 0.01 * (1.0 - 2.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=200), st.integers(1, 5))
+def test_the_leading_successors_are_exactly_the_largest_counts(sequence: list[str], limit: int) -> None:
+    model = DemandModel(half_life=7.0, min_evidence=1.0, workflows={"t": [["a", "b"], ["a", "c"], ["c", "d"]]})
+    for step in sequence:
+        model.observe("t", step)
+    for adapter, row in ((k[1], r) for k, r in model.transitions.items()):
+        total = sum(row.values())
+        expected = sorted(row.values(), reverse=True)[:limit]
+        got = model.next_after("t", adapter, limit=limit)
+        assert [p for _, p in got] == pytest.approx([w / total for w in expected])
+        assert len({a for a, _ in got}) == len(got)
