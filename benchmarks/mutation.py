@@ -1,6 +1,6 @@
 """Mutation testing of the policy and the simulator: which single-point changes to the rules do the tests miss?
 
-    python benchmarks/mutation.py [--sample 300] [--seed 1] [--workers 2] [--tests tests/policy]
+    python benchmarks/mutation.py [--sample 300] [--seed 1] [--workers 2] [--tests tests/policy] [--only FILE]
 
 Each mutant changes one operator or constant in lorafleet/policy/*.py or lorafleet/replay/simulator.py
 (`<`↔`<=`, `>`↔`>=`, `==`↔`!=`, `+`↔`-`, `*`↔`/`, `and`↔`or`, `True`↔`False`, `not x`→`x`, an integer n→n+1,
@@ -156,9 +156,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tests", nargs="*", default=["tests/policy"])
+    parser.add_argument("--only", help="mutate only target files whose path contains this (e.g. placement)")
     args = parser.parse_args()
     everything = []
     for path in TARGETS:
+        if args.only and args.only not in str(path):
+            continue
         for i, (_, what, line) in enumerate(points(ast.parse(path.read_text()))):
             everything.append(Mutant(path, i, line, what))
     rng = random.Random(args.seed)
@@ -192,7 +195,8 @@ def main() -> None:
     print("survivors:")
     for m, k in results:
         if not k:
-            print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}")
+            code = m.path.read_text().splitlines()[m.line - 1].strip() if m.line else ""
+            print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}  | {code[:90]}")
 
 
 if __name__ == "__main__":
