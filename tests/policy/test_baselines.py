@@ -125,3 +125,73 @@ def test_markov_ignores_requests_no_engine_serves(tmp_path: Path) -> None:
     for e in events[:-1]:
         core.on_request(e.time, e, core.route(e))
     assert core.policy.on_request(events[-1].time, events[-1], None, "unserved") == []
+
+
+def test_lfu_and_wtinylfu_counts_halve_every_ten_turnovers_of_the_fleets_slots(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    inv = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}] * 2)
+    for name in ("lfu", "wtinylfu"):
+        policy = make_policy(name)
+        PolicyCore(inv, policy)
+        assert policy.counts.period == 10 * 6  # type: ignore[attr-defined]
+
+
+def test_wtinylfu_window_is_one_percent_of_the_slots_between_one_and_two(tmp_path: Path) -> None:
+    from lorafleet.policy.baselines import WTinyLfuPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    slots = [99, 100, 199, 200, 500]
+    engines = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": n} for n in slots]
+    policy = WTinyLfuPolicy()
+    PolicyCore(make_inventory(tmp_path, adapters=1, engines=engines), policy)
+    assert [policy.window_size[f"h/e{i}"] for i in range(len(slots))] == [1, 1, 1, 2, 2]
+
+
+def test_arc_ignores_requests_no_engine_serves(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    core = PolicyCore(make_inventory(tmp_path, adapters=2), make_policy("arc"))
+    event = stream([0])[0]
+    assert core.policy.on_request(event.time, event, None, "unserved") == []
+
+
+def test_every_victim_order_is_an_order_of_the_residents(tmp_path: Path) -> None:
+    import random
+
+    from lorafleet.policy.core import LOAD, PolicyCore
+    from lorafleet.policy.policies import BASELINES, make_policy
+
+    inv = make_inventory(tmp_path, adapters=12, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}])
+    rng = random.Random(3)
+    events = stream([rng.choice([0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]) for _ in range(300)], tenants=["t", "u"])
+    for name in [*BASELINES, "lorafleet"]:
+        core = PolicyCore(inv, make_policy(name))
+        state = core.book["h/e0"]
+        for e in events:
+            _, decisions = core.on_request(e.time, e, "h/e0")
+            for d in decisions:
+                if d.action == LOAD:
+                    core.load_finished(e.time, d.engine, d.adapter)
+            order = list(core.policy.victim_order(state, e.time))
+            assert sorted(order) == sorted(state.resident), name
+
+
+def test_wtinylfu_keeps_every_resident_in_its_order_with_a_window_of_two(tmp_path: Path) -> None:
+    from lorafleet.policy.baselines import WTinyLfuPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    policy = WTinyLfuPolicy()
+    core = PolicyCore(
+        make_inventory(tmp_path, adapters=5, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 5}]), policy
+    )
+    state = core.book["h/e0"]
+    for name in ("a0", "a1", "a2", "a3", "a4"):
+        state.admit(name, 1)
+    policy.window_size["h/e0"] = 2
+    policy.windows["h/e0"].update(dict.fromkeys(["a3", "a4"]))
+    for _ in range(3):
+        policy.counts.add("a0")  # main's oldest is wanted more than the window's oldest (a3): a3 goes first
+    assert list(policy.victim_order(state, 0.0)) == ["a3", "a0", "a1", "a2", "a4"]

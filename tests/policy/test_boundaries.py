@@ -4,9 +4,11 @@ loader's demand-first order, empty replays."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +250,120 @@ def test_keeping_in_one_pass_equals_keeping_one_by_one(
     assert set(in_one_pass.gpu) == set(one_by_one.gpu)
     unpinned = [a for a in one_by_one.gpu if a not in one_by_one.pins]
     assert [a for a in in_one_pass.gpu if a not in in_one_pass.pins] == unpinned
+
+
+# --- counters, the simulated loader and the result's arithmetic, each pinned ---------------------------------
+
+
+def test_nearest_rank_starts_at_the_smallest_value() -> None:
+    from lorafleet.replay.simulator import PolicyResult
+
+    r = PolicyResult("x", cold_ms=[5.0, 10.0, 20.0])
+    assert (r.cold_ms_percentile(1), r.cold_ms_percentile(34), r.cold_ms_percentile(67)) == (5.0, 10.0, 20.0)
+
+
+def test_replay_speed_is_requests_over_wall_time() -> None:
+    from lorafleet.replay.simulator import PolicyResult
+
+    assert PolicyResult("x", requests=300, wall_s=0.5).requests_per_s == 600.0
+    assert PolicyResult("x", requests=300, wall_s=0.0).requests_per_s == 0.0
+
+
+def test_violations_count_slots_and_bytes_apart() -> None:
+    state = filled(engine(host=1, bytes_=10), "a")
+    state.used_bytes = 11
+    state.in_flight["b"] = 0
+    assert state.violations() == 2
+
+
+def test_an_engine_over_its_slots_by_two_gives_two_victims() -> None:
+    state = filled(engine(host=4), "a", "b", "c", "d")
+    state.budget = Budget(1, 3, None)  # the budget shrank under it (a reload)
+    assert state.victims_for(10, ["a", "b", "c", "d"]) == ["a", "b"]
+
+
+def test_loads_finishing_at_the_same_instant_complete_in_the_order_they_started() -> None:
+    load = LoadModel(load_fixed_ms=10.0, disk_gbps=1e15, h2d_gbps=1e15)
+    sim = SimulatedEngines({"e1": load, "e2": load, "e3": load}, {k: Budget(1, 4, None) for k in ["e1", "e2", "e3"]},
+                           {"a": 1, "b": 1, "c": 1})  # fmt: skip
+    sim.apply(0.0, [Decision(LOAD, "e2", "b", DEMAND), Decision(LOAD, "e1", "a", DEMAND)])
+    sim.apply(0.0, [Decision(LOAD, "e3", "c", DEMAND)])
+    assert [sim.pop_done().engine for _ in range(3)] == ["e2", "e1", "e3"]
+
+
+def test_promoting_the_load_in_progress_changes_nothing() -> None:
+    load = LoadModel(load_fixed_ms=10.0, disk_gbps=1e15, h2d_gbps=1e15)
+    sim = SimulatedEngines({"e": load}, {"e": Budget(1, 4, None)}, {"a": 1, "b": 1})
+    sim.apply(0.0, [Decision(LOAD, "e", "a", PREFETCH), Decision(LOAD, "e", "b", PREFETCH)])
+    sim.promote("e", "a")  # a is loading, not queued
+    assert sim.loaders["e"].current == "a" and list(sim.loaders["e"].queue) == ["b"]
+
+
+def test_unloads_are_counted_on_sglang_only_and_bypassed_misses_once(tmp_path: Path) -> None:
+    from lorafleet.policy.core import MISS, PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1},
+        {"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 1},
+    ]
+    inv = make_inventory(tmp_path, adapters=3, engines=engines)
+    core = PolicyCore(inv, make_policy("lru"))
+    e = stream([0, 1])
+    for engine in ("h/e0", "h/e1"):
+        core.book[engine].admit("a2", 1)
+    core.on_request(e[0].time, replace(e[0], engine="e0"), "h/e0")  # vLLM: its own LRU evicts a2
+    assert (core.counters.evictions, core.counters.unloads) == (1, 0)
+    core.on_request(e[0].time, replace(e[0], engine="e1"), "h/e1")  # SGLang: a2 is unloaded
+    assert (core.counters.evictions, core.counters.unloads) == (2, 1)
+    outcome, decisions = core.on_request(e[1].time, e[1], "h/e0")  # a0 still loading, no other victim
+    assert (outcome, decisions, core.counters.bypassed) == (MISS, [], 1)
+
+
+def test_a_prefetch_used_counts_once(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    inv = make_inventory(tmp_path, adapters=2)
+    core = PolicyCore(inv, make_policy("lru"))
+    core.load(0.0, "h/e0", "a0", PREFETCH, tuple)
+    core.load_finished(0.5, "h/e0", "a0")
+    e = stream([0, 0])
+    core.on_request(e[0].time, e[0], "h/e0")
+    core.on_request(e[1].time, e[1], "h/e0")
+    assert core.counters.prefetch_used == 1
+
+
+def test_a_request_naming_no_engine_is_routed_by_placement(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    inv = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}] * 2)
+    core = PolicyCore(inv, make_policy("lru"))
+    event = stream([1])[0]
+    assert event.engine is None and core.route(event) == core.place("a1") == "h/e0"
+    assert core.route(replace(event, engine="h/e1")) == "h/e1"
+    assert core.route(replace(event, engine="elsewhere")) == "h/e0"
+
+
+def test_the_fleets_demand_half_life_is_eight_turnovers_and_at_least_100(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.policies import make_policy
+
+    small = make_inventory(tmp_path, adapters=2, name="small.yaml")  # 3 slots
+    big = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 4, "max_cpu_loras": 20}] * 2)
+    assert PolicyCore(small, make_policy("lru")).demand.rate == pytest.approx(math.log(2) / 100.0)
+    assert PolicyCore(big, make_policy("lru")).demand.rate == pytest.approx(math.log(2) / (8.0 * 40))
+
+
+def test_the_oracle_starts_with_the_first_requests_adapter_and_skips_unservable_ones(tmp_path: Path) -> None:
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.oracle import OraclePolicy
+    from lorafleet.policy.policies import make_policy
+
+    inv = make_inventory(tmp_path, adapters=3, ranks=[8, 128, 8])  # a1's rank is above the engine's maximum
+    events = stream([1, 2, 0], gap_s=10.0)
+    oracle = make_policy("oracle", events)
+    assert isinstance(oracle, OraclePolicy) and not oracle.yield_to_demand  # variant 0 by default
+    core = PolicyCore(inv, oracle)
+    assert [(d.action, d.adapter) for d in core.start(0.0)] == [(LOAD, "a2")]

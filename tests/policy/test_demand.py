@@ -161,3 +161,25 @@ def test_the_leading_successors_are_exactly_the_largest_counts(sequence: list[st
         got = model.next_after("t", adapter, limit=limit)
         assert [p for _, p in got] == pytest.approx([w / total for w in expected])
         assert len({a for a, _ in got}) == len(got)
+
+
+def test_the_period_is_the_shortest_recent_gap_and_may_be_under_a_second() -> None:
+    demand = DemandModel()
+    for t in (0.0, 60.0, 121.0, 180.5, 240.5, 301.0):  # gaps 60, 61, 59.5, 60, 60.5
+        demand.observe("cron", "timer", t)
+    for i in range(6):
+        demand.observe("poller", "fast", i * 0.5)
+    assert demand.period("timer") == 59.5
+    assert demand.period("fast") == 0.5
+
+
+def test_a_period_allows_a_spread_of_half_the_median() -> None:
+    demand = DemandModel()
+    for t in (0.0, 8.0, 18.0, 28.0, 40.0, 50.0):  # gaps 8, 10, 10, 12, 10: spread 4 of median 10
+        demand.observe("cron", "loose", t)
+    assert demand.period("loose") == 8.0
+
+
+def test_the_long_memory_is_32_times_the_short_one() -> None:
+    demand = DemandModel(half_life=50.0)
+    assert demand.long_popularity.rate == pytest.approx(math.log(2) / (50.0 * 32))

@@ -140,3 +140,13 @@ def test_while_recency_is_followed_the_memories_are_not_judged() -> None:
     assert e.value.pending == ("blend1", True) and e.memory.pending is None
     e.evicted("old")
     assert len(e.value.pairs) == 1 and not e.memory.pairs
+
+
+def test_a_settled_pair_still_expires_cleanly() -> None:
+    r = regret(slots=1, memory=1.0)  # one open pair at most
+    r.choose(["spared0"], ["evicted0"], set())
+    r.evicted("evicted0")
+    r.requested("spared0")  # settled: spared0's list is gone, evicted0's still holds the pair
+    r.choose(["spared1"], ["evicted1"], set())
+    r.evicted("evicted1")  # the first pair expires: both of its names are looked up
+    assert list(r.by_adapter) == ["evicted1", "spared1"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from lorafleet.policy.core import PolicyCore
@@ -87,6 +88,18 @@ def test_trust_and_edge_move_toward_what_came_true(tmp_path: Path) -> None:
     other = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ENGINE, name="u.yaml"), undeclared)
     ask(other, stream([0], tenants=["u"]))
     assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx(0.1))
+
+
+def test_edge_is_measured_against_the_tenants_usual_mix(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    ask(core, stream([1, 1, 0], tenants=["t"]))  # a1 is already much of t's mix when a0 predicts it
+    guessed, baseline = policy.predicted["t"]
+    edge = policy.edge["t"]
+    assert guessed == ["a1"] and 0.3 < baseline < 1.0
+    ask(core, [replace(stream([1], tenants=["t"])[0], time=2000.0)])
+    assert policy.edge["t"] == pytest.approx(edge + policy.trust_rate * (1.0 - baseline - edge))
 
 
 def test_a_tenant_without_an_edge_is_scored_but_not_acted_on(tmp_path: Path) -> None:
@@ -193,3 +206,74 @@ def test_preload_pins_the_pinned_then_loads_the_workflow_heads(tmp_path: Path) -
     decisions = core.start(0.0)
     assert [(d.adapter, d.reason) for d in decisions if d.action == LOAD] == [("a3", PLAN), ("a1", PLAN)]
     assert core.book["h/e0"].pins == {"a3"}
+
+
+# --- scoring and scheduling details ---------------------------------------------------------------------------
+
+
+def test_the_horizon_is_the_fleets_adapter_slots(tmp_path: Path) -> None:
+    engines = [
+        {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5},
+        {"kind": "sglang", "max_loras_per_batch": 3},  # no host cap: its GPU slots
+    ]
+    policy = LorafleetPolicy()
+    PolicyCore(make_inventory(tmp_path, adapters=2, engines=engines), policy)
+    assert policy.horizon == 8.0
+
+
+def test_residents_without_predictions_are_valued_by_their_blended_share(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    demand = core.demand
+    for i in range(400):  # a1 was popular long ago (long memory), a2 lately (short memory)
+        demand.observe("t", "a1" if i < 200 else "a2", 2.0 + i)
+    state = core.book["h/e0"]
+    got = list(policy._cheapest(state, 1000.0))
+    want = sorted((1.0 - math.exp(-demand.share(a) * policy.horizon), a) for a in state.resident)
+    assert [a for _, a in got] == [a for _, a in want]
+    assert [s for s, _ in got] == pytest.approx([s for s, _ in want])
+
+
+def test_a_periodic_adapter_due_soon_is_worth_more_than_its_popularity(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    for i in range(6):
+        core.demand.observe("cron", "a3", 10.0 * i)
+    policy.periodic.add("a3")
+    plain = 1.0 - math.exp(-core.demand.share("a3") * policy.horizon)
+    assert policy.score("a3", 59.0) > plain
+
+
+def test_value_also_asks_the_short_memory_alone_for_the_regret_pair(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)  # a0 popular long ago only
+    for i in range(300):
+        core.demand.observe("t", "a1" if i % 2 else "a2", 100.0 + i)
+    state = core.book["h/e0"]
+    short = min(state.resident, key=lambda a: (core.demand.popularity.get(a, 0.0), list(state.resident).index(a)))
+    next(iter(policy.victim_order(state, 500.0)))
+    assert policy.experts["h/e0"].memory.pending == (short, False)
+
+
+def test_prefetches_due_at_the_same_instant_go_in_the_order_they_were_scheduled(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 6}])
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    for i, adapter in enumerate(("a3", "a1", "a2")):
+        key = ("tenant", f"t{i}")
+        policy.generation[key] = 1
+        policy._prefetch_at(0.0, 10.0, key, 1, "h/e0", adapter, "a0")
+    assert [d.adapter for d in core.tick(10.0) if d.action == LOAD] == ["a3", "a1"]  # then the loader is busy
+
+
+def test_a_busy_loader_is_retried_four_times(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    state = core.book["h/e0"]
+    state.start_load("a4", 1)
+    state.start_load("a5", 1)
+    policy.generation[("tenant", "t")] = 1
+    policy.scheduled.append(ScheduledPrefetch(10.0, 1, ("tenant", "t"), 1, "h/e0", "a1"))
+    attempts = 0
+    while policy.scheduled:
+        core.tick(policy.scheduled[0].due)
+        attempts += 1
+    assert attempts == 1 + 4

@@ -140,3 +140,63 @@ def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> Non
     planned = plan_residency(inv, demand.rates)
     assert [p.adapter for p in planned.placements] == ["a0"]  # one slot: the busiest
     assert tenant_hit_ratios(inv, planned, demand) == {"x": 1.0, "y": 0.0}
+
+
+# --- single rules of placement, each pinned --------------------------------------------------------------------
+
+KIB32 = 32768 / 1048576  # lora_budget_mb holding exactly 32 KiB
+
+
+def test_an_adapter_exactly_as_large_as_the_bytes_left_fits(tmp_path: Path) -> None:
+    engines = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4, "lora_budget_mb": KIB32}]
+    inv = make_inventory(tmp_path, adapters=3, ranks=[32, 8, 8], engines=engines)  # a0 is 32 KiB
+    planned = plan_residency(inv, {"a0": 9.0, "a1": 1.0, "a2": 1.0})
+    assert [p.adapter for p in planned.placements] == ["a0"]
+
+
+def test_a_pin_goes_to_the_engine_with_the_most_room(tmp_path: Path) -> None:
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": n} for n in (3, 6, 4)]
+    inv = make_inventory(tmp_path, adapters=2, engines=engines)
+    planned = plan_residency(inv, {"a0": 1.0, "a1": 1.0}, ["a0"])
+    assert planned.placements[0] == type(planned.placements[0])("a0", "h/e1", True)
+
+
+def test_an_engine_a_pin_left_one_slot_still_takes_an_adapter(tmp_path: Path) -> None:
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}]
+    inv = make_inventory(tmp_path, adapters=3, engines=engines)
+    planned = plan_residency(inv, {"a0": 1.0, "a1": 5.0, "a2": 1.0}, ["a0"])
+    assert [(p.adapter, p.pinned) for p in planned.placements] == [("a0", True), ("a1", False), ("a2", False)]
+
+
+def test_the_expected_hit_ratio_holds_below_one_request_per_second(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}])
+    planned = plan_residency(inv, {"a0": 0.3, "a1": 0.1})
+    assert planned.expected_hit_ratio == pytest.approx(0.75)
+
+
+def test_room_made_by_moving_an_adapter_aside_counts_its_bytes(tmp_path: Path) -> None:
+    # e0 takes any rank but holds 32 KiB; e1 takes rank <= 16 only. a0 (rank 8) is placed first on e0 (most
+    # room), so a1 (rank 32, 32 KiB, only e0 can serve it) needs a0 moved to e1 — the bytes freed must count.
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2, "lora_budget_mb": KIB32 + 8192 / 1048576 / 2},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
+    ]
+    inv = make_inventory(tmp_path, adapters=2, ranks=[8, 32], engines=engines)
+    planned = plan_residency(inv, {"a0": 5.0, "a1": 1.0})
+    assert sorted((p.adapter, p.engine, p.pinned) for p in planned.placements) == [
+        ("a0", "h/e1", False),
+        ("a1", "h/e0", False),
+    ]
+    assert planned.unplaced == ()
+
+
+def test_a_move_aside_that_would_not_make_room_changes_nothing(tmp_path: Path) -> None:
+    # a1 (64 KiB) cannot fit e0's 32 KiB even with a0 moved away: a0 stays, unpinned, and a1 is reported.
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2, "lora_budget_mb": KIB32, "max_lora_rank": 64},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
+    ]
+    inv = make_inventory(tmp_path, adapters=2, ranks=[8, 64], engines=engines)
+    planned = plan_residency(inv, {"a0": 5.0, "a1": 1.0})
+    assert [(p.adapter, p.pinned) for p in planned.placements] == [("a0", False)]
+    assert "a1" in dict(planned.unplaced)
