@@ -296,6 +296,7 @@ def test_promoting_the_load_in_progress_changes_nothing() -> None:
     sim = SimulatedEngines({"e": load}, {"e": Budget(1, 4, None)}, {"a": 1, "b": 1})
     sim.apply(0.0, [Decision(LOAD, "e", "a", PREFETCH), Decision(LOAD, "e", "b", PREFETCH)])
     sim.promote("e", "a")  # a is loading, not queued
+    sim.promote("e", "c")  # c is not loading at all
     assert sim.loaders["e"].current == "a" and list(sim.loaders["e"].queue) == ["b"]
 
 

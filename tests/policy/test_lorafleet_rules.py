@@ -243,13 +243,20 @@ def test_a_periodic_adapter_due_soon_is_worth_more_than_its_popularity(tmp_path:
 
 
 def test_value_also_asks_the_short_memory_alone_for_the_regret_pair(tmp_path: Path) -> None:
-    core, policy = core_with(tmp_path)  # a0 popular long ago only
-    for i in range(300):
-        core.demand.observe("t", "a1" if i % 2 else "a2", 100.0 + i)
+    core, policy = core_with(tmp_path)
+    demand = core.demand
+    for _ in range(450):
+        demand.observe("t", "a0", 1.0)  # a0: 500 requests, long ago
+    for i in range(950):
+        demand.observe("t", ("a1", "a2", "a3")[i % 3], 10.0 + i)
+    for i in range(10):
+        demand.observe("t", "a4", 1000.0 + i)  # a4: a few, lately
     state = core.book["h/e0"]
-    short = min(state.resident, key=lambda a: (core.demand.popularity.get(a, 0.0), list(state.resident).index(a)))
-    next(iter(policy.victim_order(state, 500.0)))
-    assert policy.experts["h/e0"].memory.pending == (short, False)
+    short_first = min(state.resident, key=lambda a: demand.popularity.get(a, 0.0))
+    blended_first = min(state.resident, key=demand.share)
+    assert (short_first, blended_first) == ("a0", "a4")  # the two memories disagree here
+    assert next(iter(policy.victim_order(state, 1100.0))) == "a4"  # the blend is followed by default
+    assert policy.experts["h/e0"].memory.pending == ("a0", False)
 
 
 def test_prefetches_due_at_the_same_instant_go_in_the_order_they_were_scheduled(tmp_path: Path) -> None:

@@ -191,12 +191,27 @@ def test_room_made_by_moving_an_adapter_aside_counts_its_bytes(tmp_path: Path) -
 
 
 def test_a_move_aside_that_would_not_make_room_changes_nothing(tmp_path: Path) -> None:
-    # a1 (64 KiB) cannot fit e0's 32 KiB even with a0 moved away: a0 stays, unpinned, and a1 is reported.
+    # e0 (2 slots, 40 KiB) holds a0 (8 KiB) and a2 (16 KiB); a1 (32 KiB) only fits e0. Moving a0 to e1 frees a
+    # slot but leaves 24 KiB: not enough, so the move is undone (a0 back, unpinned) and a1 is reported.
     engines = [
-        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2, "lora_budget_mb": KIB32, "max_lora_rank": 64},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2, "lora_budget_mb": 40960 / 1048576},
         {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
     ]
-    inv = make_inventory(tmp_path, adapters=2, ranks=[8, 64], engines=engines)
-    planned = plan_residency(inv, {"a0": 5.0, "a1": 1.0})
-    assert [(p.adapter, p.pinned) for p in planned.placements] == [("a0", False)]
+    inv = make_inventory(tmp_path, adapters=3, ranks=[8, 32, 16], engines=engines)
+    planned = plan_residency(inv, {"a0": 5.0, "a1": 1.0, "a2": 4.0})
+    assert sorted((p.adapter, p.engine, p.pinned) for p in planned.placements) == [
+        ("a0", "h/e0", False),
+        ("a2", "h/e0", False),
+    ]
     assert "a1" in dict(planned.unplaced)
+
+
+def test_an_engine_filled_through_another_pool_keeps_its_last_slot_for_this_one(tmp_path: Path) -> None:
+    # x and z can go anywhere, y (rank 32) only on e0. After x and y, e0 has one slot left; z still sees it.
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
+    ]
+    inv = make_inventory(tmp_path, adapters=3, ranks=[8, 32, 8], engines=engines)
+    planned = plan_residency(inv, {"a0": 9.0, "a1": 8.0, "a2": 7.0})
+    assert [(p.adapter, p.engine) for p in planned.placements] == [("a0", "h/e0"), ("a1", "h/e0"), ("a2", "h/e0")]
