@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from lorafleet.policy.baselines import capacity
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.experts import EvictionExperts
@@ -86,8 +87,7 @@ class LorafleetPolicy(Policy):
         # Per engine, whether to evict by recency or by value, and value by which popularity memory: experts
         # judged by regret (experts.py).
         self.experts = {
-            key: EvictionExperts(max(1, state.budget.host_slots or state.budget.gpu_slots), self.evidence_memory)
-            for key, state in core.book.engines.items()
+            key: EvictionExperts(capacity(state), self.evidence_memory) for key, state in core.book.engines.items()
         }
 
     # scoring ---------------------------------------------------------------------------------------------
