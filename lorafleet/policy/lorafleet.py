@@ -26,6 +26,7 @@ class ScheduledPrefetch:
     engine: str = field(compare=False)
     adapter: str = field(compare=False)
     attempt: int = field(default=0, compare=False)  # retries while the engine's loader is busy
+    completed: int = field(default=0, compare=False)  # the engine's loads completed when it first had to wait
 
 
 class LorafleetPolicy(Policy):
@@ -79,6 +80,7 @@ class LorafleetPolicy(Policy):
         self.scheduled: list[ScheduledPrefetch] = []  # a heap, soonest first
         self.periodic: set[str] = set()  # adapters requested at regular intervals
         self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
+        self.completed: dict[str, int] = {}  # loads completed per engine: how fast its loader turns over
         self.seq = 0
 
     def bind(self, core: PolicyCore) -> None:
@@ -237,7 +239,8 @@ class LorafleetPolicy(Policy):
                     continue
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
                 due = now if gap is None else now + gap - self._lead(target, candidate)
-                decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter)
+                timed = gap is not None
+                decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter, timed)
         # Requested like clockwork: protected near its next time (score), brought back before it if evicted.
         if core.demand.period(adapter) is None:
             self.periodic.discard(adapter)
@@ -249,6 +252,7 @@ class LorafleetPolicy(Policy):
 
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         self.experts[engine].loaded(adapter)
+        self.completed[engine] = self.completed.get(engine, 0) + 1
         return []
 
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
@@ -274,14 +278,18 @@ class LorafleetPolicy(Policy):
             return engine
         return self.core.place(candidate)
 
-    def _lead(self, engine: str, adapter: str) -> float:
-        """How long before it is needed a load should start: its load time, with margin, behind the queue."""
-        core = self.core
+    def _load_seconds(self, engine: str, adapter: str) -> float:
         key = (engine, adapter)
         load_s = self._load_s.get(key)
         if load_s is None:
+            core = self.core
             load_s = self._load_s[key] = core.load_ms[engine].cold_ms(core.sizes[adapter]) / 1000.0
-        return load_s * (self.lead_factor + len(core.book.engines[engine].in_flight)) + self.lead_margin_s
+        return load_s
+
+    def _lead(self, engine: str, adapter: str) -> float:
+        """How long before it is needed a load should start: its load time, with margin, behind the queue."""
+        load_s = self._load_seconds(engine, adapter)
+        return load_s * (self.lead_factor + len(self.core.book.engines[engine].in_flight)) + self.lead_margin_s
 
     def _prefetch_at(
         self,
@@ -292,8 +300,13 @@ class LorafleetPolicy(Policy):
         target: str,
         candidate: str,
         keep: str,
+        timed: bool = False,
     ) -> list[Decision]:
-        if due <= now and len(self.core.book.engines[target].in_flight) < self.max_in_flight:
+        """Prefetch now or schedule it for `due`. `timed`: `due` comes from the tenant's observed gaps, so a due
+        already past means its next request is expected within a load's lead time."""
+        if due <= now:
+            if timed and len(self.core.book.engines[target].in_flight) >= self.max_in_flight:
+                return []  # behind a busy loader it would come after the request it is for, and only take a slot
             return self._prefetch(now, target, candidate, keep)
         if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
             return []  # already there, and the prediction now protects it: nothing to schedule
@@ -333,11 +346,18 @@ class LorafleetPolicy(Policy):
             if self.generation.get(work.key) != work.generation or work.engine not in engines:
                 continue  # a newer request replaced this prediction, or the engine left the fleet
             if len(engines[work.engine].in_flight) >= self.max_in_flight:
-                if work.attempt >= self.retries:
-                    continue  # the loader stayed busy: a prefetch now would only delay demand loads
-                self.seq += 1
-                retry = replace(work, due=now + self.lead_margin_s, seq=self.seq, attempt=work.attempt + 1)
-                heapq.heappush(scheduled, retry)
-                continue
+                done = self.completed.get(work.engine, 0)
+                if work.attempt < self.retries:
+                    self.seq += 1
+                    mark = work.completed if work.attempt else done
+                    wait = self._load_seconds(work.engine, work.adapter) + self.lead_margin_s  # a load's time
+                    retry = replace(work, due=now + wait, seq=self.seq, attempt=work.attempt + 1)
+                    heapq.heappush(scheduled, replace(retry, completed=mark))
+                    continue
+                if done - work.completed >= self.max_in_flight:
+                    # The loader turned its whole queue over while this waited and is full again: saturated.
+                    # A prefetch now would only delay the demand loads behind it.
+                    continue
+                # Still the same loads in flight: a slow engine, not a flood. The prediction keeps its value.
             decisions += self._prefetch(now, work.engine, work.adapter, None)
         return decisions

@@ -134,11 +134,9 @@ class Simulation:
             if progress is not None and index % 4096 == 0:
                 progress(index)
             now_ms = (event.time - origin) * 1000.0
-            if engines.next_done_ms() <= now_ms:
-                self._complete_until(now_ms)
             wakeup = core.next_wakeup()
-            if wakeup is not None and wakeup * 1000.0 <= now_ms:
-                self._advance(now_ms)
+            if engines.next_done_ms() <= now_ms or (wakeup is not None and wakeup * 1000.0 <= now_ms):
+                self._advance(now_ms)  # completions and wakeups in time order: a tick sees the book as of then
             if event.kind != ADAPTER:
                 if event.kind == BASE:
                     result.base_requests += 1

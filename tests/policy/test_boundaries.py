@@ -368,3 +368,33 @@ def test_the_oracle_starts_with_the_first_requests_adapter_and_skips_unservable_
     assert isinstance(oracle, OraclePolicy) and not oracle.yield_to_demand  # variant 0 by default
     core = PolicyCore(inv, oracle)
     assert [(d.action, d.adapter) for d in core.start(0.0)] == [(LOAD, "a2")]
+
+
+def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
+    """Replay runs load completions and the policy's wakeups in one time order: a wakeup due before a load
+    completes sees that load still in flight, even when the next request comes after both."""
+    from lorafleet.policy.core import Policy
+
+    seen: list[tuple[float, list[str]]] = []
+
+    class Probe(Policy):
+        name = "probe"
+
+        def __init__(self) -> None:
+            self.wakeups = [0.002, 5.0]
+
+        def next_wakeup(self) -> float | None:
+            return self.wakeups[0] if self.wakeups else None
+
+        def tick(self, now: float) -> list[Decision]:
+            seen.append((now, sorted(self.core.book["h/e0"].in_flight)))
+            self.wakeups.pop(0)
+            return []
+
+    inv = make_inventory(tmp_path, adapters=2)
+    sim = Simulation(inv, "lru", stream([0, 1], gap_s=10.0))
+    probe = Probe()
+    probe.bind(sim.core)
+    sim.core.policy = probe
+    sim.run()
+    assert seen == [(0.002, ["a0"]), (5.0, [])]  # a0's load (15 ms and more) is still running at 2 ms

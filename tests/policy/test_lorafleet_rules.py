@@ -51,7 +51,7 @@ from dataclasses import replace  # noqa: E402
 
 import pytest  # noqa: E402
 
-from lorafleet.policy.core import LOAD, PLAN, PREFETCH  # noqa: E402
+from lorafleet.policy.core import DEMAND, LOAD, PLAN, PREFETCH  # noqa: E402
 from lorafleet.policy.lorafleet import ScheduledPrefetch  # noqa: E402
 from tests.policy.fleet import stream  # noqa: E402
 
@@ -157,31 +157,63 @@ def test_a_prefetch_is_timed_before_the_tenants_earliest_next_request(tmp_path: 
     assert next((d.adapter, d.reason) for d in later if d.action == LOAD) == ("a1", PREFETCH)
 
 
-def test_scheduled_prefetches_wait_for_a_busy_loader_then_are_dropped_as_are_stale_ones(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
+def busy_engine(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
     policy = LorafleetPolicy()
-    core = PolicyCore(inv, policy)
+    core = PolicyCore(make_inventory(tmp_path, adapters=8, engines=ENGINE), policy)
     state = core.book["h/e0"]
     state.start_load("a4", 1)
     state.start_load("a5", 1)  # max_in_flight loads already: the loader is busy
     policy.generation[("tenant", "t")] = 1
     policy.scheduled.append(ScheduledPrefetch(10.0, 1, ("tenant", "t"), 1, "h/e0", "a1"))
-    assert core.tick(10.0) == []
+    return core, policy
+
+
+def wait_out(core: PolicyCore, policy: LorafleetPolicy, during=None) -> list:  # type: ignore[no-untyped-def]
+    """Tick through the scheduled prefetch's retries; `during(now)` runs before each retry."""
+    now = policy.scheduled[0].due
+    assert core.tick(now) == []
     retry = policy.scheduled[0]
-    assert (retry.attempt, retry.due) == (1, pytest.approx(10.0 + policy.lead_margin_s))
-    now = retry.due
+    load_s = policy._load_seconds("h/e0", "a1")
+    assert (retry.attempt, retry.due) == (1, pytest.approx(now + load_s + policy.lead_margin_s))  # a load's time
     for _ in range(policy.retries - 1):
-        assert core.tick(now) == []
         now = policy.scheduled[0].due
-    assert core.tick(now) == [] and not policy.scheduled  # still busy after its retries: dropped
-    policy.scheduled.append(ScheduledPrefetch(now, 2, ("tenant", "t"), 1, "h/e0", "a1"))
-    state.finish_load("a5")  # one load in flight: the loader has room
-    assert [d.adapter for d in core.tick(now) if d.action == LOAD] == ["a1"]
+        if during is not None:
+            during(now)
+        assert core.tick(now) == []
+    now = policy.scheduled[0].due
+    if during is not None:
+        during(now)
+    return core.tick(now)
+
+
+def test_a_prefetch_waiting_on_a_slow_loader_goes_after_its_retries(tmp_path: Path) -> None:
+    core, policy = busy_engine(tmp_path)
+    decisions = wait_out(core, policy)  # the same two loads in flight all along: slow, not flooded
+    assert [d.adapter for d in decisions if d.action == LOAD] == ["a1"] and not policy.scheduled
+
+
+def test_a_prefetch_waiting_on_a_saturated_loader_is_dropped(tmp_path: Path) -> None:
+    core, policy = busy_engine(tmp_path)
+    state = core.book["h/e0"]
+    queue = iter(["a6", "a7", "a0", "a2", "a3"])
+
+    def turn_over(now: float) -> None:  # one load completes, a new demand load takes its place
+        finished = next(iter(state.in_flight))
+        core.load_finished(now, "h/e0", finished)
+        core.load(now, "h/e0", next(queue), DEMAND, lambda: list(state.resident))
+
+    assert wait_out(core, policy, turn_over) == [] and not policy.scheduled  # the queue turned over, still full
+
+
+def test_stale_scheduled_prefetches_are_dropped(tmp_path: Path) -> None:
+    core, policy = busy_engine(tmp_path)
+    core.book["h/e0"].finish_load("a5")  # one load in flight: the loader has room
+    assert [d.adapter for d in core.tick(10.0) if d.action == LOAD] == ["a1"]
     policy.scheduled.append(ScheduledPrefetch(20.0, 9, ("tenant", "t"), 0, "h/e0", "a2"))  # an older generation
     assert core.tick(20.0) == [] and not policy.scheduled
 
 
-def test_a_prefetch_due_now_waits_while_the_loader_is_busy(tmp_path: Path) -> None:
+def test_a_timed_prefetch_already_due_is_dropped_behind_a_busy_loader(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
@@ -189,10 +221,13 @@ def test_a_prefetch_due_now_waits_while_the_loader_is_busy(tmp_path: Path) -> No
     state.start_load("a4", 1)
     key = ("tenant", "t")
     policy.generation[key] = 1
-    assert [d.adapter for d in policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a1", "a0")] == ["a1"]
-    state.start_load("a5", 1)  # now max_in_flight loads: busy
-    assert policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a2", "a0") == []
-    assert [(w.due, w.adapter) for w in policy.scheduled] == [(5.0, "a2")]  # handed to the retries
+    assert [d.adapter for d in policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a1", "a0", timed=True)] == ["a1"]
+    state.start_load("a5", 1)  # now more than max_in_flight loads: busy
+    # Timed from the tenant's gaps: its next request comes before the busy loader could bring a2 in.
+    assert policy._prefetch_at(5.0, 4.0, key, 1, "h/e0", "a2", "a0", timed=True) == []
+    # Untimed (no gaps seen yet): nothing says it would be late, so it goes.
+    assert [d.adapter for d in policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a3", "a0") if d.action == LOAD] == ["a3"]
+    assert not policy.scheduled
 
 
 def test_preload_pins_the_pinned_then_loads_the_workflow_heads(tmp_path: Path) -> None:
