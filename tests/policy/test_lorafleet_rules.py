@@ -306,14 +306,7 @@ def test_prefetches_due_at_the_same_instant_go_in_the_order_they_were_scheduled(
 
 
 def test_a_busy_loader_is_retried_four_times(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=ENGINE)
-    policy = LorafleetPolicy()
-    core = PolicyCore(inv, policy)
-    state = core.book["h/e0"]
-    state.start_load("a4", 1)
-    state.start_load("a5", 1)
-    policy.generation[("tenant", "t")] = 1
-    policy.scheduled.append(ScheduledPrefetch(10.0, 1, ("tenant", "t"), 1, "h/e0", "a1"))
+    core, policy = busy_engine(tmp_path)
     attempts = 0
     while policy.scheduled:
         core.tick(policy.scheduled[0].due)
