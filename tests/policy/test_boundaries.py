@@ -185,6 +185,7 @@ def test_a_failed_load_is_counted_and_frees_its_reservation(tmp_path: Path) -> N
     core.on_request(event.time, event, "h/e0")
     assert core.load_finished(event.time + 1, "h/e0", "a0", ok=False) == []
     assert core.counters.failed_loads == 1 and not core.book["h/e0"].holds("a0")
+    assert core.book["h/e0"].used_bytes == 0  # its bytes are free again
 
 
 def test_a_further_copy_only_when_half_its_rate_beats_the_mean_rate(tmp_path: Path) -> None:
@@ -398,3 +399,21 @@ def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
     sim.core.policy = probe
     sim.run()
     assert seen == [(0.002, ["a0"]), (5.0, [])]  # a0's load (15 ms and more) is still running at 2 ms
+
+
+def test_headroom_captured_is_the_share_of_the_gap_from_lru_to_the_oracle() -> None:
+    from lorafleet.replay.simulator import PolicyResult, headroom_captured
+
+    def at(hits: int) -> PolicyResult:
+        return PolicyResult("x", requests=100, hits=hits)
+
+    assert headroom_captured(at(50), at(30), at(90)) == pytest.approx(1 / 3)
+    assert headroom_captured(at(50), at(30), at(30)) is None
+
+
+def test_a_pin_limit_holds_across_several_pins(tmp_path: Path) -> None:
+    from lorafleet.policy.placement import plan_residency
+
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}])
+    planned = plan_residency(inv, {"a0": 1.0, "a1": 1.0, "a2": 1.0}, ["a0", "a1"])
+    assert [p.adapter for p in planned.placements if p.pinned] == ["a0"]  # one pin: one GPU slot stays free

@@ -312,3 +312,38 @@ def test_a_busy_loader_is_retried_four_times(tmp_path: Path) -> None:
         core.tick(policy.scheduled[0].due)
         attempts += 1
     assert attempts == 1 + 4
+
+
+def test_a_plans_unpinned_placements_stay_unpinned(tmp_path: Path) -> None:
+    from lorafleet.policy.placement import Placement
+
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}])
+    core = PolicyCore(inv, LorafleetPolicy([Placement("a0", "h/e0", False), Placement("a1", "h/e0", True)]))
+    assert [d.adapter for d in core.start(0.0) if d.action == LOAD] == ["a0", "a1"]
+    assert core.book["h/e0"].pins == {"a1"}
+
+
+def test_a_live_prediction_raises_the_score_by_its_probability_times_the_chance_it_comes_soon(
+    tmp_path: Path,
+) -> None:
+    core, policy = core_with(tmp_path)
+    demand = core.demand
+    for t in (100.0, 104.0, 114.0, 134.0):  # t's gaps after a2: 4, 10 and 20 s
+        demand.observe("t", "a2", t)
+    demand.arrival_gap = 1.0  # a window of `horizon` (5) seconds
+    plain = 1.0 - math.exp(-demand.share("a4") * policy.horizon)
+    policy.hot["a4"] = {"t": (0.5, 134.0, "a2", 1000.0)}  # made at 134 s after a2, lasts until 1000 s
+    soon = demand.next_within("t", "a2", 139.0 - 134.0, policy.horizon)
+    assert soon == 0.5  # 5 s on: of the gaps longer than 5 s (10, 20), half end within the next 5 s
+    assert policy.score("a4", 139.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
+
+
+def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    for i in range(6):
+        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)  # every 60 s, last at 400 s
+    policy.periodic.add("a3")
+    policy.generation[("adapter", "a3")] = 1
+    policy.on_evicted(410.0, "h/e0", "a3")
+    work = policy.scheduled[-1]
+    assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
