@@ -215,3 +215,30 @@ def test_an_engine_filled_through_another_pool_keeps_its_last_slot_for_this_one(
     inv = make_inventory(tmp_path, adapters=3, ranks=[8, 32, 8], engines=engines)
     planned = plan_residency(inv, {"a0": 9.0, "a1": 8.0, "a2": 7.0})
     assert [(p.adapter, p.engine) for p in planned.placements] == [("a0", "h/e0"), ("a1", "h/e0"), ("a2", "h/e0")]
+
+
+def test_a_copy_goes_to_another_host_first(tmp_path: Path) -> None:
+    from lorafleet.inventory import load_inventory
+
+    engine = "kind: vllm, max_loras: 1, max_cpu_loras: 3, base_model: m, max_lora_rank: 64"
+    path = tmp_path / "two-hosts.yaml"
+    path.write_text(
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n"
+        "  - name: h1\n    provider: onprem\n    engines:\n"
+        f"      - {{name: e0, url: http://127.0.0.1:20000, {engine}}}\n"
+        f"      - {{name: e1, url: http://127.0.0.1:20001, {engine}}}\n"
+        "  - name: h2\n    provider: onprem\n    engines:\n"
+        f"      - {{name: e2, url: http://127.0.0.1:20002, {engine.replace('max_cpu_loras: 3', 'max_cpu_loras: 2')}}}\n"
+        "adapters:\n" + "".join(f"  - {{id: a{i}, base_model: m, path: /a/a{i}, rank: 8}}\n" for i in range(3))
+    )
+    inv = load_inventory(path)
+    planned = plan_residency(inv, {"a0": 100.0, "a1": 1.0, "a2": 1.0}, max_replicas=2)
+    hosts = sorted(p.engine.split("/")[0] for p in planned.placements if p.adapter == "a0")
+    assert hosts == ["h1", "h2"]  # the second copy on h2, though h1's other engine has more room
+
+
+def test_no_demand_at_all_plans_nothing_expected(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2)
+    assert plan_residency(inv, {}).expected_hit_ratio == 1.0  # nothing asked, nothing missed
+    assert plan_residency(inv, {"a0": 0.0, "a1": 0.0}).expected_hit_ratio == 1.0

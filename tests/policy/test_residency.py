@@ -142,3 +142,10 @@ def test_an_sglang_engine_unloads_its_victims_without_touches() -> None:
     for name in ("a", "b", "c"):
         s.admit(name, 1)
     assert s.keep_for(["c"]) == []
+
+
+def test_an_admitted_or_restored_adapter_is_not_an_unused_prefetch() -> None:
+    e = engine(host_slots=3)
+    e.admit("a", 1)
+    e.restore([("b", 1, False)])
+    assert e.evict("a") is False and e.evict("b") is False  # evicting them is not prefetch waste
