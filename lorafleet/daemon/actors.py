@@ -150,8 +150,7 @@ class EngineActor:
             for adapter in gone:
                 # On vLLM the next request needing these files would kill the whole engine: unregister now.
                 client.unload(adapter)
-            activity = getattr(client, "activity", None)  # vLLM: its /metrics say what holds a GPU slot
-            running = tuple(a for a in activity().running if a in registry) if activity is not None else ()
+            running = tuple(a for a in client.activity().running if a in registry)  # vLLM: in a GPU slot now
             return "reconciled", registry - set(gone), gone, running
         assert name is not None
         if work.action == LOAD:

@@ -269,11 +269,10 @@ class Fleet:
         # What the engine certainly holds, lorafleet did not load: SGLang's registered adapters (in host memory),
         # vLLM's running ones (in a GPU slot, so cached). Adopted while they fit, so the budget counts them.
         held = registry if not state.profile.load_fills_gpu else set(done.running)
-        if held:
-            for adapter in sorted(held):
-                size = self.core.sizes.get(adapter)
-                if size is not None and not state.holds(adapter) and state.has_room(size):
-                    state.admit(adapter, size)
+        for adapter in sorted(held):
+            size = self.core.sizes.get(adapter)
+            if size is not None and not state.holds(adapter) and state.has_room(size):
+                state.admit(adapter, size)
         if self.plan is not None:
             for p in self.plan.placements:
                 if p.engine == done.engine and p.adapter not in done.vanished:

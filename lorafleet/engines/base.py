@@ -322,6 +322,10 @@ class EngineClient:
     def unload(self, name: str) -> None:
         raise NotImplementedError
 
+    def activity(self) -> Activity:
+        """Adapters with requests in flight, where the engine says so (vLLM's /metrics); none known otherwise."""
+        return Activity((), (), None)
+
     def health(self) -> bool:
         try:
             self.request("GET", "/health")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 
 class _Pair:
@@ -107,14 +107,13 @@ class EvictionExperts:
         self.value = Regret(slots, memory)  # challenger: recency (LRU); default: value
         self.memory = Regret(slots, memory)  # challenger: short popularity alone; default: the blend
 
-    def by_recency(self, resident: Iterable[str]) -> list[str]:
+    def by_recency(self, resident: Collection[str]) -> list[str]:
         """The residents, least recently requested first; those never seen arrive (restored, adopted) first."""
-        held = dict.fromkeys(resident)
         recency = self.recency
-        return [a for a in held if a not in recency] + [a for a in recency if a in held]
+        return [a for a in resident if a not in recency] + [a for a in recency if a in resident]
 
     def choose(
-        self, resident: Iterable[str], blended: Iterable[str], short: Iterable[str], pins: set[str]
+        self, resident: Collection[str], blended: Iterable[str], short: Iterable[str], pins: set[str]
     ) -> Iterator[str]:
         """The eviction order: recency or value, and for value, which popularity memory."""
         value_order = self.memory.choose(short, blended, pins)

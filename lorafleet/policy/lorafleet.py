@@ -351,8 +351,8 @@ class LorafleetPolicy(Policy):
                     self.seq += 1
                     mark = work.completed if work.attempt else done
                     wait = self._load_seconds(work.engine, work.adapter) + self.lead_margin_s  # a load's time
-                    retry = replace(work, due=now + wait, seq=self.seq, attempt=work.attempt + 1)
-                    heapq.heappush(scheduled, replace(retry, completed=mark))
+                    retry = replace(work, due=now + wait, seq=self.seq, attempt=work.attempt + 1, completed=mark)
+                    heapq.heappush(scheduled, retry)
                     continue
                 if done - work.completed >= self.max_in_flight:
                     # The loader turned its whole queue over while this waited and is full again: saturated.
