@@ -34,6 +34,7 @@ from lorafleet.replay.simulator import PolicyResult, simulate  # noqa: E402
 SEEDS = {"tune": (0, 1, 2), "report": (3, 4, 5, 6, 7), "all": tuple(range(8))}
 PARAMETERS = (
     "evidence_memory",
+    "quick_memory",
     "min_probability",
     "hot_ttl_s",
     "trust_rate",

@@ -1,22 +1,28 @@
 """How lorafleet picks an engine's eviction order among experts: judged by regret, never by a fitted constant.
 
-Two choices are made per engine, each between a default expert and a challenger:
-- recency (LRU, the challenger) or value (the default: popularity raised by live predictions);
-- for value, the popularity memory: the blend of a short and a 32x longer one (the default), or the short one
-  alone (the challenger), which follows a drifting hot set sooner.
+Three choices are made per engine, each between a default expert and a challenger:
+- `memory`, the steady side: popularity from the blend of a short and a 32x longer memory (the default), or
+  from the short one alone (the challenger), which follows a drifting hot set sooner;
+- `pace`, the fast side: popularity from a quick memory, a quarter of the short one (the default), or plain
+  request recency, LRU (the challenger);
+- `tempo`: the steady side (the default) or the fast side (the challenger), for a hot set that moves faster
+  than the steady memories can follow.
 
 Each choice is judged in the manner of LeCaR (Vietri et al., 2018), but settled pairwise: whenever the two
-experts would have evicted different adapters, the pair (evicted, spared) stays open until one of the two is
-asked for on that engine. If the evicted one comes first, the expert followed chose wrong and the other earns a
-point; if the spared one comes first, the expert followed chose well and earns it. Both experts are judged
-whichever is followed, so following one never hides the other's merit (a shadow LRU compared with actual
-outcomes could not see value's merit while LRU was followed). Points decay by request over the last `memory`
-turnovers of the engine's slots; pairs left open expire after as many evictions. The challenger is followed only
+experts would have evicted different adapters, the pair (one's victim, the other's) stays open until one of the
+two is asked for on that engine. The expert whose victim comes first chose wrong and the other earns a point.
+Requests do not depend on what is resident, so both experts are judged whichever is followed, and following
+one never hides the other's merit (a shadow LRU compared with actual outcomes could not see value's merit while
+LRU was followed). `tempo` and `memory` open a pair with the victim actually evicted after their choice; `pace`
+opens it at the choice itself, since its choice is made real only while `tempo` follows the fast side, and it
+must be judged meanwhile to be ready when that happens. Points decay by request over the last `memory`
+turnovers of the engine's slots; pairs left open expire after as many more. The challenger is followed only
 while its lead is more than one standard deviation of the settled count, so a few lucky pairs do not flip it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
@@ -35,9 +41,10 @@ class _Pair:
 class Regret:
     """A default expert and a challenger on one engine: the open regret pairs and their decayed points."""
 
-    __slots__ = ("by_adapter", "evidence", "keep", "limit", "pairs", "pending")
+    __slots__ = ("at_choice", "by_adapter", "evidence", "keep", "limit", "pairs", "pending")
 
-    def __init__(self, slots: int, memory: float) -> None:
+    def __init__(self, slots: int, memory: float, at_choice: bool = False) -> None:
+        self.at_choice = at_choice  # open each pair when choosing, not on the eviction that follows
         self.keep = 1.0 - 1.0 / (memory * slots)  # per request
         self.limit = memory * slots  # open pairs
         self.evidence = [0.0, 0.0]  # [challenger's points, default's points]
@@ -50,12 +57,24 @@ class Regret:
         return challenger - default > math.sqrt(challenger + default)
 
     def choose(self, challenger: Iterable[str], default: Iterable[str], pins: set[str]) -> Iterator[str]:
-        """The order to evict in, remembering the other expert's first victim for the next regret pair."""
+        """The order to evict in, remembering the other expert's first victim for the next regret pair (or, with
+        `at_choice`, opening the pair of the two first victims now)."""
         by_challenger = self.follow_challenger()
         followed, other_order = (challenger, default) if by_challenger else (default, challenger)
         other = next((a for a in other_order if a not in pins), None)
         self.pending = None if other is None else (other, by_challenger)
-        return iter(followed)
+        if not self.at_choice:
+            return iter(followed)
+        followed = iter(followed)
+        first = next((a for a in followed if a not in pins), None)
+        if first is None:
+            self.pending = None
+            return followed
+        held = self.by_adapter.get(first, ())
+        if other is not None and not any(p.open and other in (p.evicted, p.spared) for p in held):
+            self.evicted(first)  # not evicted yet, perhaps never: the pair is judged all the same (once)
+        self.pending = None
+        return itertools.chain((first,), followed)
 
     def forget_choice(self) -> None:
         """The evictions that follow are not this pair of experts' choice."""
@@ -97,15 +116,16 @@ class Regret:
 
 
 class EvictionExperts:
-    """One engine's experts: request recency (LRU's order), recency vs value, and value's popularity memory."""
+    """One engine's experts: request recency (LRU's order), and the three choices among value orders."""
 
-    __slots__ = ("memory", "recency", "value")
+    __slots__ = ("memory", "pace", "recency", "tempo")
 
     def __init__(self, slots: int, memory: float) -> None:
         # By last request (a prefetch by its load), kept apart from the book's order, which touches reorder.
         self.recency: dict[str, None] = {}
-        self.value = Regret(slots, memory)  # challenger: recency (LRU); default: value
+        self.tempo = Regret(slots, memory)  # challenger: the fast side; default: the steady side
         self.memory = Regret(slots, memory)  # challenger: short popularity alone; default: the blend
+        self.pace = Regret(slots, memory, at_choice=True)  # challenger: recency (LRU); default: quick popularity
 
     def by_recency(self, resident: Collection[str]) -> list[str]:
         """The residents, least recently requested first; those never seen arrive (restored, adopted) first."""
@@ -113,19 +133,26 @@ class EvictionExperts:
         return [a for a in resident if a not in recency] + [a for a in recency if a in resident]
 
     def choose(
-        self, resident: Collection[str], blended: Iterable[str], short: Iterable[str], pins: set[str]
+        self,
+        resident: Collection[str],
+        blended: Iterable[str],
+        short: Iterable[str],
+        quick: Iterable[str],
+        pins: set[str],
     ) -> Iterator[str]:
-        """The eviction order: recency or value, and for value, which popularity memory."""
-        value_order = self.memory.choose(short, blended, pins)
-        by_recency = self.value.follow_challenger()
-        order = self.value.choose(self.by_recency(resident), value_order, pins)
-        if by_recency:
-            self.memory.forget_choice()  # value's victims are not evicted: nothing to judge its memories by
+        """The eviction order: the steady or the fast side, and on each, which of its two experts."""
+        fast = self.pace.choose(self.by_recency(resident), quick, pins)
+        steady = self.memory.choose(short, blended, pins)
+        fast_followed = self.tempo.follow_challenger()
+        order = self.tempo.choose(fast, steady, pins)
+        if fast_followed:
+            self.memory.forget_choice()  # the steady side's victims are not evicted: nothing to judge it by
         return order
 
     def requested(self, adapter: str) -> None:
-        self.value.requested(adapter)
+        self.tempo.requested(adapter)
         self.memory.requested(adapter)
+        self.pace.requested(adapter)
         recency = self.recency
         recency.pop(adapter, None)
         recency[adapter] = None
@@ -135,10 +162,10 @@ class EvictionExperts:
 
     def evicted(self, adapter: str) -> None:
         self.recency.pop(adapter, None)
-        self.value.evicted(adapter)
+        self.tempo.evicted(adapter)
         self.memory.evicted(adapter)
 
     def forget_choice(self) -> None:
         """Evictions that follow are not an expert's choice (a prefetch displacing cheaper adapters)."""
-        self.value.forget_choice()
+        self.tempo.forget_choice()
         self.memory.forget_choice()

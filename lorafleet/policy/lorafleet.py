@@ -9,10 +9,13 @@ from dataclasses import dataclass, field, replace
 
 from lorafleet.policy.baselines import capacity
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.demand import AgedCounts
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.experts import EvictionExperts
 from lorafleet.policy.placement import Placement, can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
+
+BLENDED, SHORT, QUICK = "blended", "short", "quick"  # popularity memories an eviction order can use
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -42,8 +45,8 @@ class LorafleetPolicy(Policy):
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
       that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
-      Each engine follows recency instead, or popularity from the short memory alone, while regret pairs say
-      that has been clearly better lately (experts.py).
+      Each engine follows popularity from its short memory alone instead, or from a quick memory, or plain
+      recency, while regret pairs say that has been clearly better lately (experts.py).
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
       only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
       without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
@@ -64,6 +67,7 @@ class LorafleetPolicy(Policy):
 
     min_probability = 0.2
     evidence_memory = 8.0  # how many turnovers of an engine's slots the experts' evidence is remembered
+    quick_memory = 0.25  # the quick popularity memory's half-life, against the demand model's short one
     max_in_flight = 2
     hot_ttl_s = 300.0
     trust_rate = 0.1
@@ -86,6 +90,8 @@ class LorafleetPolicy(Policy):
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
         self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
+        # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
+        self.quick = AgedCounts(math.log(2) / core.demand.rate * self.quick_memory)
         # Per engine, whether to evict by recency or by value, and value by which popularity memory: experts
         # judged by regret (experts.py).
         self.experts = {
@@ -121,36 +127,44 @@ class LorafleetPolicy(Policy):
         return 1.0 - miss
 
     def _cheapest(
-        self, state: EngineResidency, now: float, keep: str | None = None, short_only: bool = False
+        self, state: EngineResidency, now: float, keep: str | None = None, memory: str = BLENDED
     ) -> Iterator[tuple[float, str]]:
-        """Residents by ascending score, computed lazily (popularity from the short memory alone if asked).
+        """Residents by ascending score, computed lazily, with popularity from the `memory` asked for.
 
         Predictions only ever raise a score above its popularity part, so walking residents by popularity and
         holding back each one until nothing unseen can score lower yields the exact order while computing full
         scores for only the first few. Ties go least recently used first.
         """
         demand = self.core.demand
-        a_short, b_long = (demand.short_scale, 0.0) if short_only else demand.share_weights()
-        short, long = demand.popularity.get, demand.long_popularity.counts.get
+        if memory == BLENDED:
+            a, b = demand.share_weights()
+            short, long = demand.popularity.get, demand.long_popularity.counts.get
+            by_share = [
+                (min(1.0, a * short(x, 0.0) + b * long(x, 0.0)), i, x)
+                for i, x in enumerate(state.resident)
+                if x != keep
+            ]
+        else:
+            if memory == SHORT:
+                a, counts = demand.short_scale, demand.popularity.get
+            else:
+                a, counts = self.quick.rate / self.quick.weight, self.quick.counts.get
+            by_share = [(min(1.0, a * counts(x, 0.0)), i, x) for i, x in enumerate(state.resident) if x != keep]
         horizon = self.horizon
-        by_share = [
-            (min(1.0, a_short * short(a, 0.0) + b_long * long(a, 0.0)), i, a)
-            for i, a in enumerate(state.resident)
-            if a != keep
-        ]
         heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
         while by_share or pending:
             while by_share and (not pending or 1.0 - math.exp(-by_share[0][0] * horizon) <= pending[0][0]):
-                s, i, a = heapq.heappop(by_share)
-                heapq.heappush(pending, (self._boosted(a, now, s), i, a))
+                s, i, x = heapq.heappop(by_share)
+                heapq.heappush(pending, (self._boosted(x, now, s), i, x))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         blended = (adapter for _, adapter in self._cheapest(state, now))
-        short = (adapter for _, adapter in self._cheapest(state, now, short_only=True))
-        return self.experts[state.key].choose(state.resident, blended, short, state.pins)
+        short = (adapter for _, adapter in self._cheapest(state, now, memory=SHORT))
+        quick = (adapter for _, adapter in self._cheapest(state, now, memory=QUICK))
+        return self.experts[state.key].choose(state.resident, blended, short, quick, state.pins)
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -223,6 +237,7 @@ class LorafleetPolicy(Policy):
         adapter = event.adapter
         assert adapter is not None
         tenant = event.tenant
+        self.quick.add(adapter)
         tenant_key = ("tenant", tenant)
         generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
         predictions = self._predict(tenant, adapter)

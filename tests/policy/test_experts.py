@@ -1,5 +1,6 @@
 """The eviction experts' rules: when a challenger is followed, how a regret pair is opened and settled, decay,
-expiry, the request order the LRU expert keeps, and how the two choices (recency or value; value's memory) nest."""
+expiry, the request order the LRU expert keeps, and how the three choices (the steady or the fast side; the
+steady side's memory; the fast side's quick memory or recency) nest."""
 
 from __future__ import annotations
 
@@ -112,34 +113,76 @@ def test_the_lru_expert_orders_by_request_and_puts_unseen_residents_first() -> N
     assert e.by_recency(["a", "b", "p"]) == ["a", "p", "b"]
 
 
-def test_value_is_followed_by_default_with_its_blended_memory() -> None:
+def test_the_steady_side_is_followed_by_default_with_its_blended_memory() -> None:
     e = EvictionExperts(4, 2.0)
     e.requested("old")
     e.requested("new")
-    order = e.choose(["old", "new"], blended=["blend1", "x"], short=["short1", "y"], pins=set())
+    order = e.choose(["old", "new"], blended=["blend1", "x"], short=["short1", "y"], quick=["q1"], pins=set())
     assert list(order) == ["blend1", "x"]
-    assert e.value.pending == ("old", False)  # recency would have evicted the oldest
+    assert e.tempo.pending == ("q1", False)  # the fast side (quick popularity by default) would have evicted q1
     assert e.memory.pending == ("short1", False)  # the short memory alone would have evicted short1
-    e.evicted("blend1")  # both choices open a pair
-    assert len(e.value.pairs) == 1 and len(e.memory.pairs) == 1
+    e.evicted("blend1")  # both realised choices open a pair
+    assert len(e.tempo.pairs) == 1 and len(e.memory.pairs) == 1
 
 
 def test_the_short_memory_is_followed_when_clearly_ahead() -> None:
     e = EvictionExperts(4, 2.0)
     e.memory.evidence[:] = [9.0, 0.0]
-    order = e.choose(["old"], blended=["blend1"], short=["short1"], pins=set())
+    order = e.choose(["old"], blended=["blend1"], short=["short1"], quick=["q1"], pins=set())
     assert list(order) == ["short1"]
     assert e.memory.pending == ("blend1", True)
 
 
-def test_while_recency_is_followed_the_memories_are_not_judged() -> None:
+def test_while_the_fast_side_is_followed_the_memories_are_not_judged() -> None:
     e = EvictionExperts(4, 2.0)
-    e.value.evidence[:] = [9.0, 0.0]
-    order = e.choose(["old", "new"], blended=["blend1"], short=["short1"], pins=set())
-    assert list(order) == ["old", "new"]
-    assert e.value.pending == ("blend1", True) and e.memory.pending is None
-    e.evicted("old")
-    assert len(e.value.pairs) == 1 and not e.memory.pairs
+    e.tempo.evidence[:] = [9.0, 0.0]
+    order = e.choose(["old", "new"], blended=["blend1"], short=["short1"], quick=["q1", "q2"], pins=set())
+    assert list(order) == ["q1", "q2"]  # the fast side, by quick popularity (pace's default)
+    assert e.tempo.pending == ("blend1", True) and e.memory.pending is None
+    e.evicted("q1")
+    assert len(e.tempo.pairs) == 1 and not e.memory.pairs
+
+
+def test_recency_is_followed_on_the_fast_side_when_clearly_ahead_of_quick_popularity() -> None:
+    e = EvictionExperts(4, 2.0)
+    for name in ("old", "new"):
+        e.requested(name)
+    e.tempo.evidence[:] = [9.0, 0.0]
+    e.pace.evidence[:] = [9.0, 0.0]
+    order = e.choose(["new", "old"], blended=["blend1"], short=["short1"], quick=["q1"], pins=set())
+    assert list(order) == ["old", "new"]  # least recently requested first
+
+
+def test_the_fast_sides_choice_is_judged_even_while_the_steady_side_is_followed() -> None:
+    e = EvictionExperts(4, 2.0)
+    e.requested("old")
+    e.requested("q1")
+    order = e.choose(["old", "q1"], blended=["blend1"], short=["short1"], quick=["q1", "old"], pins=set())
+    assert list(order) == ["blend1"]  # the steady side evicts; the fast side's choice is not made real ...
+    assert len(e.pace.pairs) == 1  # ... yet its pair (quick's victim q1, recency's victim old) is open
+    e.requested("old")  # recency's victim came first: quick popularity chose well
+    assert e.pace.evidence == [0.0, 1.0]
+
+
+def test_a_pair_judged_at_the_choice_is_opened_once_while_it_stays_open() -> None:
+    r = Regret(4, 2.0, at_choice=True)
+    for _ in range(3):
+        assert list(r.choose(["old", "x"], ["cheap", "old"], {"pinned"})) == ["cheap", "old"]
+    assert len(r.pairs) == 1 and r.pending is None
+    pair = r.pairs[0]
+    assert (pair.evicted, pair.spared, pair.by_challenger) == ("cheap", "old", False)
+    r.requested("old")  # settled: the default's victim was spared well
+    assert r.evidence == [0.0, 1.0]
+    r.choose(["old"], ["cheap"], set())
+    assert len(r.pairs) == 2  # the same two again, once the first pair is settled
+
+
+def test_a_pair_judged_at_the_choice_skips_pins_and_needs_two_victims() -> None:
+    r = Regret(4, 2.0, at_choice=True)
+    assert list(r.choose(["pinned"], ["pinned", "cheap"], {"pinned"})) == ["cheap"]
+    assert not r.pairs
+    assert list(r.choose(["a"], ["pinned"], {"pinned"})) == []
+    assert not r.pairs
 
 
 def test_a_settled_pair_still_expires_cleanly() -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.lorafleet import LorafleetPolicy
 from tests.policy.fleet import make_inventory
 
@@ -28,17 +31,33 @@ def test_following_the_lru_expert_when_recency_has_been_clearly_better(tmp_path:
     state = core.book["h/e0"]
     for name in ("a2", "a0", "a4"):  # requests on the engine: a1 and a3 were never asked for (oldest), then these
         policy.experts["h/e0"].requested(name)
-    policy.experts["h/e0"].value.evidence[:] = [5.0, 1.0]
+    experts = policy.experts["h/e0"]
+    experts.tempo.evidence[:] = [5.0, 1.0]  # the fast side ...
+    experts.pace.evidence[:] = [5.0, 1.0]  # ... by recency
     assert list(policy.victim_order(state, 2.0)) == ["a1", "a3", "a2", "a0", "a4"]  # by request, not book order
-    policy.experts["h/e0"].value.evidence[:] = [1.0, 5.0]
+    experts.tempo.evidence[:] = [1.0, 5.0]
     assert next(iter(policy.victim_order(state, 2.0))) != "a0"  # by value: the popular a0 is kept
+
+
+def test_the_fast_side_ranks_by_the_policys_own_quick_memory(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    state = core.book["h/e0"]
+    experts = policy.experts["h/e0"]
+    experts.tempo.evidence[:] = [5.0, 1.0]  # the fast side, with quick popularity (pace's default)
+    assert policy.quick.rate == pytest.approx(core.demand.rate / policy.quick_memory)  # a quarter of the short one
+    requests = ["a3"] * 3 + ["a1", "a4", "a2", "a4"]
+    for i, name in enumerate(requests):
+        core.on_request(2.0 + i, RequestEvent(2.0 + i, ADAPTER, name, "t", "h/e0"), "h/e0")
+    order = list(policy.victim_order(state, 10.0))
+    assert order[:3] == ["a0", "a1", "a2"]  # a0 is popular to the demand model's memories, but not lately
+    assert order[-2:] == ["a4", "a3"]
 
 
 def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path: Path) -> None:
     core, policy = core_with(tmp_path)
     state = core.book["h/e0"]
-    experts = policy.experts["h/e0"].value
-    victim = next(iter(policy.victim_order(state, 2.0)))  # value's choice; LRU's would have been a0
+    experts = policy.experts["h/e0"].tempo
+    victim = next(iter(policy.victim_order(state, 2.0)))  # the steady side's; the fast side's would have been a0
     assert victim != "a0" and experts.pending == ("a0", False)
     policy.on_evicted(2.0, "h/e0", victim)
     policy.experts["h/e0"].requested(victim)  # the evicted one came back first: value chose wrong
@@ -48,8 +67,6 @@ def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path:
 # --- trust, edge, lift, timing, retries, preload ------------------------------------------------------------
 
 from dataclasses import replace  # noqa: E402
-
-import pytest  # noqa: E402
 
 from lorafleet.policy.core import DEMAND, LOAD, PLAN, PREFETCH  # noqa: E402
 from lorafleet.policy.lorafleet import ScheduledPrefetch  # noqa: E402
