@@ -87,6 +87,36 @@ FAMILIES = (
     Family("sglang-mixed", kind="mixed", zipf=1.1),
 )
 
+# Shapes between and beyond the suite's, for a check that nothing was fitted to the families above: never tuned
+# on, and run on their own seeds (`suite.py --holdout`).
+HOLDOUT = (
+    Family("h-drift-mid", mode="drift", drift_every=600, drift_shift=20),
+    Family("h-drift-quick-small", mode="drift", drift_every=150, drift_shift=16, slots=8, adapters=120),
+    Family("h-drift-32slots", mode="drift", drift_every=1000, drift_shift=30, slots=32, adapters=400, zipf=0.9),
+    Family("h-drift-sglang", mode="drift", kind="sglang", drift_every=400, drift_shift=25, zipf=1.2),
+    Family("h-zipf-0.8-8", zipf=0.8, slots=8, adapters=150),
+    Family("h-zipf-1.1-mixed", zipf=1.1, kind="mixed", slots=24, adapters=500),
+    Family(
+        "h-workflow-stray", mode="workflow", adapters=60, tenants=20, slots=10, stray=0.2, calls_per_step=1.5, rate=6.0
+    ),
+    Family(
+        "h-agentic-3",
+        mode="workflow",
+        adapters=200,
+        tenants=80,
+        slots=24,
+        calls_per_step=3.0,
+        stray=0.1,
+        think_s=0.3,
+        think_spread=1.2,
+        sessions=3,
+        rate=50.0,
+    ),
+    Family("h-bursty-60", mode="bursty", tenants=60, slots=12),
+    Family("h-periodic-few", mode="periodic", periodic_share=0.2, slots=12),
+    Family("h-overload-0.7", zipf=0.7, adapters=300, rate=80.0, engines=1, slots=24),
+)
+
 
 # --- the fleet -------------------------------------------------------------------------------------------
 def _adapter(index: int, owner: str) -> Adapter:
