@@ -9,7 +9,7 @@ import pytest
 
 from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from lorafleet.policy.lorafleet import LorafleetPolicy
+from lorafleet.policy.lorafleet import QUICK, SHORT, LorafleetPolicy
 from tests.policy.fleet import make_inventory
 
 ENGINE = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}]
@@ -51,6 +51,19 @@ def test_the_fast_side_ranks_by_the_policys_own_quick_memory(tmp_path: Path) -> 
     order = list(policy.victim_order(state, 10.0))
     assert order[:3] == ["a0", "a1", "a2"]  # a0 is popular to the demand model's memories, but not lately
     assert order[-2:] == ["a4", "a3"]
+
+
+def test_each_memory_estimates_the_same_steady_share(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    state = core.book["h/e0"]
+    for i in range(400):  # a1 and a2 take half the traffic each, for many quick half-lives
+        name = ("a1", "a2")[i % 2]
+        core.on_request(2.0 + i, RequestEvent(2.0 + i, ADAPTER, name, "t", "h/e0"), "h/e0")
+    expected = 1.0 - math.exp(-0.5 * policy.horizon)  # requested within the horizon, at a share of one half
+    for memory in (SHORT, QUICK):
+        scores = dict((a, s) for s, a in policy._cheapest(state, 500.0, memory=memory))
+        assert scores["a1"] == pytest.approx(expected, rel=0.05), memory
+        assert scores["a0"] < 0.5 * expected  # the early favourite has faded from both
 
 
 def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path: Path) -> None:
