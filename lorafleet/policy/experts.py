@@ -62,18 +62,17 @@ class Regret:
         by_challenger = self.follow_challenger()
         followed, other_order = (challenger, default) if by_challenger else (default, challenger)
         other = next((a for a in other_order if a not in pins), None)
-        self.pending = None if other is None else (other, by_challenger)
         if not self.at_choice:
+            self.pending = None if other is None else (other, by_challenger)
             return iter(followed)
+        self.pending = None
         followed = iter(followed)
         first = next((a for a in followed if a not in pins), None)
         if first is None:
-            self.pending = None
             return followed
         held = self.by_adapter.get(first, ())
-        if other is not None and not any(p.open and other in (p.evicted, p.spared) for p in held):
-            self.evicted(first)  # not evicted yet, perhaps never: the pair is judged all the same (once)
-        self.pending = None
+        if other not in (None, first) and not any(p.open and other in (p.evicted, p.spared) for p in held):
+            self._open(_Pair(first, other, by_challenger))  # not evicted yet, perhaps never: judged all the same
         return itertools.chain((first,), followed)
 
     def forget_choice(self) -> None:
@@ -97,12 +96,13 @@ class Regret:
     def evicted(self, adapter: str) -> None:
         """The first victim after `choose` opens a pair when the two experts differed."""
         pending, self.pending = self.pending, None
-        if pending is None or pending[0] == adapter:
-            return
-        pair = _Pair(adapter, *pending)
+        if pending is not None and pending[0] != adapter:
+            self._open(_Pair(adapter, *pending))
+
+    def _open(self, pair: _Pair) -> None:
         pairs, by_adapter = self.pairs, self.by_adapter
         pairs.append(pair)
-        by_adapter.setdefault(adapter, []).append(pair)
+        by_adapter.setdefault(pair.evicted, []).append(pair)
         by_adapter.setdefault(pair.spared, []).append(pair)
         while len(pairs) > self.limit:
             old = pairs.popleft()
