@@ -401,6 +401,46 @@ def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
     assert seen == [(0.002, ["a0"]), (5.0, [])]  # a0's load (15 ms and more) is still running at 2 ms
 
 
+def test_a_wakeup_due_as_a_load_completes_sees_it_done(tmp_path: Path) -> None:
+    """At the same instant, a load's completion comes before a wakeup: the wakeup sees the adapter resident."""
+    from lorafleet.policy.core import Policy
+
+    seen: list[tuple[list[str], list[str]]] = []
+
+    class Probe(Policy):
+        name = "probe"
+
+        def __init__(self) -> None:
+            self.due: float | None = None
+
+        def next_wakeup(self) -> float | None:
+            if self.due is None and sim.engines.completions:
+                done_ms = sim.engines.next_done_ms()
+                assert (done_ms / 1000.0) * 1000.0 == done_ms  # the same instant in both units
+                self.due = done_ms / 1000.0
+            return None if seen else self.due
+
+        def tick(self, now: float) -> list[Decision]:
+            state = self.core.book["h/e0"]
+            seen.append((sorted(state.in_flight), sorted(state.resident)))
+            return []
+
+    inv = make_inventory(tmp_path, adapters=2)
+    sim = Simulation(inv, "lru", stream([0, 1], gap_s=10.0))
+    probe = Probe()
+    probe.bind(sim.core)
+    sim.core.policy = probe
+    sim.run()
+    assert seen == [([], ["a0"])]
+
+
+def test_replay_reports_progress_every_4096_requests(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2)
+    calls: list[int] = []
+    Simulation(inv, "lru", stream([0, 1] * 5000, gap_s=0.01)).run(calls.append)
+    assert calls == [0, 4096, 8192]
+
+
 def test_headroom_captured_is_the_share_of_the_gap_from_lru_to_the_oracle() -> None:
     from lorafleet.replay.simulator import PolicyResult, headroom_captured
 

@@ -6,10 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from lorafleet.policy.lorafleet import QUICK, SHORT, LorafleetPolicy
+from lorafleet.policy.lorafleet import BLENDED, QUICK, SHORT, LorafleetPolicy
 from tests.policy.fleet import make_inventory
 
 ENGINE = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}]
@@ -66,6 +68,42 @@ def test_each_memory_estimates_the_same_steady_share(tmp_path: Path) -> None:
         assert scores["a0"] < 0.5 * expected  # the early favourite has faded from both
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    requests=st.lists(st.integers(0, 5), max_size=40),
+    hot=st.dictionaries(st.integers(0, 4), st.floats(0.05, 1.0), max_size=4),
+    periodic=st.sets(st.integers(0, 4), max_size=2),
+    memory=st.sampled_from([BLENDED, SHORT, QUICK]),
+)
+def test_the_lazy_order_is_the_exact_order_of_full_scores(
+    tmp_path: Path, requests: list[int], hot: dict[int, float], periodic: set[int], memory: str
+) -> None:
+    """Residents come out by ascending full score (popularity from the memory asked for, raised by predictions
+    and periods), ties least recently used first, though full scores are computed only as far as needed."""
+    core, policy = core_with(tmp_path)
+    state = core.book["h/e0"]
+    demand = core.demand
+    for i, a in enumerate(requests):
+        name = f"a{a}"
+        core.on_request(2.0 + i, RequestEvent(2.0 + i, ADAPTER, name, "t", "h/e0"), "h/e0")
+    now = 2.0 + len(requests)
+    policy.hot = {f"a{i}": {"t": (p, now - 1.0, "a0", now + 100.0)} for i, p in hot.items()}
+    policy.periodic = {f"a{i}" for i in periodic}
+    for i in periodic:
+        for k in range(5):
+            demand.observe("cron", f"a{i}", now - 50.0 + 10.0 * k)  # every 10 s
+
+    def share(a: str) -> float:
+        if memory == BLENDED:
+            return demand.share(a)
+        if memory == SHORT:
+            return min(1.0, demand.short_scale * demand.popularity.get(a, 0.0))
+        return min(1.0, policy.quick.rate / policy.quick.weight * policy.quick.counts.get(a, 0.0))
+
+    expected = sorted((policy._boosted(a, now, share(a)), i, a) for i, a in enumerate(state.resident))
+    assert list(policy._cheapest(state, now, memory=memory)) == [(score, a) for score, _, a in expected]
+
+
 def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path: Path) -> None:
     core, policy = core_with(tmp_path)
     state = core.book["h/e0"]
@@ -118,6 +156,15 @@ def test_trust_and_edge_move_toward_what_came_true(tmp_path: Path) -> None:
     other = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ENGINE, name="u.yaml"), undeclared)
     ask(other, stream([0], tenants=["u"]))
     assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx(0.1))
+
+
+def test_a_prediction_is_weighed_by_the_tenants_trust(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    ask(core, stream([0], tenants=["t"]))  # the declared workflow says a1 follows a0 (probability 1)
+    probability = policy.hot["a1"]["t"][0]
+    assert probability == pytest.approx(1.0 * policy.initial_trust_declared)
 
 
 def test_edge_is_measured_against_the_tenants_usual_mix(tmp_path: Path) -> None:
@@ -252,7 +299,7 @@ def test_a_timed_prefetch_already_due_is_dropped_behind_a_busy_loader(tmp_path: 
     key = ("tenant", "t")
     policy.generation[key] = 1
     assert [d.adapter for d in policy._prefetch_at(5.0, 5.0, key, 1, "h/e0", "a1", "a0", timed=True)] == ["a1"]
-    state.start_load("a5", 1)  # now more than max_in_flight loads: busy
+    assert len(state.in_flight) == policy.max_in_flight  # exactly max_in_flight loads: busy already
     # Timed from the tenant's gaps: its next request comes before the busy loader could bring a2 in.
     assert policy._prefetch_at(5.0, 4.0, key, 1, "h/e0", "a2", "a0", timed=True) == []
     # Untimed (no gaps seen yet): nothing says it would be late, so it goes.
@@ -271,6 +318,14 @@ def test_preload_pins_the_pinned_then_loads_the_workflow_heads(tmp_path: Path) -
     decisions = core.start(0.0)
     assert [(d.adapter, d.reason) for d in decisions if d.action == LOAD] == [("a3", PLAN), ("a1", PLAN)]
     assert core.book["h/e0"].pins == {"a3"}
+
+
+def test_preload_pins_no_more_than_the_engine_allows(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"p": "{pinned: [a2, a3]}"})
+    core = PolicyCore(inv, LorafleetPolicy())
+    decisions = core.start(0.0)  # vLLM with 2 GPU slots: one pin at most, one slot left to serve the rest
+    assert [(d.adapter, d.reason) for d in decisions if d.action == LOAD] == [("a2", PLAN)]
+    assert core.book["h/e0"].pins == {"a2"}
 
 
 # --- scoring and scheduling details ---------------------------------------------------------------------------
