@@ -192,6 +192,15 @@ def test_a_tenant_without_an_edge_is_scored_but_not_acted_on(tmp_path: Path) -> 
     assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
 
 
+def test_a_tenant_exactly_at_the_minimum_edge_is_acted_on(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    policy.trust["t"], policy.edge["t"] = 0.9, policy.min_edge  # where an undeclared tenant starts
+    decisions = ask(core, stream([0], tenants=["t"]))
+    assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
+
+
 def irregular(sequence: list[int], seed: int = 4) -> list:  # type: ignore[type-arg]
     """One tenant's requests at irregular gaps (1–30 s), so no adapter looks periodic."""
     import random
@@ -421,6 +430,21 @@ def test_a_live_prediction_raises_the_score_by_its_probability_times_the_chance_
     soon = demand.next_within("t", "a2", 139.0 - 134.0, policy.horizon)
     assert soon == 0.5  # 5 s on: of the gaps longer than 5 s (10, 20), half end within the next 5 s
     assert policy.score("a4", 139.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
+
+
+def test_without_gaps_a_prediction_comes_soon_as_often_as_its_tenant_sends_within_the_horizon(
+    tmp_path: Path,
+) -> None:
+    core, policy = core_with(tmp_path)
+    demand = core.demand
+    plain = 1.0 - math.exp(-demand.share("a4") * policy.horizon)
+    policy.hot["a4"] = {"u": (0.5, 1.0, "a2", 1000.0)}  # tenant u: no gaps seen after a2
+    soon = 1.0 - math.exp(-demand.tenant_share("u") * policy.horizon)
+    assert policy.score("a4", 2.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
+    demand.observe("u", "a3", 2.0)
+    soon = 1.0 - math.exp(-demand.tenant_share("u") * policy.horizon)
+    assert 0.0 < soon < 1.0
+    assert policy.score("a4", 2.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
 
 
 def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp_path: Path) -> None:
