@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision, Policy
 from lorafleet.policy.engine_model import SimulatedEngines
 from lorafleet.policy.placement import why_not
 from lorafleet.policy.residency import Budget, EngineResidency
@@ -371,11 +371,21 @@ def test_the_oracle_starts_with_the_first_requests_adapter_and_skips_unservable_
     assert [(d.action, d.adapter) for d in core.start(0.0)] == [(LOAD, "a2")]
 
 
+def two_requests(tmp_path: Path) -> Simulation:
+    """Replay of two requests 10 s apart on one engine."""
+    return Simulation(make_inventory(tmp_path, adapters=2), "lru", stream([0, 1], gap_s=10.0))
+
+
+def run_probe(sim: Simulation, probe: Policy) -> None:
+    """Run the replay with `probe` in place of its policy (a policy that only watches the book)."""
+    probe.bind(sim.core)
+    sim.core.policy = probe
+    sim.run()
+
+
 def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
     """Replay runs load completions and the policy's wakeups in one time order: a wakeup due before a load
     completes sees that load still in flight, even when the next request comes after both."""
-    from lorafleet.policy.core import Policy
-
     seen: list[tuple[float, list[str]]] = []
 
     class Probe(Policy):
@@ -392,19 +402,12 @@ def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
             self.wakeups.pop(0)
             return []
 
-    inv = make_inventory(tmp_path, adapters=2)
-    sim = Simulation(inv, "lru", stream([0, 1], gap_s=10.0))
-    probe = Probe()
-    probe.bind(sim.core)
-    sim.core.policy = probe
-    sim.run()
+    run_probe(two_requests(tmp_path), Probe())
     assert seen == [(0.002, ["a0"]), (5.0, [])]  # a0's load (15 ms and more) is still running at 2 ms
 
 
 def test_a_wakeup_due_as_a_load_completes_sees_it_done(tmp_path: Path) -> None:
     """At the same instant, a load's completion comes before a wakeup: the wakeup sees the adapter resident."""
-    from lorafleet.policy.core import Policy
-
     seen: list[tuple[list[str], list[str]]] = []
 
     class Probe(Policy):
@@ -425,12 +428,8 @@ def test_a_wakeup_due_as_a_load_completes_sees_it_done(tmp_path: Path) -> None:
             seen.append((sorted(state.in_flight), sorted(state.resident)))
             return []
 
-    inv = make_inventory(tmp_path, adapters=2)
-    sim = Simulation(inv, "lru", stream([0, 1], gap_s=10.0))
-    probe = Probe()
-    probe.bind(sim.core)
-    sim.core.policy = probe
-    sim.run()
+    sim = two_requests(tmp_path)
+    run_probe(sim, Probe())
     assert seen == [([], ["a0"])]
 
 
