@@ -92,8 +92,8 @@ class LorafleetPolicy(Policy):
         self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
         # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
         self.quick = AgedCounts(math.log(2) / core.demand.rate * self.quick_memory)
-        # Per engine, whether to evict by recency or by value, and value by which popularity memory: experts
-        # judged by regret (experts.py).
+        # Per engine, which eviction order to follow (value by one of three popularity memories, or recency):
+        # experts judged by regret (experts.py).
         self.experts = {
             key: EvictionExperts(capacity(state), self.evidence_memory) for key, state in core.book.engines.items()
         }
