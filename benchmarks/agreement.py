@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from lorafleet.inventory import load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
-from lorafleet.replay.simulator import simulate  # noqa: E402
+from lorafleet.replay.driver import simulate  # noqa: E402
 from tests.daemon.conftest import log_line, vllm, write_adapters, write_fleet  # noqa: E402
 from tests.daemon.test_agreement import CHAINS, send, traffic  # noqa: E402
 from tests.engine_emulator import EngineEmulator, EngineState  # noqa: E402

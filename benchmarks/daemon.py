@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from lorafleet.daemon.loop import Daemon, DaemonOptions  # noqa: E402
 from lorafleet.inventory import load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
-from lorafleet.replay.simulator import simulate  # noqa: E402
+from lorafleet.replay.driver import simulate  # noqa: E402
 from lorafleet.replay.synth import synthesize  # noqa: E402
 from lorafleet.store.db import open_store  # noqa: E402
 

@@ -2,12 +2,12 @@
 
     python benchmarks/mutation.py [--sample 300] [--seed 1] [--workers 2] [--tests tests/policy] [--only FILE]
 
-Each mutant changes one operator or constant in lorafleet/policy/*.py or lorafleet/replay/simulator.py
-(`<`↔`<=`, `>`↔`>=`, `==`↔`!=`, `+`↔`-`, `*`↔`/`, `and`↔`or`, `True`↔`False`, `not x`→`x`, an integer n→n+1,
-`min`↔`max`), in a copy of the tree, and runs the tests (`-x`, 120 s cap). A mutant is killed when the tests fail
-or time out. mutmut does the same exhaustively (`mutmut run` over these paths) but takes hours on two cores;
-this samples the same kinds of mutation uniformly, seeded, and prints the kill rate and every survivor, which
-is where a test is missing.
+Each mutant changes one operator or constant of the policy, the session or the simulated engines
+(lorafleet/policy/*.py, lorafleet/drive/*.py: `<`↔`<=`, `>`↔`>=`, `==`↔`!=`, `+`↔`-`, `*`↔`/`, `and`↔`or`,
+`True`↔`False`, `not x`→`x`, an integer n→n+1, `min`↔`max`), in a copy of the tree, and runs the tests
+(`-x`, 120 s cap). A mutant is killed when the tests fail or time out. mutmut does the same exhaustively
+(`mutmut run` over these paths) but takes hours on two cores; this samples the same kinds of mutation
+uniformly, seeded, and prints the kill rate and every survivor, which is where a test is missing.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = [*sorted((ROOT / "lorafleet" / "policy").glob("*.py")), ROOT / "lorafleet" / "replay" / "simulator.py"]
+TARGETS = [*sorted((ROOT / "lorafleet" / "policy").glob("*.py")), *sorted((ROOT / "lorafleet" / "drive").glob("*.py"))]
 SWAPS: dict[type, type] = {
     ast.Lt: ast.LtE,
     ast.LtE: ast.Lt,

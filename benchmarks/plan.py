@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tracegen import FAMILIES, Family, build, fleet  # noqa: E402
 
-from lorafleet.planning import demand_from_events  # noqa: E402
-from lorafleet.policy.placement import plan_residency  # noqa: E402
-from lorafleet.replay.simulator import simulate  # noqa: E402
+from lorafleet.plan.planner import plan_residency  # noqa: E402
+from lorafleet.plan.window import demand_from_events  # noqa: E402
+from lorafleet.replay.driver import simulate  # noqa: E402
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lorafleet.inventory import load_inventory  # noqa: E402
-from lorafleet.probe.fleet import probe_fleet  # noqa: E402
+from lorafleet.probe.survey import probe_fleet  # noqa: E402
 from tests.sshd_server import start_sshd  # noqa: E402
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from lorafleet.inventory import Inventory, load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
 from lorafleet.policy.events import ADAPTER, RequestEvent  # noqa: E402
-from lorafleet.replay.simulator import PolicyResult, headroom_captured, simulate  # noqa: E402
+from lorafleet.replay.driver import PolicyResult, headroom_captured, simulate  # noqa: E402
 from lorafleet.replay.synth import SHAPES, synthesize  # noqa: E402
 
 POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet", "oracle")

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from suite import SEEDS, traces  # noqa: E402
 
-from lorafleet.replay.simulator import simulate  # noqa: E402
+from lorafleet.replay.driver import simulate  # noqa: E402
 
 
 def main() -> None:

@@ -21,13 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lorafleet.store import stats as q  # noqa: E402
-from lorafleet.store.db import format_utc, open_store  # noqa: E402
+from lorafleet.store.db import open_store  # noqa: E402
 from lorafleet.store.journal import ActionRow, Outcomes, commit_progress  # noqa: E402
+from lorafleet.times import minute_key, utc_text  # noqa: E402
 
 
 def build(path: Path, days: int, engines: int, adapters: int, per_minute: int, end: float) -> int:
-    from datetime import UTC, datetime
-
     rng = random.Random(7)
     rows = 0
     start = end - days * 86400
@@ -37,8 +36,8 @@ def build(path: Path, days: int, engines: int, adapters: int, per_minute: int, e
             actions = []
             for minute in range(60):
                 t = start + hour * 3600 + minute * 60
-                key_minute = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t))
-                at = format_utc(datetime.fromtimestamp(t, UTC))
+                key_minute = minute_key(t)
+                at = utc_text(t)
                 for _ in range(per_minute):
                     engine = f"h{rng.randrange(engines // 4 or 1)}/e{rng.randrange(4)}"
                     adapter = f"a{int(rng.paretovariate(1.2)) % adapters}"

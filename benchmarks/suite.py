@@ -29,9 +29,9 @@ from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  #
 
 from lorafleet.inventory.model import Inventory  # noqa: E402
 from lorafleet.policy.events import RequestEvent  # noqa: E402
-from lorafleet.policy.lorafleet import LorafleetPolicy  # noqa: E402
 from lorafleet.policy.policies import BASELINES, POLICY_NAMES  # noqa: E402
-from lorafleet.replay.simulator import PolicyResult, simulate  # noqa: E402
+from lorafleet.policy.predictive import LorafleetPolicy  # noqa: E402
+from lorafleet.replay.driver import PolicyResult, simulate  # noqa: E402
 
 SEEDS = {"tune": (0, 1, 2), "report": (3, 4, 5, 6, 7), "all": tuple(range(8)), "holdout": (10, 11, 12, 13, 14)}
 PARAMETERS = (

@@ -23,7 +23,6 @@ class EngineKind:
     max_rank_default: int | None  # the engine's own default max_lora_rank; None: it derives one from --lora-paths
     load_fills_gpu: bool  # a load copies the adapter into a GPU slot at once (else the first request does)
     engine_pins: bool  # the engine itself holds pins (a pin is sent with the load)
-    evicts_by_itself: bool  # past its caps the engine pushes out its least recently used adapter
     unload_frees: bool  # an unload frees the adapter's memory (vLLM's only drops the name)
     client: str  # "module:Class" of the client that speaks this kind's API
 
@@ -51,7 +50,6 @@ VLLM = EngineKind(
     max_rank_default=16,
     load_fills_gpu=True,
     engine_pins=False,
-    evicts_by_itself=True,
     unload_frees=False,
     client="lorafleet.engines.vllm:VllmClient",
 )
@@ -67,7 +65,6 @@ SGLANG = EngineKind(
     max_rank_default=None,
     load_fills_gpu=False,
     engine_pins=True,
-    evicts_by_itself=True,
     unload_frees=True,
     client="lorafleet.engines.sglang:SglangClient",
 )

@@ -6,15 +6,14 @@ import json
 import logging
 import signal
 import sys
-import time
 from typing import Any
 
 import click
 
-from lorafleet.cli.options import complete_policies, global_options, json_option, settings
-from lorafleet.cli.plan import parse_window
+from lorafleet.cli.options import SPAN, complete_policies, global_options, json_option, settings
 from lorafleet.cli.render import console, print_json, table
 from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
+from lorafleet.times import utc_text
 
 
 class JsonLines(logging.Formatter):
@@ -22,7 +21,7 @@ class JsonLines(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": utc_text(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -90,7 +89,12 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     help="Read each engine's registry, correct the book, re-warm, unregister vanished adapters.",
 )
 @click.option(
-    "--retention", default="14d", show_default=True, metavar="SPAN", help="Keep journal rows this long (24h, 14d)."
+    "--retention",
+    type=SPAN,
+    default="14d",
+    show_default=True,
+    metavar="SPAN",
+    help="Keep journal rows this long (24h, 14d, 1d12h).",
 )
 @click.option(
     "--metrics-addr",
@@ -116,7 +120,7 @@ def daemon(
     plan_path: str | None,
     logs: tuple[str, ...],
     reconcile_every: float,
-    retention: str,
+    retention: float,
     metrics_addr: str,
     log_format: str,
 ) -> None:
@@ -127,7 +131,7 @@ def daemon(
     neither loses nor double-counts a log line. --shadow sends nothing and journals what would have happened.
     """
     from lorafleet.daemon.loop import Daemon, DaemonOptions
-    from lorafleet.planning import read_plan
+    from lorafleet.plan.planfile import read_plan
     from lorafleet.probe.files import FileChecker
     from lorafleet.store.db import open_store
 
@@ -143,7 +147,7 @@ def daemon(
         plan=plan,
         logs=logs,
         reconcile_every_s=reconcile_every,
-        retention_days=parse_window(retention) / 86400.0,
+        retention_days=retention / 86400.0,
         metrics_addr=None if metrics_addr == "off" else metrics_addr,
     )
     store = open_store(s.state_path)

@@ -118,6 +118,25 @@ def global_options(with_env: bool, state: bool = True) -> Callable[[F], F]:
     return decorate
 
 
+class SpanType(click.ParamType):
+    """A span such as 90s, 30m, 1h30m or 7d, as seconds: every option that takes a span reads it this way."""
+
+    name = "span"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        from lorafleet.times import parse_span
+
+        try:
+            return parse_span(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SPAN = SpanType()
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON with a stable shape instead of tables.")(f)
 

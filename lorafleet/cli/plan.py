@@ -2,70 +2,38 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Sequence
 
 import click
 
+from lorafleet.actions.targets import plan_targets
+from lorafleet.actions.warm import WarmOptions
+from lorafleet.actions.warm import warm as run_warm
 from lorafleet.cli import shapes
-from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.acting import act_and_report, deadline_option
+from lorafleet.cli.options import SPAN, global_options, json_option, settings
 from lorafleet.cli.render import Column, Report, console, print_json
-from lorafleet.cli.warm import act_and_report, deadline_option
-from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory
-from lorafleet.logs.reader import read_events
-from lorafleet.planning import (
-    SIZING_SLOTS,
-    Demand,
-    FlagAdvice,
-    demand_from_events,
-    diff_plans,
-    pins_of,
-    plan_document,
-    read_plan,
-    sizing_points,
-    tenant_hit_ratios,
-    write_plan,
-)
-from lorafleet.planning import recommend_flags as advise_flags
+from lorafleet.plan.flags import FlagAdvice
+from lorafleet.plan.report import PlanReport, PlanRequest, Sizing, make_plan
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.placement import Placement, PlannedResidency, plan_residency
-from lorafleet.replay.simulator import simulate
+from lorafleet.policy.placement import Placement
+from lorafleet.replay.driver import simulate
 from lorafleet.units import format_bytes, plural
-from lorafleet.warm import WarmOptions, plan_targets
-from lorafleet.warm import warm as run_warm
-
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_window(value: str) -> float:
-    try:
-        number, unit = float(value[:-1]), value[-1]
-        if unit not in UNITS or number <= 0:
-            raise ValueError
-    except (ValueError, IndexError):
-        raise click.BadParameter(f"{value!r} is not a window like 30m, 24h or 7d") from None
-    return number * UNITS[unit]
-
-
-def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[Demand, list[RequestEvent]]:
-    """The window's demand, and its events (for the sizing curve)."""
-    paths = list(logs) or [source.path for source in inv.gateway_logs]
-    if not paths:
-        raise InputError("no access log to plan from", hint="pass --log PATH, or list gateway.logs in the inventory")
-    missing = [p for p in paths if not Path(p).is_file()]
-    if missing:
-        raise InputError(f"access log {missing[0]} not found")
-    events, _ = read_events(paths, inv, None)
-    demand = demand_from_events(events, window_s)
-    end = max((e.time for e in events), default=0.0)
-    return demand, [e for e in events if e.time >= end - window_s]
+def replay_lorafleet(inventory: Inventory, events: Sequence[RequestEvent]) -> float:
+    """The sizing curve's point: lorafleet's hit ratio replayed on this fleet."""
+    return simulate(inventory, "lorafleet", events).hit_ratio
 
 
 @click.command()
 @global_options(with_env=False)
 @json_option
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False), help="Access log (repeatable).")
-@click.option("--window", default="24h", show_default=True, help="Demand over the last WINDOW of the logs.")
+@click.option(
+    "--window", type=SPAN, default="24h", show_default=True, help="Demand over the last WINDOW of the logs (30m, 1d)."
+)
 @click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="Most copies per adapter.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the plan file here (warm --plan reads it).")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
@@ -84,7 +52,7 @@ def demand_for(inv: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[
 def plan(
     as_json: bool,
     logs: tuple[str, ...],
-    window: str,
+    window: float,
     replicas: int,
     out: str | None,
     force: bool,
@@ -103,23 +71,13 @@ def plan(
     than its slots or lora_budget_mb. Exit 1 when nothing could be placed.
     """
     inv = settings().load_inventory()
-    demand, events = demand_for(inv, logs, parse_window(window))
-    planned = plan_residency(inv, demand.rates, pins_of(inv), max_replicas=replicas)
-    if out:
-        write_plan(Path(out), plan_document(inv, planned, demand), force)
-    flags = advise_flags(inv, planned, assume_free_gb) if recommend_flags else []
-    changes = diff_plans(read_plan(old, inv), planned) if old else None
-    sizing = None
-    if target is not None:
-        points = sizing_points(inv, SIZING_SLOTS, lambda fleet: simulate(fleet, "lorafleet", events).hit_ratio)
-        enough = next((n for n, ratio in points if ratio >= target), None)
-        sizing = (target, points, enough)
+    request = PlanRequest(logs, window, replicas, out, force, old, recommend_flags, assume_free_gb, target)
+    report = make_plan(inv, request, replay_lorafleet)
+    planned = report.planned
     if as_json:
-        print_json(shapes.plan(inv, planned, flags, changes, sizing))
+        print_json(shapes.plan(inv, report))
     else:
-        render_plan(inv, planned, demand, wide, flags, changes, out)
-        if sizing is not None:
-            render_sizing(inv, *sizing)
+        render_plan(inv, report, wide, out)
     if apply:
         options = WarmOptions(deadline_s=deadline)
         act_and_report(
@@ -136,31 +94,32 @@ def plan(
         raise SystemExit(1)
 
 
-def render_sizing(inv: Inventory, target: float, points: list[tuple[int, float]], enough: int | None) -> None:
-    """The hit-ratio-versus-slots curve, drawn: where more slots stop paying."""
+def render_plan(inv: Inventory, report: PlanReport, wide: bool, out: str | None) -> None:
     o = console()
-    o.print(f"Hit ratio by slots per engine (lorafleet, replayed over the window; target {target:.0%}):")
-    for n, ratio in points:
-        bar = "█" * round(ratio * 40)
-        mark = "  ← target" if n == enough else ""
-        o.print(f"  {n:>4} slots {bar:<40} {ratio:6.1%}{mark}")
-    if enough is None:
-        o.print(f"no slot count up to {points[-1][0]} reaches {target:.0%}")
-    else:
-        kind_keys = sorted({f"{e.profile.host_slots_key}" for e in inv.engines})
-        o.print(f"recommended: {enough} slots per engine ({' / '.join(kind_keys)} = {enough})")
+    engines = _engines_table(inv, report, wide)
+    o.print(engines.table)
+    o.print(
+        f"expected hit ratio {report.planned.expected_hit_ratio:.1%} (share of the window's requests whose adapter "
+        "is placed); " + engines.legend() + "."
+    )
+    o.print(_adapters_table(report, wide).table)
+    if report.tenants:
+        ranked = sorted(report.tenants.items(), key=lambda kv: (kv[1], kv[0]))[:8]
+        o.print(f"expected hit ratio per tenant (lowest first): {', '.join(f'{t} {r:.0%}' for t, r in ranked)}")
+    for adapter, reason in report.planned.unplaced:
+        o.print(f"unplaced: {adapter}: {reason}")
+    if report.flags:
+        o.print(_flags_table(report.flags, wide).table)
+    if report.changes is not None:
+        _print_changes(*report.changes)
+    if report.sizing is not None:
+        _print_sizing(inv, report.sizing)
+    if out:
+        o.print(f"wrote {out}")
 
 
-def render_plan(
-    inv: Inventory,
-    planned: PlannedResidency,
-    demand: Demand,
-    wide: bool,
-    flags: list[FlagAdvice],
-    changes: tuple[list[Placement], list[Placement]] | None,
-    out: str | None,
-) -> None:
-    o = console()
+def _engines_table(inv: Inventory, report: PlanReport, wide: bool) -> Report:
+    demand, planned = report.demand, report.planned
     per_engine: dict[str, list[str]] = {}
     for p in planned.placements:
         per_engine.setdefault(p.engine, []).append(p.adapter)
@@ -177,23 +136,23 @@ def render_plan(
     for e in inv.engines:
         held = per_engine.get(e.key, [])
         used = sum(inv.adapters[a].size_bytes for a in held)
-        cap = e.host_slots if e.host_slots is not None else e.gpu_slots
         shown = ", ".join(held) if wide or len(held) <= 3 else ", ".join(held[:3]) + f" +{len(held) - 3}"
+        budget = format_bytes(e.lora_budget_bytes) if e.lora_budget_bytes else "∞"
         engines.add(
             {
                 "engine": e.key,
-                "slots": f"{len(held)}/{cap}",
-                "bytes": f"{format_bytes(used)}/{format_bytes(e.lora_budget_bytes) if e.lora_budget_bytes else '∞'}",
+                "slots": f"{len(held)}/{e.slot_cap}",
+                "bytes": f"{format_bytes(used)}/{budget}",
                 "adapters": shown or "-",
             }
         )
-    o.print(engines.table)
-    o.print(
-        f"expected hit ratio {planned.expected_hit_ratio:.1%} (share of the window's requests whose adapter is "
-        "placed); " + engines.legend() + "."
-    )
+    return engines
+
+
+def _adapters_table(report: PlanReport, wide: bool) -> Report:
+    demand = report.demand
     copies: dict[str, int] = {}
-    for p in planned.placements:
+    for p in report.planned.placements:
         copies[p.adapter] = copies.get(p.adapter, 0) + 1
     adapters = Report(
         "Busiest adapters" if not wide else "Adapters",
@@ -210,40 +169,52 @@ def render_plan(
                 "copies": str(copies.get(adapter, 0)),
             }
         )
-    o.print(adapters.table)
-    tenants = tenant_hit_ratios(inv, planned, demand)
-    if tenants:
-        shown = ", ".join(f"{t} {r:.0%}" for t, r in sorted(tenants.items(), key=lambda kv: (kv[1], kv[0]))[:8])
-        o.print(f"expected hit ratio per tenant (lowest first): {shown}")
-    for adapter, reason in planned.unplaced:
-        o.print(f"unplaced: {adapter}: {reason}")
-    if flags:
-        t = Report(
-            "Launch flags",
-            [
-                Column("engine", "left"),
-                Column("reserves", legend="GPU memory the slots reserve at start"),
-                Column("fits", "left", legend="within --assume-free-gb"),
-                Column("flags", "left"),
-            ],
-            wide,
+    return adapters
+
+
+def _flags_table(flags: list[FlagAdvice], wide: bool) -> Report:
+    t = Report(
+        "Launch flags",
+        [
+            Column("engine", "left"),
+            Column("reserves", legend="GPU memory the slots reserve at start"),
+            Column("fits", "left", legend="within --assume-free-gb"),
+            Column("flags", "left"),
+        ],
+        wide,
+    )
+    for f in flags:
+        t.add(
+            {
+                "engine": f.engine,
+                "flags": " ".join(f"{k} {v}" for k, v in f.flags.items()),
+                "reserves": format_bytes(f.reserved_bytes),
+                "fits": "?" if f.fits is None else ("yes" if f.fits else "NO"),
+            }
         )
-        for f in flags:
-            t.add(
-                {
-                    "engine": f.engine,
-                    "flags": " ".join(f"{k} {v}" for k, v in f.flags.items()),
-                    "reserves": format_bytes(f.reserved_bytes),
-                    "fits": "?" if f.fits is None else ("yes" if f.fits else "NO"),
-                }
-            )
-        o.print(t.table)
-    if changes is not None:
-        loads, evictions = changes
-        for p in loads:
-            o.print(f"+ load  {p.adapter} on {p.engine}")
-        for p in evictions:
-            o.print(f"- evict {p.adapter} from {p.engine}")
-        o.print(f"{plural(len(loads), 'load')}, {plural(len(evictions), 'eviction')} from the old plan")
-    if out:
-        o.print(f"wrote {out}")
+    return t
+
+
+def _print_changes(loads: list[Placement], evictions: list[Placement]) -> None:
+    o = console()
+    for p in loads:
+        o.print(f"+ load  {p.adapter} on {p.engine}")
+    for p in evictions:
+        o.print(f"- evict {p.adapter} from {p.engine}")
+    o.print(f"{plural(len(loads), 'load')}, {plural(len(evictions), 'eviction')} from the old plan")
+
+
+def _print_sizing(inv: Inventory, sizing: Sizing) -> None:
+    """The hit-ratio-versus-slots curve, drawn: where more slots stop paying."""
+    o = console()
+    target, points, enough = sizing.target, sizing.points, sizing.recommended
+    o.print(f"Hit ratio by slots per engine (lorafleet, replayed over the window; target {target:.0%}):")
+    for n, ratio in points:
+        bar = "█" * round(ratio * 40)
+        mark = "  ← target" if n == enough else ""
+        o.print(f"  {n:>4} slots {bar:<40} {ratio:6.1%}{mark}")
+    if enough is None:
+        o.print(f"no slot count up to {points[-1][0]} reaches {target:.0%}")
+    else:
+        kind_keys = sorted({f"{e.profile.host_slots_key}" for e in inv.engines})
+        o.print(f"recommended: {enough} slots per engine ({' / '.join(kind_keys)} = {enough})")

@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-
-from lorafleet.engines.executor import Interrupted
 
 
 class _Console(Console):
@@ -41,23 +35,6 @@ def safe(text: str, style: str = "") -> Text:
     """Untrusted text (an engine's message, a log field, a name) for a table: control characters (escape
     sequences included) removed, and never read as rich markup."""
     return Text(_CONTROL.sub("", text), style=style)
-
-
-@contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """While inside, SIGTERM interrupts the main thread like Ctrl-C does (exit code 143 instead of 130)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise Interrupted(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def print_json(data: Any) -> None:

@@ -10,28 +10,15 @@ from lorafleet.cli import shapes
 from lorafleet.cli.options import complete_policies, global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json
-from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory, LogSource
-from lorafleet.logs.reader import DEFAULT_JSONL, read_events, source_for
+from lorafleet.logs.reader import DEFAULT_JSONL, read_requests
 from lorafleet.logs.records import LogTally
-from lorafleet.planning import read_plan
+from lorafleet.plan.planfile import read_plan
 from lorafleet.policy.policies import POLICY_NAMES
-from lorafleet.replay.simulator import PolicyResult, headroom_captured
-from lorafleet.replay.simulator import replay as run_replay
+from lorafleet.replay.driver import PolicyResult
+from lorafleet.replay.driver import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
 from lorafleet.units import plural
-
-
-def explain_bad_lines(tally: LogTally, source: LogSource) -> str | None:
-    """What went wrong with the lines, and what they were read as: the way to fix a mapping."""
-    if not tally.bad_reasons:
-        return None
-    reasons = ", ".join(
-        f"{reason} ({count:,})" for reason, count in sorted(tally.bad_reasons.items(), key=lambda kv: -kv[1])
-    )
-    fields = ", ".join(f"{k}: {v}" for k, v in source.fields.items())
-    expected = f"nginx log_format {source.log_format!r}" if source.format == "nginx" else "JSON lines"
-    return f"bad lines: {reasons}; they were read as {expected} with fields {{{fields}}} (see gateway.logs)"
 
 
 def parse_policies(value: str) -> list[str]:
@@ -82,13 +69,7 @@ def replay(
     names = parse_policies(policies)
     inv = settings().load_inventory()
     source: LogSource | None = DEFAULT_JSONL if log_format == "jsonl" else None
-    events, tally = read_events(logs, inv, source)
-    if tally.adapter_requests == 0:
-        raise InputError(
-            f"no adapter requests in {', '.join(logs)} ({plural(tally.lines, 'line')}, {tally.bad_lines} bad, "
-            f"{tally.unknown_requests} naming adapters the inventory does not know)",
-            hint=explain_bad_lines(tally, source or source_for(logs[0], inv)),
-        )
+    events, tally = read_requests(logs, inv, source)
     with progress_bar("replaying", len(events) * len(names), enabled=not as_json) as advance:
         done: dict[str, int] = {}
 
@@ -126,14 +107,12 @@ REPLAY_COLUMNS = [
 
 def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, wide: bool) -> None:
     by_name = {r.policy: r for r in results}
-    lru, oracle = by_name.get("lru"), by_name.get("oracle")
     engines = plural(len(inv.engines), "engine")
     title = (
         f"Replay of {plural(tally.adapter_requests, 'adapter request')} on {engines} (fleet {inv.fleet or 'unnamed'})"
     )
     report = Report(title, REPLAY_COLUMNS, wide)
     for r in results:
-        captured = headroom_captured(r, lru, oracle) if lru and oracle else None
         report.add(
             {
                 "policy": r.policy,
@@ -151,7 +130,7 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
                 "touches": f"{r.touches:,}",
                 "over budget": str(r.budget_violations),
                 "loader busy": f"{r.loader_utilization:.1%}",
-                "headroom": "-" if captured is None else f"{captured:.0%}",
+                "headroom": "-" if r.headroom is None else f"{r.headroom:.0%}",
             }
         )
     out = console()

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorafleet.daemon.tally import Summary
+from lorafleet.actions.runner import WarmResult
+from lorafleet.daemon.journaling import Summary
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.logs.records import LogTally
-from lorafleet.planning import FlagAdvice
-from lorafleet.policy.placement import Placement, PlannedResidency
+from lorafleet.plan.report import PlanReport
 from lorafleet.probe.snapshot import HostVram
-from lorafleet.replay.simulator import PolicyResult, headroom_captured
+from lorafleet.replay.driver import PolicyResult
+from lorafleet.store.db import ActionRow
 from lorafleet.store.journal import Outcomes
-from lorafleet.store.stats import ActionLine, ActionTotals, Window
-from lorafleet.warm import WarmResult
+from lorafleet.store.stats import ActionTotals, Window
 
 
 def inventory_check(inv: Inventory) -> dict[str, Any]:
@@ -151,8 +151,6 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
     "unloads"}], "log": {"lines",
     "adapter_requests", "base_requests", "unknown_requests", "bad_lines", "bad_reasons"}}`."""
-    by_name = {r.policy: r for r in results}
-    lru, oracle = by_name.get("lru"), by_name.get("oracle")
     return {
         "policies": [
             {
@@ -174,9 +172,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
                 "budget_violations": r.budget_violations,
                 "loader_utilization": round(r.loader_utilization, 6),
                 "unserved": r.unserved,
-                "headroom_captured": (
-                    None if lru is None or oracle is None else _round(headroom_captured(r, lru, oracle))
-                ),
+                "headroom_captured": _round(r.headroom),
                 "touches": r.touches,
                 "unloads": r.unloads,
             }
@@ -218,18 +214,13 @@ def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
     }
 
 
-def plan(
-    inv: Inventory,
-    planned: PlannedResidency,
-    flags: list[FlagAdvice],
-    changes: tuple[list[Placement], list[Placement]] | None,
-    sizing: tuple[float, list[tuple[int, float]], int | None] | None = None,
-) -> dict[str, Any]:
+def plan(inv: Inventory, report: PlanReport) -> dict[str, Any]:
     """`plan --json`: `{"engines": [{"engine", "adapters", "slots_used", "slots", "bytes_used", "budget_bytes"}],
     "expected_hit_ratio", "unplaced": [{"adapter", "reason"}], "flags": [{"engine", "flags", "reserved_bytes",
     "free_bytes", "fits"}], "changes": {"loads", "evictions"}, "sizing": {"target", "points", "recommended_slots"}}`
     — flags empty without --recommend-flags, changes null without --diff, sizing null without --target-hit-ratio;
     points are `[{"slots", "hit_ratio"}]`."""
+    planned, changes, sizing = report.planned, report.changes, report.sizing
     held: dict[str, list[str]] = {}
     for p in planned.placements:
         held.setdefault(p.engine, []).append(p.adapter)
@@ -239,7 +230,7 @@ def plan(
                 "engine": e.key,
                 "adapters": held.get(e.key, []),
                 "slots_used": len(held.get(e.key, [])),
-                "slots": e.host_slots if e.host_slots is not None else e.gpu_slots,
+                "slots": e.slot_cap,
                 "bytes_used": sum(inv.adapters[a].size_bytes for a in held.get(e.key, [])),
                 "budget_bytes": e.lora_budget_bytes,
             }
@@ -255,7 +246,7 @@ def plan(
                 "free_bytes": f.free_bytes,
                 "fits": f.fits,
             }
-            for f in flags
+            for f in report.flags
         ],
         "changes": None
         if changes is None
@@ -266,9 +257,9 @@ def plan(
         "sizing": None
         if sizing is None
         else {
-            "target": sizing[0],
-            "points": [{"slots": n, "hit_ratio": round(r, 6)} for n, r in sizing[1]],
-            "recommended_slots": sizing[2],
+            "target": sizing.target,
+            "points": [{"slots": n, "hit_ratio": round(r, 6)} for n, r in sizing.points],
+            "recommended_slots": sizing.recommended,
         },
     }
 
@@ -316,7 +307,7 @@ def _outcome_fields(o: Outcomes) -> dict[str, Any]:
         "hits": o.hits,
         "late": o.late,
         "misses": o.misses,
-        "hit_ratio": round(o.hits / o.requests, 6) if o.requests else 0.0,
+        "hit_ratio": round(o.hit_ratio, 6),
         "cold_ms_paid": round(o.cold_ms, 1),
         "cold_ms_avoided": round(o.avoided_ms, 1),
         "prefetch_used": o.prefetch_hits,
@@ -353,7 +344,7 @@ def stats(
             "load_ms": {e: {"loads": n, "p50": p50, "p99": p99} for e, (n, p50, p99) in actions.load_ms.items()},
         }
     )
-    ranked = sorted(rows, key=lambda r: (r[1].hits / r[1].requests if r[1].requests else 1.0, -r[1].cold_ms, r[0]))
+    ranked = sorted(rows, key=lambda r: (r[1].hit_ratio if r[1].requests else 1.0, -r[1].cold_ms, r[0]))
     by = []
     for key, o in ranked[:top]:
         row = {"key": key, **_outcome_fields(o)}
@@ -363,7 +354,7 @@ def stats(
     return {"window": {"since": window.since_at, "until": window.until_at}, "overall": overall_out, "by": by}
 
 
-def stats_loads(lines: list[ActionLine]) -> dict[str, Any]:
+def stats_loads(lines: list[ActionRow]) -> dict[str, Any]:
     """`stats loads --json`: `{"actions": [{"at", "source", "engine", "adapter", "action", "ok", "ms", "reason",
     "error", "unused_prefetch"}]}` — oldest first; `source` is warm, daemon or daemon-shadow."""
     return {

@@ -23,7 +23,7 @@ def sparkline(values: list[float | None]) -> str:
 
 
 def parse_time_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    from lorafleet.store.stats import parse_moment
+    from lorafleet.times import parse_moment
 
     try:
         return parse_moment(value, time.time())
@@ -86,7 +86,7 @@ def lru_figure(since: float, until: float) -> float | None:
     """What replay gives `lru` (the engines alone) for the window's requests in the inventory's gateway logs."""
     from lorafleet.daemon.loop import log_patterns
     from lorafleet.logs.reader import read_events
-    from lorafleet.replay.simulator import simulate
+    from lorafleet.replay.driver import simulate
 
     inv = _inventory_or_none()
     if inv is None or not inv.gateway_logs:

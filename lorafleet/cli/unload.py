@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
+from lorafleet.actions.targets import unload_targets
+from lorafleet.actions.unload import unload as run_unload
+from lorafleet.cli.acting import act_and_report, deadline_option, engine_option
 from lorafleet.cli.options import complete_adapters, global_options, json_option, settings
-from lorafleet.cli.warm import act_and_report, deadline_option, engine_option
-from lorafleet.unload import unload as run_unload
-from lorafleet.unload import unload_targets
-from lorafleet.warm import resolve_adapters
+from lorafleet.inventory.lookup import resolve_adapters
 
 
 @click.command()

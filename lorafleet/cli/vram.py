@@ -10,7 +10,7 @@ from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, safe, table
 from lorafleet.inventory.model import PROVIDERS
-from lorafleet.probe.fleet import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
+from lorafleet.probe.survey import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
 from lorafleet.units import format_bytes, plural
 
 

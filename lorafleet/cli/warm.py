@@ -1,95 +1,17 @@
-"""`lorafleet warm ADAPTER...`: pre-load adapters on the right engines now — and the results table that every
-engine action prints (shared with `unload`)."""
+"""`lorafleet warm ADAPTER...`: pre-load adapters on the right engines now."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import click
-from rich.text import Text
 
-from lorafleet.cli import shapes
-from lorafleet.cli.options import complete_adapters, complete_engines, global_options, json_option, settings
-from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, safe, table, terminate_as_interrupt
-from lorafleet.engines import EngineError, make_client
-from lorafleet.inventory.model import Adapter, Engine, Inventory
-from lorafleet.planning import read_plan
+from lorafleet.actions.targets import choose_targets, plan_targets, registry_size
+from lorafleet.actions.warm import WarmOptions
+from lorafleet.actions.warm import warm as run_warm
+from lorafleet.cli.acting import Pairs, act_and_report, deadline_option, engine_option
+from lorafleet.cli.options import complete_adapters, global_options, json_option, settings
+from lorafleet.inventory.lookup import resolve_adapters
+from lorafleet.plan.planfile import read_plan
 from lorafleet.policy.residency import ResidencyBook
-from lorafleet.runner import CANCELLED, SKIPPED, ActionsInterrupted, WarmResult, restore_book
-from lorafleet.store import Store, open_store
-from lorafleet.warm import WarmOptions, choose_targets, plan_targets, resolve_adapters
-from lorafleet.warm import warm as run_warm
-
-Pairs = list[tuple[Adapter, Engine]]
-Runner = Callable[[Pairs, ResidencyBook, Store, Callable[[WarmResult], None]], list[WarmResult]]
-
-
-def _registry_size(engine: Engine) -> int:
-    """How many adapters an engine has registered (unreachable engines sort last)."""
-    try:
-        with make_client(engine, backoff=()) as client:
-            return len(client.registry())
-    except EngineError:
-        return 1 << 30
-
-
-def act_and_report(
-    inv: Inventory,
-    choose: Callable[[ResidencyBook], Pairs],
-    run: Runner,
-    as_json: bool,
-    dry_run: bool,
-    verb: str,
-) -> None:
-    """Open the state first (an unusable file costs nothing), choose the targets, run with a progress bar, print
-    the table or JSON; exit 1 when any row failed, 130/143 when interrupted."""
-    with open_store(settings().state_path) as store, terminate_as_interrupt():
-        book = restore_book(inv, store)
-        pairs = choose(book)
-        code, reason = 0, ""
-        with progress_bar(verb, len(pairs), enabled=not as_json) as advance:
-            try:
-                results = run(pairs, book, store, lambda _r: advance())
-            except ActionsInterrupted as exc:
-                results, code, reason = exc.results, exc.code, exc.reason
-    if as_json:
-        print_json(shapes.warm(results, dry_run))
-    else:
-        title = "Dry run: nothing was changed (registries were read)" if dry_run else None
-        t = table(
-            title, [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("detail", "left")]
-        )
-        for r in results:
-            style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
-            action = f"{r.action}, primed" if r.primed else r.action
-            t.add_row(safe(r.adapter), safe(r.engine), Text(action, style=style), f"{r.ms:.0f}", safe(r.error or ""))
-        console().print(t)
-    if code:
-        done = sum(r.ok for r in results)
-        click.echo(f"error: {reason}: {done} of {len(results)} done; the rest are marked above", err=True)
-        raise SystemExit(code)
-    if not all(r.ok for r in results):
-        raise SystemExit(1)
-
-
-def engine_option(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    return click.option(
-        "--engine",
-        "engines",
-        multiple=True,
-        metavar="HOST/ENGINE",
-        shell_complete=complete_engines,
-        help=f"{what} on this engine (repeatable). Default: every engine serving the adapter's base model.",
-    )
-
-
-def deadline_option(f: Callable[..., None]) -> Callable[..., None]:
-    return click.option(
-        "--deadline",
-        type=click.FloatRange(min=0, min_open=True),
-        help="Stop after SECONDS: what is not done by then is reported (exit 1), not waited for.",
-    )(f)
 
 
 @click.command()
@@ -152,7 +74,7 @@ def warm(
     def targets(book: ResidencyBook) -> Pairs:
         if plan_file:
             return plan_targets(inv, placements, [a.id for a in chosen])
-        return choose_targets(inv, chosen, engines, replicas, _registry_size if replicas else None, book)
+        return choose_targets(inv, chosen, engines, replicas, registry_size if replicas else None, book)
 
     act_and_report(
         inv,

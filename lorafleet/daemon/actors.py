@@ -17,24 +17,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from lorafleet.daemon.breaker import CircuitBreaker
+from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call
 from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError
-from lorafleet.engines.executor import Cancelled, Stop
 from lorafleet.inventory.model import Engine
-from lorafleet.kinds import kind_of
+from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNLOAD
+from lorafleet.stopping import Cancelled, Stop
 
 log = logging.getLogger("lorafleet.daemon")
-LOAD, TOUCH, UNLOAD, RECONCILE = "load", "touch", "unload", "reconcile"
+RECONCILE = "reconcile"
 MAX_QUEUED = 512  # past this an engine is not keeping up: new work is refused at once, not queued forever
 
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    action: str  # LOAD, TOUCH, UNLOAD, RECONCILE
-    adapter: str | None = None
+    """One thing for an engine's actor: a session's call (LOAD, TOUCH, UNLOAD) with the adapter's path, or a
+    RECONCILE (read the registry, unregister adapters whose files are gone)."""
+
+    action: str
+    call: Call | None = None
     path: str | None = None
-    reason: str = ""
-    pinned: bool = False
     queued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def adapter(self) -> str | None:
+        return self.call.adapter if self.call is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +72,6 @@ class EngineActor:
         breaker: CircuitBreaker | None = None,
     ) -> None:
         self.engine = engine
-        self.profile = kind_of(engine.kind)
         self.client_factory = client_factory
         self.outbox = outbox
         self.stop = stop
@@ -152,25 +157,24 @@ class EngineActor:
                 client.unload(adapter)
             running = tuple(a for a in client.activity().running if a in registry)  # vLLM: in a GPU slot now
             return "reconciled", registry - set(gone), gone, running
-        assert name is not None
+        call = work.call
+        assert call is not None and name is not None
         if work.action == LOAD:
             assert path is not None
             try:
-                client.load(name, path, pinned=work.pinned and self.profile.engine_pins)
+                client.load(name, path, pinned=call.pinned)
             except AlreadyLoadedError:
-                if work.reason == "demand":
-                    # The request itself brought it in (the engine has no admission control): keep it recent.
-                    client.prime(name)
-                    return "touched", None, (), ()
-                client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
-                return "reloaded", None, (), ()
-            return "loaded", None, (), ()
+                if call.reason != DEMAND:
+                    client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
+                # else the request that asked for it brought it in and made it most recent: nothing to send
+                return RELOADED, None, (), ()
+            return LOADED, None, (), ()
         if work.action == TOUCH:
             client.prime(name)
-            return "touched", None, (), ()
+            return TOUCHED, None, (), ()
         if work.action == UNLOAD:
             client.unload(name)
-            return "unloaded", None, (), ()
+            return UNLOADED, None, (), ()
         raise ValueError(f"unknown work {work.action!r}")
 
 
@@ -178,4 +182,4 @@ def _ms(since: float) -> float:
     return round((time.monotonic() - since) * 1000.0, 1)
 
 
-__all__ = ["LOAD", "RECONCILE", "TOUCH", "UNLOAD", "Done", "EngineActor", "FileCheck", "Work"]
+__all__ = ["RECONCILE", "Done", "EngineActor", "FileCheck", "Work"]

@@ -1,11 +1,12 @@
-"""The daemon's loop: follow the logs, feed the policy core, hand its decisions to the engines, journal it all.
+"""The daemon's loop, the live driver: follow the logs, feed the session, hand its calls to the engines, commit.
 
-One thread owns the core, the book and the journal; engine calls run on one actor thread per engine
-(actors.py), whose results come back through a queue. Time: each request is classified at its own log
-timestamp (clamped so the core's clock never runs backwards when files interleave); between lines the policy's
-clock is the newest line's time plus the wall time elapsed since it was read, so a log that lags by L seconds
-shifts scheduled prefetches by L and never fires them early. `--once` (and `--shadow`) run on log time alone,
-which makes a shadow run over a recorded log the same computation as `replay`.
+One thread owns the session (the policy core, the book) and the journal; engine calls run on one actor thread
+per engine (actors.py), whose answers come back through a queue. Time: each request is classified at its own
+log timestamp (the session never lets its clock run backwards when files interleave); between lines the
+policy's clock is the newest line's time plus the wall time elapsed since it was read, so a log that lags by L
+seconds shifts scheduled prefetches by L and never fires them early. `--once` (and `--shadow`) run on log time
+alone, which makes a shadow run over a recorded log the same computation as `replay`: the same session over
+the same requests, with simulated engines.
 
 Crash safety: every batch's rollups, the checkpoints just after its lines and the actions finished meanwhile
 commit in one transaction; after a crash the lines after the last committed checkpoint are read again, so no
@@ -15,31 +16,31 @@ request is lost or counted twice.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
-from lorafleet.daemon.actors import LOAD, RECONCILE, TOUCH, UNLOAD, Done, EngineActor, FileCheck, Work
+from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import STATE_VALUES
-from lorafleet.daemon.fleet import Fleet
+from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.daemon.tally import Pending, Summary, minute_of
+from lorafleet.drive.session import LOAD_ANSWERS, Call, Session
 from lorafleet.engines import EngineClient, make_client
-from lorafleet.engines.executor import Stop
 from lorafleet.errors import InputError
+from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Engine, Inventory
-from lorafleet.logs.follow import Checkpoint, LogFollower
-from lorafleet.policy.core import EVICT, Decision
-from lorafleet.policy.core import TOUCH as TOUCH_DECISION
+from lorafleet.logs.reader import NameResolver
+from lorafleet.logs.stream import EventBatch, LogStream
+from lorafleet.policy.core import LOAD, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
-from lorafleet.store.db import Store, format_utc
-from lorafleet.store.journal import CheckpointRow, commit_progress, prune, read_checkpoints
+from lorafleet.policy.policies import make_policy
+from lorafleet.stopping import Stop
+from lorafleet.store.db import Store
+from lorafleet.store.journal import commit_progress, prune, read_checkpoints
+from lorafleet.times import minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
 
@@ -72,6 +73,8 @@ class Daemon:
         files_gone: FileCheck | None = None,
         stop: Stop | None = None,
     ) -> None:
+        if options.policy == "oracle":
+            raise ValueError("the oracle needs the future: replay only")
         self.store = store
         self.options = options
         self.reload_inventory = reload
@@ -81,33 +84,37 @@ class Daemon:
         self.reload_requested = threading.Event()
         self.metrics = DaemonMetrics()
         self.summary = Summary()
-        self.pending = Pending()
+        self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
         self.actors: dict[str, EngineActor] = {}
         self.log_now: float | None = None  # the newest log time the core has seen
         self.log_read_at = 0.0  # monotonic time that line was read
-        self.started = False
+        self.inventory = inventory
+        placements = options.plan.placements if options.plan else ()
+        core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
+        self.session = Session(core, self.journal, options.shadow, self.summary, placements)
         self.patterns = log_patterns(inventory, options.logs)
-        self.fleet = Fleet(
-            inventory,
-            options.policy,
-            options.shadow,
-            options.plan,
-            self.patterns,
-            self.metrics,
-            self.summary,
-            self.pending,
-            store.clock,
-        )
-        saved = {c.path: Checkpoint(**vars(c)) for c in read_checkpoints(store)}
-        self.followers = [LogFollower([p], saved, options.from_start) for p in self.patterns]
+        saved = {c.path: c for c in read_checkpoints(store)}
+        self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
+        self._use(inventory)
         self._sync_actors()
+
+    def _use(self, inventory: Inventory) -> None:
+        """What follows from the inventory in use: the parsers' names, the journal's sizes, the budget gauges."""
+        resolver = NameResolver(inventory)
+        for stream in self.streams:
+            stream.use(inventory, resolver)
+        self.journal.sizes = self.session.core.sizes
+        for key, state in self.session.core.book.engines.items():
+            budget = state.budget
+            self.metrics.budget_slots.labels(key).set(-1 if budget.host_slots is None else budget.host_slots)
+            self.metrics.budget_bytes.labels(key).set(-1 if budget.budget_bytes is None else budget.budget_bytes)
 
     def _sync_actors(self) -> None:
         """One actor per inventory engine (none in shadow mode); engines that left the inventory are retired."""
         if self.options.shadow:
             return
-        engines = {e.key: e for e in self.fleet.inventory.engines}
+        engines = {e.key: e for e in self.inventory.engines}
         for key in [k for k in self.actors if k not in engines]:
             self.actors.pop(key).retire()
         for key, engine in engines.items():
@@ -122,73 +129,78 @@ class Daemon:
         if options.metrics_addr:
             bound = self.metrics.serve(options.metrics_addr)
             log.info("metrics on http://%s/metrics", bound)
-        fleet = self.fleet
-        next_reconcile = time.monotonic()  # at once: learn what the engines hold before acting on guesses
-        next_commit = time.monotonic() + options.commit_every_s
-        next_prune = 0.0
-        first = True
         try:
-            while not self.stop.is_set():
-                if self.reload_requested.is_set():
-                    self.reload_requested.clear()
-                    self._reload()
-                read = self._read_logs()
-                if first:
-                    first = False
-                    # Pin where reading starts (a first start begins at the files' ends): a crash before the
-                    # next commit must not move that point to wherever the files end by then.
-                    for follower in self.followers:
-                        for checkpoint in follower.checkpoints():
-                            self.pending.checkpoints.setdefault(checkpoint.path, CheckpointRow(**vars(checkpoint)))
-                    self._commit()
-                    files = sum(len(f.tails) for f in self.followers)
-                    log.info("following %d log file(s) of %s", files, ", ".join(self.patterns))
-                if not self.started and not read and not options.once:
-                    self._start(time.time())  # nothing to catch up on: the policy starts on the wall clock
-                self._drain()
-                if not options.once:
-                    try:
-                        self._send(fleet.advance(self._now()))
-                    except Exception as exc:  # a bug must cost one scheduled prefetch, never the daemon
-                        self._internal_error("scheduled work", exc)
-                now = time.monotonic()
-                if not options.shadow and now >= next_reconcile:
-                    self._reconcile()
-                    next_reconcile = now + options.reconcile_every_s
-                if now >= next_commit or self.pending.lines >= options.commit_every_lines:
-                    self._commit()
-                    next_commit = now + options.commit_every_s
-                if now >= next_prune:
-                    self._prune()
-                    next_prune = now + 3600.0
-                if options.once and not read:
-                    break
-                if not read:
-                    self.stop.wait(options.poll_s)
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self._reload()
+            self._loop(self._first_read())
         finally:
             self._finish()
         return self.summary
+
+    def _first_read(self) -> int:
+        """The first poll; then pin where reading starts (a first start begins at the files' ends): a crash
+        before the next commit must not move that point to wherever the files end by then."""
+        read = self._read_logs()
+        batch = self.journal.batch
+        for stream in self.streams:
+            for checkpoint in stream.checkpoints():
+                batch.checkpoints.setdefault(checkpoint.path, checkpoint)
+        self._commit()
+        files = sum(stream.files for stream in self.streams)
+        log.info("following %d log file(s) of %s", files, ", ".join(self.patterns))
+        return read
+
+    def _loop(self, read: int) -> None:
+        options = self.options
+        next_reconcile = time.monotonic()  # at once: learn what the engines hold before acting on guesses
+        next_commit = time.monotonic() + options.commit_every_s
+        next_prune = 0.0
+        while not self.stop.is_set():
+            if not self.session.started and not read and not options.once:
+                self._send(self.session.start(time.time()))  # nothing to catch up on: start on the wall clock
+            self._drain()
+            if not options.once:
+                try:
+                    self._send(self.session.advance(self._now()))
+                except Exception as exc:
+                    self._internal_error("scheduled work", exc)
+            now = time.monotonic()
+            if not options.shadow and now >= next_reconcile:
+                self._reconcile()
+                next_reconcile = now + options.reconcile_every_s
+            if now >= next_commit or self.journal.batch.lines >= options.commit_every_lines:
+                self._commit()
+                next_commit = now + options.commit_every_s
+            if now >= next_prune:
+                self._prune()
+                next_prune = now + 3600.0
+            if options.once and not read:
+                return
+            if not read and self.stop.wait(options.poll_s):
+                return
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self._reload()
+            read = self._read_logs()
 
     def _finish(self) -> None:
         """Settle (--once: the calls in flight, the simulated loads), commit the last batch, stop the actors."""
         if self.options.once:
             if self.options.shadow:
-                self._send(self.fleet.advance(float("inf")))
+                self.session.finish()
             else:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
                     self._drain(wait_s=0.05)
         self._drain()
-        counters = self.fleet.core.counters
-        self.summary.prefetch_used = counters.prefetch_used
-        self.summary.wasted_prefetches = counters.wasted_prefetches
         self._commit()
         self.stop.set()
         for actor in self.actors.values():
             actor.thread.join(timeout=1.0)
         self.metrics.close()
-        for follower in self.followers:
-            follower.close()
+        for stream in self.streams:
+            stream.close()
 
     def _busy(self) -> bool:
         return any(not a.inbox.empty() or a.busy_since is not None for a in self.actors.values()) or (
@@ -207,102 +219,110 @@ class Daemon:
     def _read_logs(self) -> int:
         read = 0
         lag = 0
-        for follower, parser in zip(self.followers, self.fleet.parsers, strict=True):
-            for batch in follower.poll():
-                read_at = time.monotonic()
-                if not self.options.shadow:
-                    self.fleet.stamp = self.store.clock()
-                tally = parser.tally
-                lines0, bad0 = tally.lines, tally.bad_lines
-                for line in batch.lines:
-                    event = parser.parse(line)
-                    if event is not None:
-                        try:
-                            self._on_event(event, read_at)
-                        except Exception as exc:  # a bug must cost one request, never the daemon
-                            self._internal_error("a request", exc)
-                lines, bad = tally.lines - lines0, tally.bad_lines - bad0
-                self.pending.count_lines(minute_of(time.time()), lines, bad)
-                self.summary.lines += lines
-                self.summary.bad_lines += bad
-                self.metrics.log_lines.labels("ok").inc(lines - bad)
-                self.metrics.log_lines.labels("bad").inc(bad)
-                self.pending.checkpoints[batch.path] = CheckpointRow(**vars(batch.checkpoint))
-                read += len(batch.lines)
-                if self.pending.lines >= self.options.commit_every_lines:
+        for stream in self.streams:
+            for batch in stream.poll():
+                self._consume(batch)
+                read += batch.consumed
+                if self.journal.batch.lines >= self.options.commit_every_lines:
                     self._commit()
-            lag += follower.lag_bytes()
+            lag += stream.lag_bytes()
         self.metrics.log_lag_bytes.set(lag)
         if self.log_now is not None:
             self.metrics.log_lag_seconds.set(max(0.0, time.time() - self.log_now))
         return read
 
-    def _start(self, now: float) -> None:
-        """The policy starts (plan preload) at the first line's time, or the wall clock when the logs are idle,
-        so its clock never runs backwards."""
-        self.started = True
-        self._send(self.fleet.start(now))
+    def _consume(self, batch: EventBatch) -> None:
+        read_at = time.monotonic()
+        self.journal.refresh()
+        for event in batch.events:
+            if event.kind == ADAPTER:
+                try:
+                    self._on_event(event, read_at)
+                except Exception as exc:
+                    self._internal_error("a request", exc)
+        self.journal.batch.count_lines(minute_key(time.time()), batch.lines, batch.bad)
+        self.summary.lines += batch.lines
+        self.summary.bad_lines += batch.bad
+        self.metrics.log_lines.labels("ok").inc(batch.lines - batch.bad)
+        self.metrics.log_lines.labels("bad").inc(batch.bad)
+        self.journal.batch.checkpoints[batch.path] = batch.checkpoint
 
     def _on_event(self, event: RequestEvent, read_at: float) -> None:
-        if event.kind != ADAPTER:
-            return
-        if not self.started:
-            self._start(event.time)
         now = event.time if self.log_now is None else max(event.time, self.log_now)
-        self._send(self.fleet.advance(now), read_at)
         self.log_now, self.log_read_at = now, read_at
-        decisions, _ = self.fleet.request(now, event)
-        self._send(decisions, read_at)
+        self._send(self.session.request(event), read_at)
 
     # --- actions --------------------------------------------------------------------------------------------
-    def _send(self, decisions: list[Decision], read_at: float | None = None) -> None:
-        """Hand decisions to the engines' actors (or, in shadow mode, the simulated engines took them already)."""
-        if self.options.shadow or not decisions:
+    def _send(self, calls: list[Call], read_at: float | None = None) -> None:
+        """Hand the session's calls to the engines' actors (shadow mode: the simulated engines did them)."""
+        if not calls:
             return
         queued_at = read_at if read_at is not None else time.monotonic()
-        for d in decisions:
-            actor = self.actors.get(d.engine)
-            if actor is None:
-                continue
-            if d.action == EVICT and not actor.profile.unload_frees:
-                continue  # vLLM evicts by itself; the touches already sent make its LRU pick this victim
-            adapter = self.fleet.inventory.adapters[d.adapter]
-            state = self.fleet.core.book.engines[d.engine]
-            action = {EVICT: UNLOAD, TOUCH_DECISION: TOUCH}.get(d.action, LOAD)
-            reason = self.fleet.reason_of(d)
-            actor.submit(Work(action, d.adapter, adapter.path, reason, d.adapter in state.pins, queued_at))
+        adapters = self.inventory.adapters
+        for call in calls:
+            actor = self.actors.get(call.engine)
+            if actor is not None:
+                actor.submit(Work(call.action, call, adapters[call.adapter].path, queued_at))
 
     def _drain(self, wait_s: float = 0.0) -> None:
-        if not self.options.shadow:
-            self.fleet.stamp = self.store.clock()
+        self.journal.refresh()
         while True:
             try:
                 done = self.outbox.get(timeout=wait_s) if wait_s else self.outbox.get_nowait()
             except queue.Empty:
                 return
             wait_s = 0.0
-            actor = self.actors.get(done.engine)
-            if actor is not None:
-                self.metrics.circuit.labels(done.engine).set(STATE_VALUES[actor.breaker.state])
             try:
-                if done.work.action == RECONCILE:
-                    self._send(self.fleet.reconciled(self._now(), done))
-                    continue
-                if done.sent_at is not None:
-                    self.metrics.decision_latency.observe(max(0.0, done.sent_at - done.work.queued_at))
-                self._send(self.fleet.action_done(self._now(), done))
-            except Exception as exc:  # a bug must cost one result, never the daemon
+                self._answered(done)
+            except Exception as exc:
                 self._internal_error(f"{done.engine}'s result", exc)
 
+    def _answered(self, done: Done) -> None:
+        """An actor's answer: its metrics, then the session (a call's outcome) or a reconcile."""
+        actor = self.actors.get(done.engine)
+        if actor is not None:
+            self.metrics.circuit.labels(done.engine).set(STATE_VALUES[actor.breaker.state])
+        work = done.work
+        result = "ok" if done.ok else ("refused" if done.action == "refused" else "failed")
+        self.metrics.actions.labels(done.engine, work.action, result).inc()
+        if not done.ok:
+            prefix = f"{RECONCILE}: " if work.call is None else ""
+            self.journal.error(done.engine, prefix + (done.error or done.action))
+        if work.call is None:
+            self._reconciled(done)
+            return
+        if done.sent_at is not None:
+            self.metrics.decision_latency.observe(max(0.0, done.sent_at - work.queued_at))
+        if done.ok and work.action == LOAD and done.action in LOAD_ANSWERS:
+            self.metrics.load_seconds.labels(done.engine).observe(done.ms / 1000.0)
+        self._send(self.session.answered(self._now(), work.call, done.action, done.ok, done.ms, done.error))
+
+    def _reconciled(self, done: Done) -> None:
+        if not done.ok or done.registry is None:
+            return
+        answer = self.session.reconciled(self._now(), done.engine, done.registry, done.vanished, done.running)
+        if answer.restarted:
+            log.warning("%s: registry empty (engine restarted?); re-warming its planned adapters", done.engine)
+            self.summary.engine_restarts += 1
+            self.metrics.engine_restarts.labels(done.engine).inc()
+        for adapter in done.vanished:
+            log.warning(
+                "%s: %s's files are gone; unregistered before a request could kill the engine", done.engine, adapter
+            )
+            self.summary.vanished += 1
+            self.metrics.vanished.labels(done.engine).inc()
+        self._send(answer.calls)
+
     def _internal_error(self, what: str, exc: Exception) -> None:
-        """Log a bug with its traceback, journal it and go on: the daemon outlives its own mistakes."""
+        """A bug must cost one request, one result or one scheduled prefetch, never the daemon: logged with its
+        traceback, journaled, and the loop goes on."""
         log.error("internal error handling %s (continuing): %s: %s", what, type(exc).__name__, exc, exc_info=exc)
-        self.pending.errors.append((self.store.clock(), "daemon", f"internal error: {type(exc).__name__}"))
+        self.journal.error("daemon", f"internal error: {type(exc).__name__}")
 
     def _reconcile(self) -> None:
         self.summary.reconciles += 1
         for actor in self.actors.values():
-            actor.submit(Work(RECONCILE, reason="reconcile"))
+            actor.submit(Work(RECONCILE))
 
     # --- inventory reload, journal ----------------------------------------------------------------------------
     def _reload(self) -> None:
@@ -313,28 +333,26 @@ class Daemon:
         except InputError as exc:
             message = "inventory reload failed, keeping the one in use: " + "; ".join(exc.lines())
             log.error("%s", message)
-            self.pending.errors.append((self.store.clock(), "daemon", message))
+            self.journal.error("daemon", message)
             return
-        self.fleet.replace_inventory(inventory, self.patterns)
+        self.inventory = inventory
+        self.session.replace_inventory(inventory)
+        self._use(inventory)
         self._sync_actors()
         log.info("inventory reloaded: %d engines, %d adapters", len(inventory.engines), len(inventory.adapters))
 
     def _commit(self) -> None:
-        pending = self.pending
-        if pending.empty():
+        if self.journal.batch.empty():
             return
-        self.fleet.update_gauges()
+        for engine, resident, used_bytes in self.session.holdings():
+            self.metrics.resident.labels(engine).set(resident)
+            self.metrics.resident_bytes.labels(engine).set(used_bytes)
+        batch = self.journal.take()
         commit_progress(
-            self.store,
-            pending.rollups,
-            pending.checkpoints.values(),
-            pending.log_counts,
-            pending.actions,
-            pending.errors,
+            self.store, batch.rollups, batch.checkpoints.values(), batch.log_counts, batch.actions, batch.errors
         )
         self.summary.commits += 1
         self.metrics.commits.inc()
-        self.fleet.pending = self.pending = Pending()
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's
@@ -343,21 +361,9 @@ class Daemon:
         wall = time.time()
         newest = min(wall, self.log_now) if self.log_now is not None else wall
         cutoff = newest - keep_s
-        dropped = prune(self.store, minute_of(cutoff), format_utc(datetime.fromtimestamp(cutoff, UTC)))
+        dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff))
         if dropped:
             log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
 
 
-def log_patterns(inventory: Inventory, override: tuple[str, ...] = ()) -> list[str]:
-    """The files (or globs) to follow: `override`, else the inventory's gateway.logs, a relative path taken
-    from the inventory file's folder (the inventory and its logs move together)."""
-    if override:
-        return [os.path.abspath(p) for p in override]
-    base = Path(inventory.sources[0]).parent if inventory.sources else Path.cwd()
-    patterns = [os.path.abspath(base / p) for p in (s.path for s in inventory.gateway_logs)]
-    if not patterns:
-        raise InputError("no access log to follow", hint="list gateway.logs in the inventory, or pass --log PATH")
-    return patterns
-
-
-__all__ = ["Daemon", "DaemonOptions", "log_patterns"]
+__all__ = ["Daemon", "DaemonOptions"]

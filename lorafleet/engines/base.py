@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from lorafleet.engines.executor import Cancelled, Stop
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.model import Engine
+from lorafleet.stopping import Cancelled, Stop
 
 log = logging.getLogger("lorafleet.engines")
 BACKOFF_S: tuple[float, ...] = (0.2, 0.5, 1.0)
@@ -308,7 +308,8 @@ class EngineClient:
         return [c for c in data if isinstance(c, dict)]
 
     def load(self, name: str, path: str, pinned: bool = False) -> None:
-        """Register and load an adapter; AlreadyLoadedError when the name is taken."""
+        """Register and load an adapter; AlreadyLoadedError when the name is taken. `pinned` reaches engines that
+        hold pins themselves (SGLang); elsewhere a pin is lorafleet's intent alone, and nothing is sent for it."""
         raise NotImplementedError
 
     def rewarm(self, name: str, path: str) -> None:

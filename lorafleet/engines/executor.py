@@ -17,33 +17,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from lorafleet.stopping import Cancelled, Interrupted, Stop
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-
-
-class Cancelled(Exception):  # noqa: N818 - a state, not a failure
-    """Raised inside a worker when the stop event is set while it waits."""
-
-
-class Stop:
-    """A stop flag that also wakes every sleep: `sleep` raises Cancelled as soon as the flag is set."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def sleep(self, seconds: float) -> None:
-        if self._event.wait(max(0.0, seconds)):
-            raise Cancelled()
-
-    def wait(self, seconds: float) -> bool:
-        """Wait up to `seconds`; True when stopped (for loops that must not raise)."""
-        return self._event.wait(max(0.0, seconds))
 
 
 @dataclass(frozen=True)
@@ -56,15 +33,6 @@ class Outcome(Generic[Item, Result]):
 
 # A worker factory: for one engine, a context manager yielding the function that runs one item.
 WorkerFactory = Callable[[str], AbstractContextManager[Callable[[Item], Result]]]
-
-
-class Interrupted(BaseException):
-    """SIGTERM (or another stop signal) turned into an exception in the main thread; `code` is the exit code."""
-
-    def __init__(self, code: int, reason: str = "interrupted") -> None:
-        super().__init__(code)
-        self.code = code
-        self.reason = reason
 
 
 class EngineExecutor(Generic[Item, Result]):

@@ -25,6 +25,7 @@ class VllmClient(EngineClient):
     )
 
     def load(self, name: str, path: str, pinned: bool = False) -> None:
+        # vLLM holds no pins: a pin is lorafleet's intent, kept recent by touches.
         try:
             # Safe to repeat: a load that did happen answers "already loaded" the second time.
             self.request("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, idempotent=True)

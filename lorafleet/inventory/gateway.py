@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
+from lorafleet.errors import InputError
 from lorafleet.inventory import schema
 from lorafleet.inventory.fields import Checker, describe, join
-from lorafleet.inventory.model import LogSource
+from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.inventory.yamlsource import LDict
 
 NGINX_TIME_VARIABLES = ("time_iso8601", "time_local", "msec")
@@ -68,3 +71,15 @@ def _log_source(c: Checker, value: object, logs: list[object], path: str, i: int
     elif "log_format" in m:
         c.add(m, "log_format", join(path, "log_format"), "only nginx logs take a log_format")
     return LogSource(path=got["path"], format=got["format"], fields=fields, log_format=got.get("log_format"))
+
+
+def log_patterns(inventory: Inventory, override: tuple[str, ...] = ()) -> list[str]:
+    """The files (or globs) to follow: `override`, else the inventory's gateway.logs, a relative path taken
+    from the inventory file's folder (the inventory and its logs move together)."""
+    if override:
+        return [os.path.abspath(p) for p in override]
+    base = Path(inventory.sources[0]).parent if inventory.sources else Path.cwd()
+    patterns = [os.path.abspath(base / p) for p in (s.path for s in inventory.gateway_logs)]
+    if not patterns:
+        raise InputError("no access log to follow", hint="list gateway.logs in the inventory, or pass --log PATH")
+    return patterns

@@ -74,6 +74,12 @@ class BaseModel:
         return DTYPE_BYTES[self.dtype]
 
 
+def slot_cap(gpu_slots: int, host_slots: int | None) -> int:
+    """How many adapters an engine keeps resident: its host-cache slots, or its GPU slots where the host cache
+    has no cap (SGLang without --max-loaded-loras). Planning, the policies and every view use this one rule."""
+    return host_slots if host_slots is not None else gpu_slots
+
+
 @dataclass(frozen=True)
 class Engine:
     """One serving process. `gpu_slots` is the GPU tier, `host_slots` the host-memory cache (None = no cap)."""
@@ -105,6 +111,10 @@ class Engine:
     def profile(self) -> EngineKind:
         """What this engine's kind is and lets a controller do."""
         return kind_of(self.kind)
+
+    @property
+    def slot_cap(self) -> int:
+        return slot_cap(self.gpu_slots, self.host_slots)
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.nginx import NginxFormat
 from lorafleet.logs.records import LogTally
 from lorafleet.logs.timeparse import TimeParseError, parse_time
 from lorafleet.policy.events import ADAPTER, BASE, UNKNOWN, RequestEvent
+from lorafleet.units import plural
 
 MAX_LINE_BYTES = 64 * 1024
 MAX_NAME_CHARS = 256
@@ -251,6 +253,34 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
                 yield b"x" * (MAX_LINE_BYTES + 1)
                 continue
             yield line
+
+
+def read_requests(
+    paths: Sequence[str | os.PathLike[str]], inventory: Inventory, source: LogSource | None = None
+) -> tuple[list[RequestEvent], LogTally]:
+    """`read_events` for a command that needs adapter requests (replay, plan): none at all is an input error
+    that says what the lines were read as, the way to fix a field mapping."""
+    events, tally = read_events(paths, inventory, source)
+    if tally.adapter_requests == 0:
+        names = ", ".join(str(p) for p in paths)
+        raise InputError(
+            f"no adapter requests in {names} ({plural(tally.lines, 'line')}, {tally.bad_lines} bad, "
+            f"{tally.unknown_requests} naming adapters the inventory does not know)",
+            hint=_explain_bad_lines(tally, source or source_for(paths[0], inventory)),
+        )
+    return events, tally
+
+
+def _explain_bad_lines(tally: LogTally, source: LogSource) -> str | None:
+    """What went wrong with the lines, and what they were read as."""
+    if not tally.bad_reasons:
+        return None
+    reasons = ", ".join(
+        f"{reason} ({count:,})" for reason, count in sorted(tally.bad_reasons.items(), key=lambda kv: -kv[1])
+    )
+    fields = ", ".join(f"{k}: {v}" for k, v in source.fields.items())
+    expected = f"nginx log_format {source.log_format!r}" if source.format == "nginx" else "JSON lines"
+    return f"bad lines: {reasons}; they were read as {expected} with fields {{{fields}}} (see gateway.logs)"
 
 
 def read_events(

@@ -1,14 +1,15 @@
 """The policy core shared by the daemon and `replay`: classify each request, keep the book, emit decisions.
 
 Every decision is applied to the residency book as it is emitted — a load reserves its slot and bytes at once,
-an eviction frees them — so no sequence of decisions can exceed a budget. Drivers execute the loads (the daemon
-through engine clients, replay through simulated engines) and report back with `load_finished`.
+an eviction frees them — so no sequence of decisions can exceed a budget. Each decision names what the engine is
+asked to do (kinds.py decides it here, once): LOAD, TOUCH and UNLOAD are engine calls; EVICT is an eviction the
+engine's own LRU makes after the touches before it, so it sends nothing. The session (drive/session.py) carries
+the decisions out, on simulated engines or through the daemon's actors, and reports back with `load_finished`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from lorafleet.inventory.model import Inventory
@@ -18,31 +19,18 @@ from lorafleet.policy.placement import choose_engine, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 
 HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
-LOAD, EVICT, TOUCH = "load", "evict", "touch"
+LOAD, TOUCH, UNLOAD, EVICT = "load", "touch", "unload", "evict"
 DEMAND, PREFETCH, PLAN = "demand", "prefetch", "plan"
 
 
 class Decision(NamedTuple):
     """One thing to do on an engine (a tuple: policies emit one per touch, so creating it must be cheap)."""
 
-    action: str  # LOAD, EVICT (SGLang: an unload; vLLM: the engine's own LRU, after the touches), TOUCH
+    action: str  # LOAD, TOUCH, UNLOAD (an eviction by unloading: SGLang), EVICT (by the engine's own LRU: vLLM)
     engine: str  # HOST/ENGINE
     adapter: str
     reason: str  # demand, prefetch, plan (loads); the adapter it made room for (evictions, touches)
     unused: bool = False  # an eviction of a prefetch no request used (waste)
-
-
-@dataclass
-class CoreCounters:
-    loads: int = 0
-    prefetch_loads: int = 0
-    prefetch_used: int = 0
-    wasted_prefetches: int = 0
-    evictions: int = 0
-    touches: int = 0  # 1-token requests sent so an engine's own LRU evicts what the policy chose (vLLM)
-    unloads: int = 0  # evictions done by unloading (SGLang frees the memory)
-    bypassed: int = 0  # misses that could not be kept resident (no room could be made)
-    failed_loads: int = 0
 
 
 class Policy:
@@ -89,11 +77,12 @@ class PolicyCore:
         workflows = {t.name: t.workflows for t in inventory.tenants.values() if t.workflows}
         if half_life is None:
             # Popularity should outlive a few turnovers of the fleet's cache, no more: 8x its adapter slots.
-            capacity = sum(e.host_slots or e.gpu_slots for e in engines)
+            capacity = sum(e.slot_cap for e in engines)
             half_life = max(100.0, 8.0 * capacity)
         self.demand = DemandModel(half_life=half_life, workflows=workflows)
-        self.counters = CoreCounters()
-        self.loading_reason: dict[tuple[str, str], str] = {}
+        self.loading_reason: dict[tuple[str, str], str] = {}  # (engine, adapter) in flight -> why it was loaded
+        self.claimed: set[tuple[str, str]] = set()  # prefetches in flight a request already waits on (used)
+        self.used_prefetch = False  # whether the request `on_request` last classified used a prefetch
         self.policy = policy
         policy.bind(self)
 
@@ -117,44 +106,45 @@ class PolicyCore:
         return choose_engine(adapter, self.pools.get(adapter, ()), self.book.engines)
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
-        """Classify an adapter request (hit, late, miss) and return the decisions it leads to."""
+        """Classify an adapter request (hit, late, miss) and return the decisions it leads to; `used_prefetch`
+        says whether it was the first request to use a prefetched adapter."""
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
+        self.used_prefetch = False
         if engine is None:
             return UNSERVED, self.policy.on_request(now, event, None, UNSERVED)
         state = self.book.engines[engine]
         decisions: list[Decision] = []
         if adapter in state.resident:
             outcome = HIT
-            if state.touch(adapter):
-                self.counters.prefetch_used += 1
+            self.used_prefetch = state.touch(adapter)
         elif adapter in state.in_flight:
             outcome = LATE
             state.note_use(adapter)  # most recent by its request, not by when its load completes
             key = (engine, adapter)
-            if self.loading_reason.get(key, DEMAND) != DEMAND:
-                self.counters.prefetch_used += 1
-                self.loading_reason[key] = DEMAND  # claimed: it will not count as an unused prefetch
+            if key not in self.claimed and self.loading_reason.get(key, DEMAND) != DEMAND:
+                self.used_prefetch = True
+                self.claimed.add(key)  # claimed: it will not count as an unused prefetch
         else:
             outcome = MISS
             decisions = self.load(now, engine, adapter, DEMAND, lambda: self.policy.victim_order(state, now))
             if decisions:
                 state.note_use(adapter)
-            else:
-                self.counters.bypassed += 1
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
         return outcome, decisions
 
     def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
         state = self.book.engines[engine]
-        reason = self.loading_reason.pop((engine, adapter), DEMAND)
+        key = (engine, adapter)
+        reason = self.loading_reason.pop(key, DEMAND)
+        claimed = key in self.claimed
+        self.claimed.discard(key)
         if not ok:
             state.fail_load(adapter)
-            self.counters.failed_loads += 1
             return []
-        state.finish_load(adapter, prefetched=reason != DEMAND)
+        state.finish_load(adapter, prefetched=reason != DEMAND and not claimed)
         return self.policy.on_load_done(now, engine, adapter)
 
     def next_wakeup(self) -> float | None:
@@ -185,26 +175,20 @@ class PolicyCore:
             return []
         decisions = []
         # What each engine kind lets a controller do (kinds.py): SGLang unloads the victims (memory freed); vLLM
-        # only evicts its own least recently used, so the adapters older than the victims are touched first.
+        # only evicts its own least recently used, so the adapters older than the victims are touched first, and
+        # the eviction itself is the engine's: no call.
         kept = state.keep_for(victims)
         if kept:
             state.keep_all(kept)
-            self.counters.touches += len(kept)
             decisions += [Decision(TOUCH, engine, a, adapter) for a in kept]
-        if victims and state.profile.unload_frees:
-            self.counters.unloads += len(victims)
+        eviction = UNLOAD if state.profile.unload_frees else EVICT
         for victim in victims:
             unused = state.evict(victim)
-            self.counters.wasted_prefetches += unused
-            self.counters.evictions += 1
-            decisions.append(Decision(EVICT, engine, victim, adapter, unused))
+            decisions.append(Decision(eviction, engine, victim, adapter, unused))
             self.policy.on_evicted(now, engine, victim)
         state.start_load(adapter, size)
         if pin and self.policy.honours_pins:
             state.pins.add(adapter)
         self.loading_reason[(engine, adapter)] = reason
-        self.counters.loads += 1
-        if reason != DEMAND:
-            self.counters.prefetch_loads += 1
         decisions.append(Decision(LOAD, engine, adapter, reason))
         return decisions

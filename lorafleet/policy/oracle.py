@@ -26,7 +26,6 @@ class OraclePolicy(Policy):
             assert event.adapter is not None
             self.positions.setdefault(event.adapter, deque()).append(i)
         self.position = 0  # index of the next request to arrive
-        self.origin = self.events[0].time if self.events else 0.0  # replay time 0
 
     def start(self, now: float) -> list[Decision]:
         return self._prefetch(now)
@@ -72,7 +71,7 @@ class OraclePolicy(Policy):
                 busy.add(target)
                 continue
             ready_at = now + core.load_ms[target].cold_ms(core.sizes[adapter]) / 1000.0
-            if event.time - self.origin < ready_at:
+            if event.time < ready_at:
                 if self.yield_to_demand:
                     # Too late to save this request, and its demand load comes soon: a prefetch started now
                     # would hold the loader and delay it, and what follows it. Leave the loader free.

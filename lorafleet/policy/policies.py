@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy
 from lorafleet.policy.core import Policy
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.lorafleet import LorafleetPolicy
 from lorafleet.policy.oracle import ORACLE_VARIANTS, OraclePolicy
 from lorafleet.policy.placement import Placement
+from lorafleet.policy.predictive import LorafleetPolicy
 
 _ONLINE: dict[str, Callable[[], Policy]] = {
     "lru": LruPolicy,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lorafleet.inventory.model import Engine, Inventory
+from lorafleet.inventory.model import Engine, Inventory, slot_cap
 from lorafleet.kinds import kind_of
 
 
@@ -28,6 +28,10 @@ class Budget:
     host_slots: int | None  # None: no slot cap (SGLang without --max-loaded-loras)
     budget_bytes: int | None  # None: no byte cap
 
+    @property
+    def slot_cap(self) -> int:
+        return slot_cap(self.gpu_slots, self.host_slots)
+
 
 class EngineResidency:
     """One engine's tiers. `resident` and `gpu` are insertion-ordered: the first key is least recently used."""
@@ -38,7 +42,6 @@ class EngineResidency:
         "gpu",
         "in_flight",
         "key",
-        "kind",
         "loads_fill_gpu",
         "pins",
         "prefetched",
@@ -52,7 +55,6 @@ class EngineResidency:
 
     def __init__(self, key: str, kind: str, base_model: str, budget: Budget) -> None:
         self.key = key
-        self.kind = kind
         self.base_model = base_model
         self.budget = budget
         self.resident: dict[str, None] = {}

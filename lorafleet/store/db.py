@@ -21,34 +21,66 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from lorafleet.errors import InputError
 from lorafleet.store.migrations import MIGRATIONS, statements
+from lorafleet.times import hour_key, utc_now_text
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def utc_now() -> str:
-    return format_utc(datetime.now(UTC))
+@dataclass(frozen=True, slots=True)
+class ActionRow:
+    """One action on an engine, as the journal holds it: a load, touch, unload or eviction by warm, unload or the
+    daemon (or, in shadow mode, what the daemon would have done), and what came of it."""
 
-
-def format_utc(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass(frozen=True)
-class LoadRecord:
-    at: str
-    source: str
+    at: str  # UTC ISO-8601 (times.utc_text)
+    source: str  # warm, unload, daemon, daemon-shadow
     adapter: str
     engine: str
-    action: str
+    action: str  # loaded, reloaded, touched, unloaded, evicted (engine LRU), forgotten, refused, failed, …
     ok: bool
     ms: float | None
     size_bytes: int | None
     error: str | None
+    reason: str | None = None  # plan, prefetch, demand, keep, reconcile (daemon rows)
+    unused_prefetch: bool = False  # an eviction of a prefetch no request used
+
+
+ACTION_COLUMNS = "at, source, adapter, engine, action, ok, ms, size_bytes, error, reason, unused_prefetch"
+
+
+def _columns(a: ActionRow) -> tuple[object, ...]:
+    ok, unused = int(a.ok), int(a.unused_prefetch)
+    return (a.at, a.source, a.adapter, a.engine, a.action, ok, a.ms, a.size_bytes, a.error, a.reason, unused)
+
+
+def write_actions(db: sqlite3.Connection, rows: Sequence[ActionRow]) -> None:
+    """Action rows and their hourly counts per engine and adapter, inside the caller's transaction: the one
+    writer of both, so `stats` counts the same actions over any window."""
+    db.executemany(
+        f"INSERT INTO loads ({ACTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [_columns(a) for a in rows],
+    )
+    counts: dict[tuple[str, str, str, str, str, int], list[int]] = {}
+    for a in rows:
+        hour = hour_key(a.at)
+        for dim, key in (("all", ""), ("engine", a.engine), ("adapter", a.adapter)):
+            cell = counts.setdefault((dim, hour, key, a.action, a.reason or "", int(a.ok)), [0, 0])
+            cell[0] += 1
+            cell[1] += int(a.unused_prefetch)
+    db.executemany(
+        "INSERT INTO actions_hourly (dim, hour, key, action, reason, ok, count, unused) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dim, hour, key, action, reason, ok) DO UPDATE SET "
+        "count = count + excluded.count, unused = unused + excluded.unused",
+        [(*key, n, unused) for key, (n, unused) in counts.items()],
+    )
+
+
+def read_actions(db: sqlite3.Connection, where: str = "", args: Sequence[object] = ()) -> list[ActionRow]:
+    rows = db.execute(f"SELECT {ACTION_COLUMNS} FROM loads{where}", args)
+    return [ActionRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], r[9], bool(r[10])) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -67,7 +99,7 @@ class Store:
         self,
         connection: sqlite3.Connection,
         path: Path,
-        clock: Callable[[], str] = utc_now,
+        clock: Callable[[], str] = utc_now_text,
     ) -> None:
         self.db = connection
         self.path = path
@@ -126,32 +158,15 @@ class Store:
         return applied
 
     # --- loads ----------------------------------------------------------------------------------------------
-    def record_load(self, record: LoadRecord) -> None:
+    def record_action(self, row: ActionRow) -> None:
         with self.transaction() as db:
-            db.execute(
-                "INSERT INTO loads (at, source, adapter, engine, action, ok, ms, size_bytes, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.at,
-                    record.source,
-                    record.adapter,
-                    record.engine,
-                    record.action,
-                    int(record.ok),
-                    record.ms,
-                    record.size_bytes,
-                    record.error,
-                ),
-            )
+            write_actions(db, [row])
 
-    def loads(self, engine: str | None = None) -> list[LoadRecord]:
-        sql = "SELECT at, source, adapter, engine, action, ok, ms, size_bytes, error FROM loads"
-        rows = (
-            self.db.execute(sql + " WHERE engine = ? ORDER BY id", (engine,))
-            if engine
-            else self.db.execute(sql + " ORDER BY id")
-        )
-        return [LoadRecord(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8]) for r in rows]
+    def loads(self, engine: str | None = None) -> list[ActionRow]:
+        """Every action row (of one engine), oldest first."""
+        if engine:
+            return read_actions(self.db, " WHERE engine = ? ORDER BY id", (engine,))
+        return read_actions(self.db, " ORDER BY id")
 
     # --- residency ------------------------------------------------------------------------------------------
     def residency(self, engine: str) -> list[ResidencyRow]:
@@ -188,11 +203,6 @@ class Store:
                 ],
             )
 
-    def forget_residency(self, engine: str) -> None:
-        """An engine that restarted holds nothing: drop all its rows."""
-        with self.transaction() as db:
-            db.execute("DELETE FROM residency WHERE engine = ?", (engine,))
-
 
 def check_writable(path: Path) -> None:
     """Fail before any work when the state file (or the folder that would hold it) cannot be written."""
@@ -201,7 +211,7 @@ def check_writable(path: Path) -> None:
         raise InputError(f"state database {path}: not writable", hint="pass --state PATH or set LORAFLEET_STATE")
 
 
-def open_store(path: str | Path, clock: Callable[[], str] = utc_now) -> Store:
+def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text) -> Store:
     """Open (creating) the state database and bring its schema up to date."""
     path = Path(path)
     try:

@@ -8,10 +8,14 @@ again). Rollups are added to (`ON CONFLICT … DO UPDATE`), so a minute split ov
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
-from lorafleet.store.db import Store
+from lorafleet.logs.follow import Checkpoint
+from lorafleet.measures import hit_ratio
+from lorafleet.store.db import ActionRow, Store, write_actions
+from lorafleet.times import hour_key
 
 ROLLUP_FIELDS = (
     "requests",
@@ -27,7 +31,8 @@ ROLLUP_FIELDS = (
 
 @dataclass(slots=True)
 class Outcomes:
-    """Counts for one (minute, tenant, adapter, engine)."""
+    """Counts for one (minute, tenant, adapter, engine). `prefetch_hits` counts the requests that used a
+    prefetched adapter (a hit, or a wait on it while it loaded)."""
 
     requests: int = 0
     hits: int = 0
@@ -39,131 +44,76 @@ class Outcomes:
     avoided_ms: float = 0.0
 
     def add(self, other: Outcomes) -> None:
-        self.requests += other.requests
-        self.hits += other.hits
-        self.late += other.late
-        self.misses += other.misses
-        self.gpu_hits += other.gpu_hits
-        self.prefetch_hits += other.prefetch_hits
-        self.cold_ms += other.cold_ms
-        self.avoided_ms += other.avoided_ms
+        for name in ROLLUP_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @property
+    def hit_ratio(self) -> float:
+        return hit_ratio(self.hits, self.requests)
 
 
 assert tuple(f.name for f in fields(Outcomes)) == ROLLUP_FIELDS
 
 RollupKey = tuple[str, str, str, str]  # minute, tenant, adapter, engine
-
-
-@dataclass(frozen=True)
-class CheckpointRow:
-    path: str
-    device: int
-    inode: int
-    offset: int
-    head_len: int
-    head_hash: str
-
-
-@dataclass(frozen=True)
-class ActionRow:
-    """One load, touch, unload or eviction the daemon did (or, in shadow mode, would have done)."""
-
-    at: str
-    source: str  # daemon, daemon-shadow
-    adapter: str
-    engine: str
-    action: str  # loaded, touched, unloaded, evicted (engine LRU), pinned
-    ok: bool
-    ms: float | None
-    size_bytes: int | None
-    error: str | None
-    reason: str  # plan, prefetch, demand, keep, reconcile, manual
-    unused_prefetch: bool = False  # an eviction of a prefetch no request used
+_SET_SUMS = ", ".join(f"{f} = {f} + excluded.{f}" for f in ROLLUP_FIELDS)
+_PLACES = ", ".join("?" * len(ROLLUP_FIELDS))
 
 
 def commit_progress(
     store: Store,
     rollups: Mapping[RollupKey, Outcomes] = {},
-    checkpoints: Iterable[CheckpointRow] = (),
+    checkpoints: Iterable[Checkpoint] = (),
     log_counts: Mapping[str, tuple[int, int]] = {},  # minute -> (lines, bad)
     actions: Iterable[ActionRow] = (),
     errors: Iterable[tuple[str, str, str]] = (),  # (at, source, message)
 ) -> None:
-    actions = list(actions)
     with store.transaction() as db:
-        db.executemany(
-            f"INSERT INTO rollups (minute, tenant, adapter, engine, {', '.join(ROLLUP_FIELDS)}) "
-            f"VALUES (?, ?, ?, ?, {', '.join('?' * len(ROLLUP_FIELDS))}) "
-            "ON CONFLICT (minute, tenant, adapter, engine) DO UPDATE SET "
-            + ", ".join(f"{f} = {f} + excluded.{f}" for f in ROLLUP_FIELDS),
-            [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in rollups.items()],
-        )
-        now = store.clock()
-        db.executemany(
-            "INSERT INTO checkpoints (path, device, inode, offset, head_len, head_hash, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET device = excluded.device, "
-            "inode = excluded.inode, offset = excluded.offset, head_len = excluded.head_len, "
-            "head_hash = excluded.head_hash, updated_at = excluded.updated_at",
-            [(c.path, c.device, c.inode, c.offset, c.head_len, c.head_hash, now) for c in checkpoints],
-        )
+        _write_rollups(db, rollups)
+        _write_checkpoints(db, checkpoints, store.clock())
         db.executemany(
             "INSERT INTO log_minutes (minute, lines, bad) VALUES (?, ?, ?) ON CONFLICT (minute) DO UPDATE SET "
             "lines = lines + excluded.lines, bad = bad + excluded.bad",
             [(minute, lines, bad) for minute, (lines, bad) in log_counts.items()],
         )
-        db.executemany(
-            "INSERT INTO loads (at, source, adapter, engine, action, ok, ms, size_bytes, error, reason, "
-            "unused_prefetch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    a.at,
-                    a.source,
-                    a.adapter,
-                    a.engine,
-                    a.action,
-                    int(a.ok),
-                    a.ms,
-                    a.size_bytes,
-                    a.error,
-                    a.reason,
-                    int(a.unused_prefetch),
-                )
-                for a in actions
-            ],
-        )
-        hourly: dict[tuple[str, str, str], Outcomes] = {}
-        for (minute, tenant, adapter, engine), o in rollups.items():
-            hour = minute[:13] + ":00Z"
-            for dim, key in (("all", ""), ("tenant", tenant), ("adapter", adapter), ("engine", engine)):
-                found = hourly.get((dim, hour, key))
-                if found is None:
-                    found = hourly[(dim, hour, key)] = Outcomes()
-                found.add(o)
-        db.executemany(
-            f"INSERT INTO rollups_hourly (dim, hour, key, {', '.join(ROLLUP_FIELDS)}) "
-            f"VALUES (?, ?, ?, {', '.join('?' * len(ROLLUP_FIELDS))}) ON CONFLICT (dim, hour, key) DO UPDATE SET "
-            + ", ".join(f"{f} = {f} + excluded.{f}" for f in ROLLUP_FIELDS),
-            [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in hourly.items()],
-        )
-        counts: dict[tuple[str, str, str, str, str, int], list[int]] = {}
-        for a in actions:
-            hour = a.at[:13] + ":00Z"
-            for dim, key in (("all", ""), ("engine", a.engine), ("adapter", a.adapter)):
-                cell = counts.setdefault((dim, hour, key, a.action, a.reason or "", int(a.ok)), [0, 0])
-                cell[0] += 1
-                cell[1] += int(a.unused_prefetch)
-        db.executemany(
-            "INSERT INTO actions_hourly (dim, hour, key, action, reason, ok, count, unused) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dim, hour, key, action, reason, ok) DO UPDATE SET "
-            "count = count + excluded.count, unused = unused + excluded.unused",
-            [(*key, n, unused) for key, (n, unused) in counts.items()],
-        )
+        write_actions(db, list(actions))
         db.executemany("INSERT INTO errors (at, source, message) VALUES (?, ?, ?)", list(errors))
 
 
-def read_checkpoints(store: Store) -> list[CheckpointRow]:
+def _write_rollups(db: sqlite3.Connection, rollups: Mapping[RollupKey, Outcomes]) -> None:
+    """The minute rows, and the hourly rows per dimension (everything, tenant, adapter, engine) they sum to."""
+    db.executemany(
+        f"INSERT INTO rollups (minute, tenant, adapter, engine, {', '.join(ROLLUP_FIELDS)}) "
+        f"VALUES (?, ?, ?, ?, {_PLACES}) ON CONFLICT (minute, tenant, adapter, engine) DO UPDATE SET {_SET_SUMS}",
+        [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in rollups.items()],
+    )
+    hourly: dict[tuple[str, str, str], Outcomes] = {}
+    for (minute, tenant, adapter, engine), o in rollups.items():
+        hour = hour_key(minute)
+        for dim, key in (("all", ""), ("tenant", tenant), ("adapter", adapter), ("engine", engine)):
+            found = hourly.get((dim, hour, key))
+            if found is None:
+                found = hourly[(dim, hour, key)] = Outcomes()
+            found.add(o)
+    db.executemany(
+        f"INSERT INTO rollups_hourly (dim, hour, key, {', '.join(ROLLUP_FIELDS)}) "
+        f"VALUES (?, ?, ?, {_PLACES}) ON CONFLICT (dim, hour, key) DO UPDATE SET {_SET_SUMS}",
+        [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in hourly.items()],
+    )
+
+
+def _write_checkpoints(db: sqlite3.Connection, checkpoints: Iterable[Checkpoint], now: str) -> None:
+    db.executemany(
+        "INSERT INTO checkpoints (path, device, inode, offset, head_len, head_hash, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET device = excluded.device, "
+        "inode = excluded.inode, offset = excluded.offset, head_len = excluded.head_len, "
+        "head_hash = excluded.head_hash, updated_at = excluded.updated_at",
+        [(c.path, c.device, c.inode, c.offset, c.head_len, c.head_hash, now) for c in checkpoints],
+    )
+
+
+def read_checkpoints(store: Store) -> list[Checkpoint]:
     rows = store.db.execute("SELECT path, device, inode, offset, head_len, head_hash FROM checkpoints ORDER BY path")
-    return [CheckpointRow(*row) for row in rows]
+    return [Checkpoint(*row) for row in rows]
 
 
 def prune(store: Store, before_minute: str, before_at: str) -> int:
@@ -173,8 +123,8 @@ def prune(store: Store, before_minute: str, before_at: str) -> int:
     with store.transaction() as db:
         for sql, arg in (
             ("DELETE FROM rollups WHERE minute < ?", before_minute),
-            ("DELETE FROM rollups_hourly WHERE hour < ?", before_minute[:13] + ":00Z"),
-            ("DELETE FROM actions_hourly WHERE hour < ?", before_at[:13] + ":00Z"),
+            ("DELETE FROM rollups_hourly WHERE hour < ?", hour_key(before_minute)),
+            ("DELETE FROM actions_hourly WHERE hour < ?", hour_key(before_at)),
             ("DELETE FROM log_minutes WHERE minute < ?", before_minute),
             ("DELETE FROM loads WHERE at < ?", before_at),
             ("DELETE FROM errors WHERE at < ?", before_at),
@@ -186,7 +136,6 @@ def prune(store: Store, before_minute: str, before_at: str) -> int:
 __all__ = [
     "ROLLUP_FIELDS",
     "ActionRow",
-    "CheckpointRow",
     "Outcomes",
     "RollupKey",
     "commit_progress",

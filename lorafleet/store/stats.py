@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
-from lorafleet.store.db import Store, format_utc
+from lorafleet.measures import nearest_rank
+from lorafleet.store.db import ActionRow, Store, read_actions
 from lorafleet.store.journal import ROLLUP_FIELDS, Outcomes
+from lorafleet.times import hour_key, minute_epoch, minute_key_at_or_after, parse_utc_text, utc_text
+
+LOAD_ANSWERS = ("loaded", "reloaded")  # the answers of a load that was done (the session's LOAD_ANSWERS)
 
 HOURLY_AFTER_S = 6 * 3600.0
 BY_COLUMNS = {
@@ -39,11 +41,11 @@ class Window:
 
     @property
     def since_hour(self) -> str:
-        return self.since_minute[:13] + ":00Z"
+        return hour_key(self.since_minute)
 
     @property
     def until_hour(self) -> str:
-        return self.until_minute[:13] + ":00Z"
+        return hour_key(self.until_minute)
 
 
 @dataclass
@@ -86,13 +88,7 @@ def breakdown(store: Store, window: Window, by: str) -> list[tuple[str, Outcomes
     return [(row[0], Outcomes(*row[1:])) for row in store.db.execute(sql, args)]
 
 
-def _minute_at_or_after(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(math.ceil(t / 60.0) * 60.0))
-
-
-@functools.lru_cache(maxsize=65536)  # series rows repeat the same minutes and hours: parse each once
-def _epoch(minute: str) -> float:
-    return datetime.strptime(minute, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC).timestamp()
+_epoch = functools.lru_cache(maxsize=65536)(minute_epoch)  # series rows repeat the same minutes: parse each once
 
 
 def sliced(
@@ -114,7 +110,7 @@ def sliced(
         table, stamp = "rollups", "minute"
     # A row's slice: how many slice boundaries its minute (or hour) is at or past — string comparisons in SQLite,
     # as cheap as the sums. A boundary is rounded up to the minute, since the rows' minutes are whole.
-    bounds = [_minute_at_or_after(start + i * width) for i in range(1, buckets)]
+    bounds = [minute_key_at_or_after(start + i * width) for i in range(1, buckets)]
     slot = " + ".join(f"({stamp} >= ?)" for _ in bounds) or "0"
     sql = f"SELECT {key} AS k, {slot} AS s, {_SUMS} FROM {table}{where} GROUP BY k, s"
     sums: dict[str, Outcomes] = {}
@@ -127,7 +123,7 @@ def sliced(
         else:
             found.add(part)
         cells = series.setdefault(key_value, [None] * buckets)
-        cells[index] = part.hits / part.requests if part.requests else None
+        cells[index] = part.hit_ratio if part.requests else None
     return list(sums.items()), series
 
 
@@ -153,11 +149,11 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
             args,
         )
     for action, reason, ok, count, unused in grouped:
-        out.unused_prefetches += unused or 0
         if not ok:
             out.failed += count
             continue
-        if action in ("loaded", "reloaded"):
+        out.unused_prefetches += unused or 0
+        if action in LOAD_ANSWERS:
             if reason in ("prefetch", "plan"):
                 out.prefetch_loads += count
             else:
@@ -177,8 +173,7 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
     )
     bounds = [window.since_hour, window.until_hour] if window.hourly else args
     out.refused_engines = sorted(e for (e,) in store.db.execute(refused[0], bounds))
-    until = datetime.strptime(window.until_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
-    last_day = format_utc(datetime.fromtimestamp(until - 86400.0, UTC))
+    last_day = utc_text(parse_utc_text(window.until_at) - 86400.0)
     args = [max(window.since_at, last_day), window.until_at]
     timings: dict[str, list[float]] = {}
     for engine, ms in store.db.execute(
@@ -189,7 +184,7 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
         timings.setdefault(engine, []).append(ms)
     for engine, values in timings.items():
         values.sort()
-        out.load_ms[engine] = (len(values), _rank(values, 50), _rank(values, 99))
+        out.load_ms[engine] = (len(values), nearest_rank(values, 50), nearest_rank(values, 99))
     return out
 
 
@@ -197,7 +192,7 @@ def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, i
     """Per key of `by`: (prefetches evicted unused, touches) in the window; None by tenant (actions have none)."""
     if window.hourly and by in ("adapter", "engine", "hour"):
         rows = store.db.execute(
-            f"SELECT {'hour' if by == 'hour' else 'key'} AS k, SUM(unused), "
+            f"SELECT {'hour' if by == 'hour' else 'key'} AS k, SUM(CASE WHEN ok THEN unused ELSE 0 END), "
             "SUM(CASE WHEN action = 'touched' AND ok THEN count ELSE 0 END) "
             "FROM actions_hourly WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY k",
             ["all" if by == "hour" else by, window.since_hour, window.until_hour],
@@ -212,40 +207,18 @@ def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, i
     if column is None:
         return None
     rows = store.db.execute(
-        f"SELECT {column} AS k, SUM(unused_prefetch), SUM(action = 'touched' AND ok) FROM loads "
+        f"SELECT {column} AS k, SUM(unused_prefetch AND ok), SUM(action = 'touched' AND ok) FROM loads "
         "WHERE at >= ? AND at < ? GROUP BY k",
         [window.since_at, window.until_at],
     )
     return {k: (unused or 0, touches or 0) for k, unused, touches in rows}
 
 
-def _rank(ordered: list[float], q: float) -> float:
-    index = max(1, min(len(ordered), -(-q * len(ordered) // 100)))
-    return ordered[int(index) - 1]
-
-
-@dataclass(frozen=True)
-class ActionLine:
-    at: str
-    source: str
-    adapter: str
-    engine: str
-    action: str
-    ok: bool
-    ms: float | None
-    reason: str | None
-    error: str | None
-    unused_prefetch: bool
-
-
 def action_log(
     store: Store, window: Window, engine: str | None = None, adapter: str | None = None, limit: int = 100
-) -> list[ActionLine]:
+) -> list[ActionRow]:
     """The newest `limit` actions in the window (oldest first), optionally of one engine and/or adapter."""
-    sql = (
-        "SELECT at, source, adapter, engine, action, ok, ms, reason, error, unused_prefetch FROM loads "
-        "WHERE at >= ? AND at < ?"
-    )
+    sql = " WHERE at >= ? AND at < ?"
     args: list[object] = [window.since_at, window.until_at]
     if engine:
         sql += " AND engine = ?"
@@ -253,33 +226,7 @@ def action_log(
     if adapter:
         sql += " AND adapter = ?"
         args.append(adapter)
-    rows = store.db.execute(sql + " ORDER BY at DESC, id DESC LIMIT ?", [*args, limit]).fetchall()
-    return [ActionLine(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], bool(r[9])) for r in reversed(rows)]
-
-
-UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_moment(text: str, now: float) -> float:
-    """An epoch time from `30m`, `24h`, `7d` (that long before `now`), `now`, or an ISO-8601 time (UTC unless it
-    carries an offset). ValueError with the reason otherwise."""
-    value = text.strip()
-    if value == "now":
-        return now
-    if len(value) > 1 and value[-1] in UNITS_S:
-        try:
-            amount = float(value[:-1])
-        except ValueError:
-            amount = -1.0
-        if amount > 0:
-            return now - amount * UNITS_S[value[-1]]
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{text!r} is neither a span like 30m, 24h, 7d nor an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    return list(reversed(read_actions(store.db, sql + " ORDER BY at DESC, id DESC LIMIT ?", [*args, limit])))
 
 
 def window_of(since: float, until: float, by: str | None = None) -> Window:
@@ -289,15 +236,12 @@ def window_of(since: float, until: float, by: str | None = None) -> Window:
     if hourly:
         since, until = math.floor(since / 3600.0) * 3600.0, math.ceil(until / 3600.0) * 3600.0
 
-    def iso(t: float) -> str:
-        return format_utc(datetime.fromtimestamp(t, UTC))
-
-    return Window(_minute_at_or_after(since), _minute_at_or_after(until), iso(since), iso(until), hourly)
+    first, last = minute_key_at_or_after(since), minute_key_at_or_after(until)
+    return Window(first, last, utc_text(since), utc_text(until), hourly)
 
 
 __all__ = [
     "BY_COLUMNS",
-    "ActionLine",
     "ActionTotals",
     "Window",
     "action_log",
@@ -305,7 +249,6 @@ __all__ = [
     "breakdown",
     "hit_series",
     "key_actions",
-    "parse_moment",
     "sliced",
     "totals",
     "window_of",

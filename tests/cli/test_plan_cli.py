@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from lorafleet.inventory import load_inventory
-from lorafleet.planning import read_plan
+from lorafleet.plan.planfile import read_plan
 from tests.conftest import INVENTORIES
 
 DEMO = str(INVENTORIES / "demo.yaml")

@@ -5,17 +5,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from lorafleet.actions.runner import WarmResult
 from lorafleet.cli import shapes
-from lorafleet.daemon.tally import Summary
+from lorafleet.daemon.journaling import Summary
 from lorafleet.inventory import load_inventory
 from lorafleet.logs.records import LogTally
-from lorafleet.planning import recommend_flags
-from lorafleet.policy.placement import plan_residency
+from lorafleet.plan.flags import recommend_flags
+from lorafleet.plan.planner import plan_residency
+from lorafleet.plan.report import PlanReport, Sizing
+from lorafleet.plan.window import Demand
 from lorafleet.probe.snapshot import GpuInfo, HostVram
-from lorafleet.replay.simulator import PolicyResult
+from lorafleet.replay.driver import PolicyResult
+from lorafleet.store.db import ActionRow
 from lorafleet.store.journal import Outcomes
-from lorafleet.store.stats import ActionLine, ActionTotals, window_of
-from lorafleet.warm import WarmResult
+from lorafleet.store.stats import ActionTotals, window_of
 from tests.conftest import INVENTORIES
 
 TOKEN = re.compile(r'"([^"]+)"|([{}\[\]:,])')
@@ -72,13 +75,15 @@ def test_every_shape_prints_what_its_docstring_says() -> None:
     gpu = GpuInfo(0, "GPU-1", "H100", 80, 1, 79, None)
     planned = plan_residency(inv, {a: 1.0 for a in inv.adapters})
     advice = recommend_flags(inv, planned, 80.0)[0]
+    demand = Demand(86400.0, {}, {}, {}, 0)
+    sizing = Sizing(0.9, [(4, 0.95)], 4)
     cases = {
         shapes.inventory_check: (inv,),
         shapes.inventory_show: (inv,),
         shapes.vram: ([HostVram("h", "aws", "ok", None, (gpu,))],),
         shapes.warm: ([WarmResult("a", "h/e", "loaded", True, 1.0)], False),
-        shapes.replay: ([PolicyResult("lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
-        shapes.plan: (inv, planned, [advice], ([planned.placements[0]], []), (0.9, [(4, 0.95)], 4)),
+        shapes.replay: ([PolicyResult(policy="lru", requests=1, hits=1, cold_ms=[0.0])], LogTally(lines=1)),
+        shapes.plan: (inv, PlanReport(demand, planned, {}, [advice], ([planned.placements[0]], []), sizing)),
         shapes.daemon: (Summary(requests=2, hits=1), "lorafleet", True, "/tmp/state.db"),
         shapes.stats: (
             window_of(0.0, 3600.0),
@@ -90,7 +95,7 @@ def test_every_shape_prints_what_its_docstring_says() -> None:
             0.5,
             {"t": "gold"},
         ),
-        shapes.stats_loads: ([ActionLine("at", "daemon", "a", "h/e", "loaded", True, 1.0, "demand", None, False)],),
+        shapes.stats_loads: ([ActionRow("at", "daemon", "a", "h/e", "loaded", True, 1.0, 1, None, "demand")],),
     }
     assert set(cases) == set(shapes.SHAPES)
     for shape, args in cases.items():

@@ -14,7 +14,8 @@ import pytest
 
 from lorafleet.store.db import open_store
 from lorafleet.store.journal import ActionRow, Outcomes, commit_progress
-from lorafleet.store.stats import parse_moment, window_of
+from lorafleet.store.stats import window_of
+from lorafleet.times import parse_moment
 from tests.conftest import ROOT
 
 T0 = "2026-11-20T10:"

@@ -14,7 +14,7 @@ import pytest
 
 from lorafleet.inventory import load_inventory
 from lorafleet.logs.reader import read_events
-from lorafleet.replay.simulator import simulate
+from lorafleet.replay.driver import simulate
 from tests.daemon.conftest import log_line, sglang, vllm, wait_for, write_adapters, write_fleet
 
 ADAPTERS = 8

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from lorafleet.daemon.loop import Daemon, DaemonOptions, log_patterns
+from lorafleet.daemon.loop import Daemon, DaemonOptions
+from lorafleet.drive.session import Counts
 from lorafleet.inventory import load_inventory
+from lorafleet.inventory.gateway import log_patterns
 from lorafleet.logs.reader import read_events
-from lorafleet.replay.simulator import simulate
-from lorafleet.replay.synth import synthesize
+from lorafleet.replay.driver import simulate
+from lorafleet.replay.synth import SHAPES, synthesize
 from lorafleet.store.db import open_store
+from tests.conftest import INVENTORIES
 
 
 def totals(db: Path) -> tuple[int, int, int, int]:
@@ -31,17 +35,27 @@ def run_shadow(inventory: Path, db: Path, policy: str = "lorafleet", **options: 
         return Daemon(inv, store, opts).run()
 
 
-@pytest.mark.parametrize("shape", ["workflows", "drift"])
-@pytest.mark.parametrize("policy", ["lru", "lorafleet"])
-def test_shadow_once_is_replay(tmp_path: Path, shape: str, policy: str) -> None:
-    synth = synthesize(shape, 1500, 3, tmp_path / "t")
-    inv = load_inventory(synth.inventory_path)
-    events, _ = read_events([synth.log_path], inv)
+def assert_shadow_is_replay(inventory: Path, db: Path, policy: str) -> None:
+    """Every count the session keeps, equal to the last bit: one session, one time unit, two drivers."""
+    inv = load_inventory(inventory)
+    events, _ = read_events(log_patterns(inv), inv)
     replayed = simulate(inv, policy, events)
-    summary = run_shadow(synth.inventory_path, tmp_path / "s.db", policy)
-    assert (summary.hits, summary.late, summary.misses) == (replayed.hits, replayed.late, replayed.misses)
-    assert summary.cold_ms_paid == pytest.approx(replayed.cold_ms_total, abs=1.0)  # epoch vs relative ms
-    assert totals(tmp_path / "s.db") == (replayed.requests, replayed.hits, replayed.late, replayed.misses)
+    summary = run_shadow(inventory, db, policy)
+    for name in (f.name for f in dataclasses.fields(Counts)):
+        assert getattr(summary, name) == getattr(replayed, name), name
+    assert totals(db) == (replayed.requests, replayed.hits, replayed.late, replayed.misses)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("policy", ["lru", "lorafleet"])
+def test_shadow_once_is_replay_on_every_shape(tmp_path: Path, shape: str, policy: str) -> None:
+    synth = synthesize(shape, 1500, 3, tmp_path / "t")
+    assert_shadow_is_replay(synth.inventory_path, tmp_path / "s.db", policy)
+
+
+@pytest.mark.parametrize("policy", ["markov", "lorafleet"])
+def test_shadow_once_is_replay_on_the_demo_log(tmp_path: Path, policy: str) -> None:
+    assert_shadow_is_replay(INVENTORIES / "demo.yaml", tmp_path / "s.db", policy)
 
 
 def test_a_restart_reads_only_what_was_written_since(tmp_path: Path) -> None:
@@ -126,20 +140,40 @@ def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(
 
 
 def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monkeypatch) -> None:
-    from lorafleet.daemon.fleet import Fleet
+    from lorafleet.drive.session import Session
 
     synth = synthesize("workflows", 200, 1, tmp_path / "t")
-    real = Fleet.request
+    real = Session.request
     calls = {"n": 0}
 
-    def flaky(self, now, event):  # type: ignore[no-untyped-def]
+    def flaky(self, event):  # type: ignore[no-untyped-def]
         calls["n"] += 1
         if calls["n"] == 50:
             raise RuntimeError("a bug")
-        return real(self, now, event)
+        return real(self, event)
 
-    monkeypatch.setattr(Fleet, "request", flaky)
+    monkeypatch.setattr(Session, "request", flaky)
     summary = run_shadow(synth.inventory_path, tmp_path / "s.db")
     assert summary.lines == 200 and summary.requests == 199
     with sqlite3.connect(tmp_path / "s.db") as c:
         assert c.execute("SELECT message FROM errors").fetchall() == [("internal error: RuntimeError",)]
+
+
+def test_the_daemon_summary_stats_and_replay_agree_on_every_shared_count(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """The README's tour: the daemon in shadow mode over the demo log, `stats` over that run, `replay --json`."""
+    demo, db = str(INVENTORIES / "demo.yaml"), str(tmp_path / "s.db")
+    daemon = json.loads(
+        run_cli("daemon", "-i", demo, "--state", db, "--shadow", "--from-start", "--once", "--metrics-addr", "off",
+                "--retention", "3650d", "--json").stdout
+    )  # fmt: skip
+    window = ("--since", "2026-11-02T09:00Z", "--until", "2026-11-02T10:00Z")
+    stats = json.loads(run_cli("stats", "-i", demo, "--state", db, *window, "--no-replay", "--json").stdout)["overall"]
+    log = str(INVENTORIES / "demo-access.jsonl")
+    (replayed,) = json.loads(run_cli("replay", log, "-i", demo, "--policy", "lorafleet", "--json").stdout)["policies"]
+    for key in ("requests", "hits", "late", "misses", "prefetch_loads", "prefetch_used", "touches"):
+        assert daemon[key] == stats[key] == replayed[key], key
+    for key in ("loads", "wasted_prefetches", "unloads", "unserved"):
+        assert daemon[key] == replayed[key], key
+    assert daemon["wasted_prefetches"] == stats["prefetch_wasted"]
+    assert daemon["cold_ms_paid"] == stats["cold_ms_paid"] == round(replayed["cold_ms_total"], 1)
+    assert daemon["cold_ms_avoided"] == stats["cold_ms_avoided"]

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from lorafleet.engines.executor import Cancelled, EngineExecutor, Outcome, Stop
+from lorafleet.engines.executor import EngineExecutor, Outcome
+from lorafleet.stopping import Cancelled, Stop
 
 
 def test_items_run_in_order_per_engine_and_callbacks_run_on_the_callers_thread() -> None:

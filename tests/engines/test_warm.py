@@ -236,9 +236,11 @@ def test_emulator_lru_tiers_hold_their_slot_counts(kind: str, tmp_path, run_cli,
 
 
 def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emulators, adapter_dirs) -> None:
+    from lorafleet.actions.targets import choose_targets
+    from lorafleet.actions.warm import WarmOptions, warm
     from lorafleet.engines import make_client
     from lorafleet.inventory import load_inventory
-    from lorafleet.warm import WarmOptions, choose_targets, resolve_adapters, warm
+    from lorafleet.inventory.lookup import resolve_adapters
 
     good = emulators(kind="vllm")
     inv = load_inventory(

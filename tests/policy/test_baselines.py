@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorafleet.policy.baselines import AgedCounts, _ArcLists
-from lorafleet.replay.simulator import Simulation
-from tests.policy.fleet import make_inventory, stream
+from lorafleet.replay.driver import Simulation
+from tests.policy.builders import make_inventory, stream
 
 ONE_ENGINE = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
 

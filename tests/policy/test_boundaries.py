@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lorafleet.drive.simulated import SimulatedEngines
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision, Policy
-from lorafleet.policy.engine_model import SimulatedEngines
 from lorafleet.policy.placement import why_not
 from lorafleet.policy.residency import Budget, EngineResidency
-from lorafleet.replay.simulator import Simulation
-from tests.policy.fleet import make_inventory, stream
+from lorafleet.replay.driver import Simulation
+from tests.policy.builders import make_inventory, stream
 
 
 def engine(host: int | None = 2, gpu: int = 1, bytes_: int | None = None) -> EngineResidency:
@@ -92,7 +92,7 @@ def test_the_simulated_loader_serves_demand_before_queued_prefetches() -> None:
     while sim.completions:
         done = sim.pop_done()
         order.append(done.adapter)
-        sim.start_next(done.done_ms, done.engine)
+        sim.start_next(done.done_at, done.engine)
     assert order == ["p1", "d", "p2"]  # p1 was loading already: never preempted; d jumps p2
 
 
@@ -141,9 +141,9 @@ def test_gpu_hits_are_hits_whose_adapter_held_a_gpu_slot(tmp_path: Path) -> None
 
 
 def test_cold_ms_percentiles_are_nearest_rank() -> None:
-    from lorafleet.replay.simulator import PolicyResult
+    from lorafleet.replay.driver import PolicyResult
 
-    r = PolicyResult("x", cold_ms=[0.0, 0.0, 10.0, 20.0])
+    r = PolicyResult(policy="x", cold_ms=[0.0, 0.0, 10.0, 20.0])
     assert (r.cold_ms_percentile(50), r.cold_ms_percentile(75), r.cold_ms_percentile(100)) == (0.0, 10.0, 20.0)
     assert r.cold_ms_percentile(1) == 0.0
 
@@ -167,7 +167,7 @@ def test_the_oracle_evicts_what_is_needed_furthest_away(tmp_path: Path) -> None:
 def test_baselines_ignore_pins_and_lorafleet_keeps_them(tmp_path: Path) -> None:
     from lorafleet.policy.baselines import LruPolicy
     from lorafleet.policy.core import PolicyCore
-    from lorafleet.policy.lorafleet import LorafleetPolicy
+    from lorafleet.policy.predictive import LorafleetPolicy
 
     assert not LruPolicy.honours_pins and LorafleetPolicy.honours_pins
     inv = make_inventory(tmp_path, adapters=3, tenants={"t": "{pinned: [a0]}"})
@@ -176,20 +176,22 @@ def test_baselines_ignore_pins_and_lorafleet_keeps_them(tmp_path: Path) -> None:
 
 
 def test_a_failed_load_is_counted_and_frees_its_reservation(tmp_path: Path) -> None:
+    from lorafleet.drive.session import Session
     from lorafleet.policy.baselines import LruPolicy
     from lorafleet.policy.core import PolicyCore
 
     inv = make_inventory(tmp_path, adapters=2)
-    core = PolicyCore(inv, LruPolicy())
+    session = Session(PolicyCore(inv, LruPolicy()))  # live: loads come back as calls
     event = stream([0])[0]
-    core.on_request(event.time, event, "h/e0")
-    assert core.load_finished(event.time + 1, "h/e0", "a0", ok=False) == []
-    assert core.counters.failed_loads == 1 and not core.book["h/e0"].holds("a0")
+    (call,) = session.request(event)
+    assert session.answered(event.time + 1, call, "failed", False, 5.0, "boom") == []
+    core = session.core
+    assert (session.counts.failed, session.counts.loads) == (1, 0) and not core.book["h/e0"].holds("a0")
     assert core.book["h/e0"].used_bytes == 0  # its bytes are free again
 
 
 def test_a_further_copy_only_when_half_its_rate_beats_the_mean_rate(tmp_path: Path) -> None:
-    from lorafleet.policy.placement import plan_residency
+    from lorafleet.plan.planner import plan_residency
 
     two = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}] * 2
     inv = make_inventory(tmp_path, adapters=4, engines=two)
@@ -257,17 +259,17 @@ def test_keeping_in_one_pass_equals_keeping_one_by_one(
 
 
 def test_nearest_rank_starts_at_the_smallest_value() -> None:
-    from lorafleet.replay.simulator import PolicyResult
+    from lorafleet.replay.driver import PolicyResult
 
-    r = PolicyResult("x", cold_ms=[5.0, 10.0, 20.0])
+    r = PolicyResult(policy="x", cold_ms=[5.0, 10.0, 20.0])
     assert (r.cold_ms_percentile(1), r.cold_ms_percentile(34), r.cold_ms_percentile(67)) == (5.0, 10.0, 20.0)
 
 
 def test_replay_speed_is_requests_over_wall_time() -> None:
-    from lorafleet.replay.simulator import PolicyResult
+    from lorafleet.replay.driver import PolicyResult
 
-    assert PolicyResult("x", requests=300, wall_s=0.5).requests_per_s == 600.0
-    assert PolicyResult("x", requests=300, wall_s=0.0).requests_per_s == 0.0
+    assert PolicyResult(policy="x", requests=300, wall_s=0.5).requests_per_s == 600.0
+    assert PolicyResult(policy="x", requests=300, wall_s=0.0).requests_per_s == 0.0
 
 
 def test_violations_count_slots_and_bytes_apart() -> None:
@@ -301,8 +303,9 @@ def test_promoting_the_load_in_progress_changes_nothing() -> None:
     assert sim.loaders["e"].current == "a" and list(sim.loaders["e"].queue) == ["b"]
 
 
-def test_unloads_are_counted_on_sglang_only_and_bypassed_misses_once(tmp_path: Path) -> None:
-    from lorafleet.policy.core import MISS, PolicyCore
+def test_an_eviction_is_an_unload_call_on_sglang_only_and_a_bypassed_miss_counts_once(tmp_path: Path) -> None:
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import UNLOAD, PolicyCore
     from lorafleet.policy.policies import make_policy
 
     engines = [
@@ -310,16 +313,22 @@ def test_unloads_are_counted_on_sglang_only_and_bypassed_misses_once(tmp_path: P
         {"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 1},
     ]
     inv = make_inventory(tmp_path, adapters=3, engines=engines)
-    core = PolicyCore(inv, make_policy("lru"))
+    session = Session(PolicyCore(inv, make_policy("lru")), simulate=True)
+    counts = session.counts
     e = stream([0, 1])
     for engine in ("h/e0", "h/e1"):
-        core.book[engine].admit("a2", 1)
-    core.on_request(e[0].time, replace(e[0], engine="e0"), "h/e0")  # vLLM: its own LRU evicts a2
-    assert (core.counters.evictions, core.counters.unloads) == (1, 0)
-    core.on_request(e[0].time, replace(e[0], engine="e1"), "h/e1")  # SGLang: a2 is unloaded
-    assert (core.counters.evictions, core.counters.unloads) == (2, 1)
-    outcome, decisions = core.on_request(e[1].time, e[1], "h/e0")  # a0 still loading, no other victim
-    assert (outcome, decisions, core.counters.bypassed) == (MISS, [], 1)
+        session.core.book[engine].admit("a2", 1)
+    session.request(replace(e[0], engine="h/e0"))  # vLLM: its own LRU evicts a2, no call
+    assert (counts.evictions, counts.unloads) == (1, 0)
+    session.request(replace(e[0], engine="h/e1"))  # SGLang: a2 is unloaded
+    assert (counts.evictions, counts.unloads) == (2, 1)
+    session.request(replace(e[1], time=e[0].time, engine="h/e0"))  # a0 still loading, no other victim: bypassed
+    assert (counts.misses, counts.bypassed) == (3, 1)
+    live = Session(PolicyCore(inv, make_policy("lru")))
+    live.core.book["h/e1"].admit("a2", 1)
+    assert [c.action for c in live.request(replace(e[0], engine="h/e1"))] == [UNLOAD, "load"]
+    live.core.book["h/e0"].admit("a2", 1)
+    assert [c.action for c in live.request(replace(e[0], engine="h/e0"))] == ["load"]  # vLLM: no call evicts
 
 
 def test_a_prefetch_used_counts_once(tmp_path: Path) -> None:
@@ -332,8 +341,9 @@ def test_a_prefetch_used_counts_once(tmp_path: Path) -> None:
     core.load_finished(0.5, "h/e0", "a0")
     e = stream([0, 0])
     core.on_request(e[0].time, e[0], "h/e0")
+    assert core.used_prefetch
     core.on_request(e[1].time, e[1], "h/e0")
-    assert core.counters.prefetch_used == 1
+    assert not core.used_prefetch
 
 
 def test_a_request_naming_no_engine_is_routed_by_placement(tmp_path: Path) -> None:
@@ -378,8 +388,9 @@ def two_requests(tmp_path: Path) -> Simulation:
 
 def run_probe(sim: Simulation, probe: Policy) -> None:
     """Run the replay with `probe` in place of its policy (a policy that only watches the book)."""
-    probe.bind(sim.core)
-    sim.core.policy = probe
+    core = sim.session.core
+    probe.bind(core)
+    core.policy = probe
     sim.run()
 
 
@@ -392,7 +403,7 @@ def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
         name = "probe"
 
         def __init__(self) -> None:
-            self.wakeups = [0.002, 5.0]
+            self.wakeups = [1000.002, 1005.0]  # the first request comes at 1000.0 (epoch seconds, as every time)
 
         def next_wakeup(self) -> float | None:
             return self.wakeups[0] if self.wakeups else None
@@ -403,7 +414,7 @@ def test_a_wakeup_sees_the_engines_as_of_its_own_time(tmp_path: Path) -> None:
             return []
 
     run_probe(two_requests(tmp_path), Probe())
-    assert seen == [(0.002, ["a0"]), (5.0, [])]  # a0's load (15 ms and more) is still running at 2 ms
+    assert seen == [(1000.002, ["a0"]), (1005.0, [])]  # a0's load (15 ms and more) is still running at 2 ms
 
 
 def test_a_wakeup_due_as_a_load_completes_sees_it_done(tmp_path: Path) -> None:
@@ -417,10 +428,9 @@ def test_a_wakeup_due_as_a_load_completes_sees_it_done(tmp_path: Path) -> None:
             self.due: float | None = None
 
         def next_wakeup(self) -> float | None:
-            if self.due is None and sim.engines.completions:
-                done_ms = sim.engines.next_done_ms()
-                assert (done_ms / 1000.0) * 1000.0 == done_ms  # the same instant in both units
-                self.due = done_ms / 1000.0
+            engines = sim.session.sim
+            if self.due is None and engines is not None and engines.completions:
+                self.due = engines.next_done()  # one time unit: the completion's own instant
             return None if seen else self.due
 
         def tick(self, now: float) -> list[Decision]:
@@ -441,17 +451,17 @@ def test_replay_reports_progress_every_4096_requests(tmp_path: Path) -> None:
 
 
 def test_headroom_captured_is_the_share_of_the_gap_from_lru_to_the_oracle() -> None:
-    from lorafleet.replay.simulator import PolicyResult, headroom_captured
+    from lorafleet.replay.driver import PolicyResult, headroom_captured
 
     def at(hits: int) -> PolicyResult:
-        return PolicyResult("x", requests=100, hits=hits)
+        return PolicyResult(policy="x", requests=100, hits=hits)
 
     assert headroom_captured(at(50), at(30), at(90)) == pytest.approx(1 / 3)
     assert headroom_captured(at(50), at(30), at(30)) is None
 
 
 def test_a_pin_limit_holds_across_several_pins(tmp_path: Path) -> None:
-    from lorafleet.policy.placement import plan_residency
+    from lorafleet.plan.planner import plan_residency
 
     inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}])
     planned = plan_residency(inv, {"a0": 1.0, "a1": 1.0, "a2": 1.0}, ["a0", "a1"])

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from lorafleet.policy.lorafleet import BLENDED, QUICK, SHORT, LorafleetPolicy
-from tests.policy.fleet import make_inventory
+from lorafleet.policy.predictive import BLENDED, QUICK, SHORT, LorafleetPolicy
+from tests.policy.builders import make_inventory
 
 ENGINE = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}]
 
@@ -120,8 +120,8 @@ def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path:
 from dataclasses import replace  # noqa: E402
 
 from lorafleet.policy.core import DEMAND, LOAD, PLAN, PREFETCH  # noqa: E402
-from lorafleet.policy.lorafleet import ScheduledPrefetch  # noqa: E402
-from tests.policy.fleet import stream  # noqa: E402
+from lorafleet.policy.predictive import ScheduledPrefetch  # noqa: E402
+from tests.policy.builders import stream  # noqa: E402
 
 
 def ask(core: PolicyCore, events) -> list:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from lorafleet.policy.placement import (
     why_not,
 )
 from lorafleet.policy.residency import ResidencyBook
-from tests.policy.fleet import make_inventory
+from tests.policy.builders import make_inventory
 
 ENGINES = [
     {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4},

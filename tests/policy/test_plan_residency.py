@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet.policy.placement import pin_limit, plan_residency
+from lorafleet.plan.planner import plan_residency
+from lorafleet.policy.placement import pin_limit
 from lorafleet.policy.residency import ResidencyBook
-from tests.policy.fleet import make_inventory
+from tests.policy.builders import make_inventory
 
 SPECS = [
     [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}],
@@ -127,7 +128,7 @@ def test_a_copy_is_made_only_while_it_is_worth_more_than_an_average_adapter(tmp_
 
 
 def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> None:
-    from lorafleet.planning import demand_from_events, tenant_hit_ratios
+    from lorafleet.plan.window import demand_from_events, tenant_hit_ratios
     from lorafleet.policy.events import ADAPTER, RequestEvent
 
     inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}])

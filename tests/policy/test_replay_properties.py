@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lorafleet.policy.policies import POLICY_NAMES
-from lorafleet.replay.simulator import Simulation, replay, simulate
-from tests.policy.fleet import make_inventory, stream
+from lorafleet.replay.driver import Simulation, replay, simulate
+from tests.policy.builders import make_inventory, stream
 
 
 def plain_lru_hits(sequence: list[int], capacity: int) -> int:

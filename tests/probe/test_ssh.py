@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet.inventory import load_inventory
-from lorafleet.probe.fleet import probe_fleet
+from lorafleet.probe.survey import probe_fleet
 from lorafleet.units import MIB
 from tests.sshd_server import Sshd, keygen
 

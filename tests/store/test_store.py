@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from lorafleet.errors import InputError
-from lorafleet.store.db import SCHEMA_VERSION, LoadRecord, open_store
+from lorafleet.store.db import SCHEMA_VERSION, ActionRow, open_store
 from lorafleet.store.migrations import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def record(adapter: str, engine: str = "h/e") -> LoadRecord:
-    return LoadRecord("2026-01-01T00:00:00.000Z", "warm", adapter, engine, "loaded", True, 1.0, 10, None)
+def record(adapter: str, engine: str = "h/e") -> ActionRow:
+    return ActionRow("2026-01-01T00:00:00.000Z", "warm", adapter, engine, "loaded", True, 1.0, 10, None)
 
 
 def run_python(code: str, *args: str) -> subprocess.Popen[str]:
@@ -63,12 +63,12 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_transaction_commits_together_or_not_at_all(tmp_path: Path) -> None:
     with open_store(tmp_path / "s.db") as store:
         with pytest.raises(RuntimeError), store.transaction():
-            store.record_load(record("a"))
+            store.record_action(record("a"))
             store.change_residency("h/e", [("a", 10, False)])
             raise RuntimeError("crash between the rows")
         assert store.loads() == [] and store.residency("h/e") == []
         with store.transaction():
-            store.record_load(record("b"))
+            store.record_action(record("b"))
             store.change_residency("h/e", [("b", 10, False)])
         assert [r.adapter for r in store.loads()] == ["b"]
         assert [r.adapter for r in store.residency("h/e")] == ["b"]
@@ -135,12 +135,12 @@ def test_restore_after_kill_9_keeps_every_committed_transaction(tmp_path: Path) 
     open_store(path).close()
     code = """
         import sys
-        from lorafleet.store.db import LoadRecord, open_store
+        from lorafleet.store.db import ActionRow, open_store
         with open_store(sys.argv[1]) as store:
             i = 0
             while True:
                 with store.transaction():
-                    store.record_load(LoadRecord("t", "warm", f"a{i}", "h/e", "loaded", True, 1.0, 1, None))
+                    store.record_action(ActionRow("t", "warm", f"a{i}", "h/e", "loaded", True, 1.0, 1, None))
                     store.change_residency("h/e", [(f"a{i}", 1, False)])
                 print(i, flush=True)
                 i += 1

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 from lorafleet.engines import EngineClient, EngineError, make_client
 from lorafleet.engines.base import api_key
-from lorafleet.engines.executor import EngineExecutor, Interrupted, Outcome, Stop
+from lorafleet.engines.executor import EngineExecutor, Outcome
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
-from lorafleet.store.db import LoadRecord, Store
+from lorafleet.stopping import Interrupted, Stop
+from lorafleet.store.db import ActionRow, Store
 
-log = logging.getLogger("lorafleet.runner")
+log = logging.getLogger("lorafleet.actions.runner")
 FAILED, SKIPPED, INTERRUPTED, CANCELLED = "failed", "skipped", "interrupted", "cancelled"
 ClientFactory = Callable[[Engine], EngineClient]
 
@@ -173,8 +174,8 @@ def journal(store: Store, source: str, adapter: Adapter, acted: Acted, pinned: b
     """One result's journal row and the residency delta it caused, in one transaction."""
     r = acted.result
     with store.transaction():
-        store.record_load(
-            LoadRecord(store.clock(), source, r.adapter, r.engine, r.action, r.ok, r.ms, adapter.size_bytes, r.error)
+        store.record_action(
+            ActionRow(store.clock(), source, r.adapter, r.engine, r.action, r.ok, r.ms, adapter.size_bytes, r.error)
         )
         if acted.used or acted.dropped:
             used = [(adapter.id, adapter.size_bytes, pinned)] if acted.used else []

@@ -11,12 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from lorafleet.engines import EngineClient, EngineError, make_client
-from lorafleet.engines.executor import Stop
-from lorafleet.errors import InputError
-from lorafleet.inventory.model import Adapter, Engine, Inventory
-from lorafleet.policy.residency import ResidencyBook
-from lorafleet.runner import (
+from lorafleet.actions.runner import (
     FAILED,
     SKIPPED,
     Acted,
@@ -26,24 +21,13 @@ from lorafleet.runner import (
     elapsed_ms,
     run_actions,
 )
+from lorafleet.engines import EngineClient, EngineError, make_client
+from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.policy.residency import ResidencyBook
+from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
-from lorafleet.warm import resolve_engines
 
 UNLOADED, WOULD_UNLOAD = "unloaded", "would-unload"
-
-
-def unload_targets(
-    inventory: Inventory, adapters: Sequence[Adapter], engine_keys: Sequence[str] = ()
-) -> list[tuple[Adapter, Engine]]:
-    """(adapter, engine) pairs: the named engines, else every engine of the adapter's base model."""
-    engines = resolve_engines(inventory, engine_keys)
-    pairs: list[tuple[Adapter, Engine]] = []
-    for adapter in adapters:
-        pool = engines or [e for e in inventory.engines if e.base_model == adapter.base_model]
-        pairs.extend((adapter, e) for e in pool if e.base_model == adapter.base_model)
-    if not pairs:
-        raise InputError("no engine of these adapters' base models to unload from")
-    return pairs
 
 
 class _UnloadWorker(RegistryWorker):

@@ -9,27 +9,12 @@ engine kind's limit (placement.pin_limit) on every kind.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, make_client
-from lorafleet.engines.executor import Stop
-from lorafleet.errors import InputError
-from lorafleet.inventory.model import Adapter, Engine, Inventory
-from lorafleet.policy.placement import (
-    Placement,
-    can_pin,
-    pin_limit,
-    rank_engines,
-    serving_pools,
-    unservable_reason,
-    why_not,
-)
-from lorafleet.policy.residency import ResidencyBook
-from lorafleet.runner import (
+from lorafleet.actions.runner import (
     FAILED,
     SKIPPED,
     Acted,
@@ -40,6 +25,11 @@ from lorafleet.runner import (
     restore_book,
     run_actions,
 )
+from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, make_client
+from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.policy.placement import can_pin, pin_limit
+from lorafleet.policy.residency import ResidencyBook
+from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
 
 log = logging.getLogger("lorafleet.warm")
@@ -56,81 +46,6 @@ class WarmOptions:
     parallel: int = 8
     deadline_s: float | None = None  # the whole run; what is not done by then is reported, not waited for
     pinned: frozenset[tuple[str, str]] = frozenset()  # (adapter, engine) pairs to pin, as a plan says
-
-
-def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter]:
-    adapters = []
-    for name in dict.fromkeys(names):  # an adapter named twice is warmed once
-        adapter = inventory.adapters.get(name)
-        if adapter is None:
-            close = difflib.get_close_matches(name, list(inventory.adapters), n=1)
-            tip = f"; did you mean {close[0]!r}?" if close else ""
-            raise InputError(f"{name!r} is not an adapter in the inventory{tip}")
-        adapters.append(adapter)
-    return adapters
-
-
-def resolve_engines(inventory: Inventory, keys: Sequence[str]) -> list[Engine]:
-    """The engines named HOST/ENGINE, each once; an unknown name is an input error with a did-you-mean."""
-    engines = []
-    for key in dict.fromkeys(keys):
-        engine = inventory.engine(key)
-        if engine is None:
-            close = difflib.get_close_matches(key, [e.key for e in inventory.engines], n=1)
-            tip = f"; did you mean {close[0]!r}?" if close else " (engines are named HOST/ENGINE)"
-            raise InputError(f"{key!r} is not an engine in the inventory{tip}")
-        engines.append(engine)
-    return engines
-
-
-def plan_targets(
-    inventory: Inventory, placements: Sequence[Placement], adapters: Sequence[str] = ()
-) -> list[tuple[Adapter, Engine]]:
-    """The (adapter, engine) pairs of a plan's placements (only `adapters`' when given)."""
-    wanted = set(adapters)
-    pairs = []
-    for p in placements:
-        engine = inventory.engine(p.engine)
-        if engine is not None and (not wanted or p.adapter in wanted):
-            pairs.append((inventory.adapters[p.adapter], engine))
-    return pairs
-
-
-def choose_targets(
-    inventory: Inventory,
-    adapters: Sequence[Adapter],
-    engine_keys: Sequence[str] = (),
-    replicas: int | None = None,
-    load_of: Callable[[Engine], int] | None = None,
-    book: ResidencyBook | None = None,
-) -> list[tuple[Adapter, Engine]]:
-    """(adapter, engine) pairs to warm. Named engines are checked and must suit every adapter; otherwise every
-    engine that can serve the adapter, limited to `replicas` in the placement rule's order (resident first, then
-    least loaded by `load_of`)."""
-    pairs: list[tuple[Adapter, Engine]] = []
-    if engine_keys:
-        engines = resolve_engines(inventory, engine_keys)
-        for adapter in adapters:
-            for engine in engines:
-                reason = why_not(adapter, engine)
-                if reason is not None:
-                    raise InputError(f"refusing to warm: {reason}")
-                pairs.append((adapter, engine))
-        return pairs
-    pools = serving_pools(inventory)
-    book = book or ResidencyBook.from_inventory(inventory)
-    for adapter in adapters:
-        pool = pools[adapter.id]
-        if not pool:
-            raise InputError(f"refusing to warm {adapter.id}: {unservable_reason(inventory, adapter)}")
-        if replicas is not None and replicas < len(pool):
-            load = None
-            if load_of is not None:
-                loads = {key: load_of(inventory.engine(key)) for key in pool}  # type: ignore[arg-type]
-                load = loads.__getitem__
-            pool = rank_engines(adapter.id, pool, book.engines, load)[:replicas]
-        pairs.extend((adapter, engine) for engine in (inventory.engine(k) for k in pool) if engine is not None)
-    return pairs
 
 
 class _EngineWorker(RegistryWorker):
@@ -188,7 +103,7 @@ class _EngineWorker(RegistryWorker):
             action = self._rewarm(adapter)
         else:
             try:
-                self.client.load(adapter.id, adapter.path, pinned=pin and profile.engine_pins)
+                self.client.load(adapter.id, adapter.path, pinned=pin)
                 action = LOADED
             except AlreadyLoadedError:  # registered meanwhile (another admin, the daemon): re-warm it instead
                 action = self._rewarm(adapter)

@@ -1,0 +1,87 @@
+"""Where an engine action goes: the (adapter, engine) pairs `warm` and `unload` act on, chosen before anything
+is sent — named engines (checked), a plan's placements, or the engines that can serve each adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from lorafleet.engines import EngineError, make_client
+from lorafleet.errors import InputError
+from lorafleet.inventory.lookup import resolve_engines
+from lorafleet.inventory.model import Adapter, Engine, Inventory
+from lorafleet.policy.placement import Placement, rank_engines, serving_pools, unservable_reason, why_not
+from lorafleet.policy.residency import ResidencyBook
+
+
+def registry_size(engine: Engine) -> int:
+    """How many adapters an engine has registered now (an unreachable engine sorts last): `warm --replicas`
+    ranks engines by it."""
+    try:
+        with make_client(engine, backoff=()) as client:
+            return len(client.registry())
+    except EngineError:
+        return 1 << 30
+
+
+def plan_targets(
+    inventory: Inventory, placements: Sequence[Placement], adapters: Sequence[str] = ()
+) -> list[tuple[Adapter, Engine]]:
+    """The (adapter, engine) pairs of a plan's placements (only `adapters`' when given)."""
+    wanted = set(adapters)
+    pairs = []
+    for p in placements:
+        engine = inventory.engine(p.engine)
+        if engine is not None and (not wanted or p.adapter in wanted):
+            pairs.append((inventory.adapters[p.adapter], engine))
+    return pairs
+
+
+def choose_targets(
+    inventory: Inventory,
+    adapters: Sequence[Adapter],
+    engine_keys: Sequence[str] = (),
+    replicas: int | None = None,
+    load_of: Callable[[Engine], int] | None = None,
+    book: ResidencyBook | None = None,
+) -> list[tuple[Adapter, Engine]]:
+    """(adapter, engine) pairs to warm. Named engines are checked and must suit every adapter; otherwise every
+    engine that can serve the adapter, limited to `replicas` in the placement rule's order (resident first, then
+    least loaded by `load_of`)."""
+    pairs: list[tuple[Adapter, Engine]] = []
+    if engine_keys:
+        engines = resolve_engines(inventory, engine_keys)
+        for adapter in adapters:
+            for engine in engines:
+                reason = why_not(adapter, engine)
+                if reason is not None:
+                    raise InputError(f"refusing to warm: {reason}")
+                pairs.append((adapter, engine))
+        return pairs
+    pools = serving_pools(inventory)
+    book = book or ResidencyBook.from_inventory(inventory)
+    for adapter in adapters:
+        pool = pools[adapter.id]
+        if not pool:
+            raise InputError(f"refusing to warm {adapter.id}: {unservable_reason(inventory, adapter)}")
+        if replicas is not None and replicas < len(pool):
+            load = None
+            if load_of is not None:
+                loads = {key: load_of(inventory.engine(key)) for key in pool}  # type: ignore[arg-type]
+                load = loads.__getitem__
+            pool = rank_engines(adapter.id, pool, book.engines, load)[:replicas]
+        pairs.extend((adapter, engine) for engine in (inventory.engine(k) for k in pool) if engine is not None)
+    return pairs
+
+
+def unload_targets(
+    inventory: Inventory, adapters: Sequence[Adapter], engine_keys: Sequence[str] = ()
+) -> list[tuple[Adapter, Engine]]:
+    """(adapter, engine) pairs: the named engines, else every engine of the adapter's base model."""
+    engines = resolve_engines(inventory, engine_keys)
+    pairs: list[tuple[Adapter, Engine]] = []
+    for adapter in adapters:
+        pool = engines or [e for e in inventory.engines if e.base_model == adapter.base_model]
+        pairs.extend((adapter, e) for e in pool if e.base_model == adapter.base_model)
+    if not pairs:
+        raise InputError("no engine of these adapters' base models to unload from")
+    return pairs

@@ -1,0 +1,158 @@
+"""The daemon's half of the session's answers: rollups, journal rows and metrics, held until the next commit.
+
+The session (drive/session.py) counts every outcome and action once and tells this listener of each as it
+happens; the listener writes them down — a rollup per (minute, tenant, adapter, engine), an action row per
+engine action, the matching metrics — so the journal `stats` reads holds exactly what the summary counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter
+
+from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.session import Counts, Listener
+from lorafleet.logs.follow import Checkpoint
+from lorafleet.policy.core import HIT, LATE, UNSERVED
+from lorafleet.policy.events import RequestEvent
+from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
+from lorafleet.times import minute_key, utc_text
+
+
+@dataclass(slots=True)
+class Summary(Counts):
+    """What a daemon run did: the session's counts, and the daemon's own (for `--once`, the final log line)."""
+
+    lines: int = 0
+    bad_lines: int = 0
+    reconciles: int = 0
+    engine_restarts: int = 0
+    vanished: int = 0
+    commits: int = 0
+
+
+@dataclass
+class Batch:
+    """Everything since the last commit. `lines` counts log lines consumed (blank ones included)."""
+
+    rollups: dict[RollupKey, Outcomes] = field(default_factory=dict)
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    log_counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    actions: list[ActionRow] = field(default_factory=list)
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+    lines: int = 0
+
+    def outcome(self, key: RollupKey) -> Outcomes:
+        found = self.rollups.get(key)
+        if found is None:
+            found = self.rollups[key] = Outcomes()
+        return found
+
+    def count_lines(self, minute: str, lines: int, bad: int) -> None:
+        had_lines, had_bad = self.log_counts.get(minute, (0, 0))
+        self.log_counts[minute] = (had_lines + lines, had_bad + bad)
+        self.lines += lines
+
+    def empty(self) -> bool:
+        return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
+
+
+class Journaling(Listener):
+    """Turns the session's answers into the batch and the metrics. Shadow rows are dated at the policy time the
+    action would have happened (so a run over a recorded log files its actions beside that log's requests);
+    live rows at the wall time of the batch they belong to (`refresh`)."""
+
+    def __init__(self, metrics: DaemonMetrics, shadow: bool, clock: Callable[[], str]) -> None:
+        self.metrics = metrics
+        self.shadow = shadow
+        self.source = "daemon-shadow" if shadow else "daemon"
+        self.clock = clock  # the store's: UTC ISO-8601 now
+        self.sizes: Mapping[str, int] = {}
+        self.batch = Batch()
+        self._stamp = clock()
+        self._stamp_second = -1
+        self._requests: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
+
+    def take(self) -> Batch:
+        """The batch to commit; a new one begins."""
+        batch, self.batch = self.batch, Batch()
+        return batch
+
+    def refresh(self) -> None:
+        """Live: rows from now on carry this wall time (one clock read per batch, not per row)."""
+        if not self.shadow:
+            self._stamp = self.clock()
+
+    def error(self, source: str, message: str) -> None:
+        self.batch.errors.append((self.clock(), source, message))
+
+    # --- the session's answers ------------------------------------------------------------------------------
+    def served(
+        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
+    ) -> object:
+        assert event.adapter is not None
+        self._count_request(engine, outcome)
+        key = (minute_key(event.time), event.tenant or "", event.adapter, engine)
+        o = self.batch.outcome(key)
+        o.requests += 1
+        o.prefetch_hits += used
+        if outcome == HIT:
+            o.hits += 1
+            o.gpu_hits += gpu
+            if avoided_ms:
+                o.avoided_ms += avoided_ms
+                self.metrics.cold_ms_avoided.labels(engine).inc(avoided_ms)
+        elif outcome == LATE:
+            o.late += 1
+        else:
+            o.misses += 1
+        return key
+
+    def waited(self, token: object, engine: str, waited_ms: float, avoided_ms: float) -> None:
+        assert isinstance(token, tuple)
+        o = self.batch.outcome(token)
+        o.cold_ms += waited_ms
+        o.avoided_ms += avoided_ms
+        self.metrics.cold_ms_paid.labels(engine).inc(waited_ms)
+        if avoided_ms:
+            self.metrics.cold_ms_avoided.labels(engine).inc(avoided_ms)
+
+    def unserved(self, at: float, event: RequestEvent) -> None:
+        self._count_request("", UNSERVED)
+
+    def performed(
+        self,
+        at: float,
+        engine: str,
+        adapter: str,
+        answer: str,
+        ok: bool,
+        ms: float | None,
+        reason: str,
+        unused: bool = False,
+        error: str | None = None,
+    ) -> None:
+        size = self.sizes.get(adapter)
+        row = ActionRow(self._stamp_of(at), self.source, adapter, engine, answer, ok, ms, size, error, reason, unused)
+        self.batch.actions.append(row)
+
+    # --- helpers --------------------------------------------------------------------------------------------
+    def _count_request(self, engine: str, outcome: str) -> None:
+        counter = self._requests.get((engine, outcome))
+        if counter is None:
+            counter = self._requests[(engine, outcome)] = self.metrics.requests.labels(engine, outcome)
+        counter.inc()
+
+    def _stamp_of(self, at: float) -> str:
+        if not self.shadow:
+            return self._stamp
+        second = int(at)
+        if second != self._stamp_second:
+            self._stamp_second = second
+            self._stamp = utc_text(second)
+        return self._stamp
+
+
+__all__ = ["Batch", "Journaling", "Summary"]

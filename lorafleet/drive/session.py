@@ -1,0 +1,453 @@
+"""The session: one run of the policy core, the one kernel both drivers share.
+
+Replay and the daemon each hand the session requests and (live) the engines' answers; the session is the one
+home of what happens around the core:
+- time order: the policy's wakeups and the loads completing (simulated engines, when they stand in) are merged
+  in time order before each request, so a wakeup sees the engines as they are at its own time;
+- each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
+  the load-time model calibrated by the engine's measured loads;
+- the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
+  done, a touch or an unload when the engine (or its stand-in) has done it, an eviction by the engine's own LRU
+  when it is decided (no call is made for it);
+- which engine call each decision is (`Call`), so no driver works that out again.
+Drivers turn the session's answers into their own results through a `Listener`: replay folds them into its
+result, the daemon into rollups, journal rows and metrics. Shadow mode and replay are therefore one
+computation: the same inputs give the same counts, exactly.
+
+Instants are epoch seconds and durations milliseconds (lorafleet/times.py). The session never reads a clock:
+time is passed in, and it never runs backwards (a request older than one already seen is taken at that time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from lorafleet.drive.simulated import SimulatedEngines
+from lorafleet.inventory.model import Inventory
+from lorafleet.measures import hit_ratio
+from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.placement import Placement
+
+KEEP, RECONCILE = "keep", "reconcile"  # the reasons of touches, and of what a reconcile did
+# What the engine answered, as journaled: a load's answers, then the other calls' and what needs no call.
+LOADED, RELOADED, TOUCHED, UNLOADED = "loaded", "reloaded", "touched", "unloaded"
+EVICTED, FORGOTTEN = "evicted", "forgotten"
+LOAD_ANSWERS = (LOADED, RELOADED)
+BY_ENGINE_LRU = "by the engine's LRU"
+
+
+@dataclass(slots=True)
+class Counts:
+    """What a run did, as every view reports it (replay's result, the daemon's summary, `stats` over the journal)."""
+
+    requests: int = 0  # adapter requests an engine served
+    hits: int = 0
+    late: int = 0
+    misses: int = 0
+    unserved: int = 0  # adapter requests no engine can serve (base model, rank or bytes)
+    gpu_hits: int = 0  # hits whose adapter also held a GPU slot
+    bypassed: int = 0  # misses for which no room could be made (served by a load that is not kept)
+    cold_ms_paid: float = 0.0  # time requests waited on loads
+    cold_ms_avoided: float = 0.0  # load time requests did not wait, thanks to a prefetch
+    loads: int = 0  # loads done
+    prefetch_loads: int = 0  # of them, ahead of demand (prefetch or plan)
+    prefetch_used: int = 0  # prefetched adapters a request then used (hit, or waited on while loading)
+    wasted_prefetches: int = 0  # prefetched adapters evicted before any request used them
+    evictions: int = 0
+    touches: int = 0  # 1-token requests keeping an engine's own LRU on the policy's choice (vLLM)
+    unloads: int = 0  # unload calls done (SGLang evictions; adapters whose files vanished)
+    failed: int = 0  # engine calls that failed or were refused
+
+    @property
+    def hit_ratio(self) -> float:
+        return hit_ratio(self.hits, self.requests)
+
+
+class Call(NamedTuple):
+    """One engine call for a live driver to make: LOAD, TOUCH or UNLOAD, with what its journal row says."""
+
+    action: str
+    engine: str
+    adapter: str
+    reason: str  # demand, prefetch, plan (loads); keep (touches); an unload's: the reason of the load it made room for
+    pinned: bool = False
+    unused: bool = False  # an unload of a prefetch no request used
+
+
+class Reconciled(NamedTuple):
+    calls: list[Call]
+    restarted: bool  # the engine's registry was empty while lorafleet held adapters there
+    forgotten: list[str]  # held in the book, no longer registered
+
+
+class Listener:
+    """What a driver does with the session's answers. Every method is called in time order; the base does nothing."""
+
+    records_actions = True  # False: `performed` is never called (replay needs only the counts)
+
+    def served(
+        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
+    ) -> object:
+        """A request an engine served, classified; what it returns comes back with the request's wait."""
+        return None
+
+    def waited(self, token: object, engine: str, waited_ms: float, avoided_ms: float) -> None:
+        """A late or missed request's wait on its load (and, for a prefetch, the load time it did not wait)."""
+
+    def unserved(self, at: float, event: RequestEvent) -> None:
+        """An adapter request no engine can serve."""
+
+    def performed(
+        self,
+        at: float,
+        engine: str,
+        adapter: str,
+        answer: str,
+        ok: bool,
+        ms: float | None,
+        reason: str,
+        unused: bool = False,
+        error: str | None = None,
+    ) -> None:
+        """An action on an engine: done (or, live, answered: failed or refused), as its journal row says it."""
+
+
+_NO_CALLS: list[Call] = []
+
+
+class Session:
+    def __init__(
+        self,
+        core: PolicyCore,
+        listener: Listener | None = None,
+        simulate: bool = False,
+        counts: Counts | None = None,
+        plan: Sequence[Placement] = (),
+    ) -> None:
+        """`simulate`: simulated engines at the inventory's budgets carry the decisions out (replay, shadow mode);
+        otherwise they come back as calls for the driver to make."""
+        self.core = core
+        self.listener = listener or Listener()
+        self.sim: SimulatedEngines | None = None
+        if simulate:
+            budgets = {key: state.budget for key, state in core.book.engines.items()}
+            self.sim = SimulatedEngines(core.load_ms, budgets, core.sizes)
+        self.counts = counts if counts is not None else Counts()
+        self.plan = tuple(plan)  # placements a reconcile warms again where the engine lacks them
+        self.clock = float("-inf")  # the newest instant seen: time never runs backwards
+        self.first = float("inf")  # the first instant (replay's span)
+        # simulated: requests waiting on a load, (arrived, token, used a prefetch) per (engine, adapter)
+        self.waiters: dict[tuple[str, str], list[tuple[float, object, bool]]] = {}
+        self.load_started: dict[tuple[str, str], float] = {}  # live: when each load in flight began
+        self.speed: dict[str, float] = {}  # live, per engine: measured / modelled load time (calibration)
+        self.started = False
+
+    # --- the driver interface -----------------------------------------------------------------------------
+    def start(self, now: float) -> list[Call]:
+        """The policy's start (plan preload, pins) at `now`: once, at the first request unless called sooner."""
+        if self.started:
+            return _NO_CALLS
+        self.started = True
+        now = self._at(now)
+        return self._carry_out(now, self.core.start(now))
+
+    def request(self, event: RequestEvent) -> list[Call]:
+        """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
+        its wait and the decisions it leads to. Returns the engine calls to make (none when simulated)."""
+        calls = _NO_CALLS if self.started else self.start(event.time)
+        now = self._at(event.time)
+        core = self.core
+        if self._due(now):
+            more = self.advance(now)
+            calls = calls + more if calls else more
+        adapter = event.adapter
+        assert adapter is not None
+        engine = core.route(event)
+        outcome, decisions = core.on_request(now, event, engine)
+        counts = self.counts
+        if outcome == UNSERVED or engine is None:
+            counts.unserved += 1
+            self.listener.unserved(now, event)
+        else:
+            self._classify(now, event, engine, outcome, adapter)
+        if decisions:
+            more = self._carry_out(now, decisions)
+            calls = calls + more if calls else more
+        return calls
+
+    def advance(self, until: float) -> list[Call]:
+        """Run the policy's wakeups and the simulated loads' completions in time order up to `until`."""
+        core, sim = self.core, self.sim
+        calls: list[Call] = []
+        while True:
+            wakeup = core.next_wakeup()
+            wake = wakeup if wakeup is not None else float("inf")
+            done = sim.next_done() if sim is not None else float("inf")
+            if done <= wake:
+                if done > until or done == float("inf"):
+                    return calls
+                calls += self._completed(sim.pop_done())  # type: ignore[union-attr]
+            else:
+                if wake > until:
+                    return calls
+                self._at(wake)
+                calls += self._carry_out(wake, core.tick(wake))
+
+    def finish(self) -> None:
+        """The end of a recorded log: the loads in flight complete; later wakeups would serve no request."""
+        sim = self.sim
+        while sim is not None and sim.completions:
+            self._completed(sim.pop_done())
+
+    def answered(
+        self,
+        now: float,
+        call: Call,
+        answer: str,
+        ok: bool,
+        ms: float,
+        error: str | None = None,
+    ) -> list[Call]:
+        """A live engine's answer to a call: counted and journaled; a load's completion (or failure) goes to the
+        core, whose follow-up decisions are returned as calls."""
+        now = self._at(now)
+        counts = self.counts
+        self.listener.performed(now, call.engine, call.adapter, answer, ok, ms, call.reason, call.unused, error)
+        if not ok:
+            counts.failed += 1
+        elif call.action == TOUCH:
+            counts.touches += 1
+        elif call.action == UNLOAD:
+            counts.unloads += 1
+            self._evicted(call.unused)
+        if call.action != LOAD:
+            return _NO_CALLS
+        key = (call.engine, call.adapter)
+        self.load_started.pop(key, None)
+        if ok:
+            self._loaded(call.reason)
+            modelled = self.model_ms(call.engine, call.adapter)
+            if modelled > 0 and answer == LOADED:
+                ratio = ms / modelled
+                old = self.speed.get(call.engine)
+                self.speed[call.engine] = ratio if old is None else 0.8 * old + 0.2 * ratio
+        state = self.core.book.engines.get(call.engine)
+        if state is None or call.adapter not in state.in_flight:
+            return _NO_CALLS  # forgotten meanwhile (reconcile, reload)
+        return self._carry_out(now, self.core.load_finished(now, call.engine, call.adapter, ok))
+
+    def reconciled(
+        self, now: float, engine: str, registry: Iterable[str], vanished: Sequence[str], running: Sequence[str]
+    ) -> Reconciled:
+        """Correct the book from an engine's registry: what it no longer has is forgotten (an emptied registry
+        is a restart); adapters whose files vanished were unregistered; what the engine certainly holds is
+        adopted while it fits; pinned and planned adapters it lacks are loaded again."""
+        now = self._at(now)
+        core = self.core
+        state = core.book.engines.get(engine)
+        if state is None:
+            return Reconciled([], False, [])
+        registry = set(registry)
+        listener = self.listener
+        gone = [a for a in state.resident if a not in registry]
+        wanted = {a: True for a in gone if a in state.pins and a not in vanished}  # pins come back
+        for adapter in gone:
+            state.unpin(adapter)
+            state.evict(adapter)
+            why = "files gone: unregistered" if adapter in vanished else "no longer registered"
+            listener.performed(now, engine, adapter, FORGOTTEN, True, None, RECONCILE, error=why)
+        for adapter in vanished:
+            self.counts.unloads += 1
+            listener.performed(now, engine, adapter, UNLOADED, True, None, RECONCILE, error="files gone")
+        # What the engine certainly holds, lorafleet did not load: SGLang's registered adapters (in host memory),
+        # vLLM's running ones (in a GPU slot, so cached). Adopted while they fit, so the budget counts them.
+        held = registry if not state.profile.load_fills_gpu else set(running)
+        for adapter in sorted(held):
+            size = core.sizes.get(adapter)
+            if size is not None and not state.holds(adapter) and state.has_room(size):
+                state.admit(adapter, size)
+        for p in self.plan:
+            if p.engine == engine and p.adapter not in vanished:
+                wanted[p.adapter] = wanted.get(p.adapter, False) or p.pinned
+        decisions: list[Decision] = []
+        for adapter, pin in wanted.items():
+            if not state.holds(adapter):
+                order = lambda: core.policy.victim_order(state, now)  # noqa: E731
+                decisions += core.load(now, engine, adapter, PLAN, order, pin=pin)
+        return Reconciled(self._carry_out(now, decisions), bool(gone) and not registry, gone)
+
+    def replace_inventory(self, inventory: Inventory) -> None:
+        """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
+        policy (bound to the new core) and the counts carry over."""
+        old = self.core
+        new = PolicyCore(inventory, old.policy)
+        new.demand = old.demand
+        for key, state in old.book.engines.items():
+            if key in new.book.engines and new.book.engines[key].budget == state.budget:
+                new.book.engines[key] = state
+        new.loading_reason = {k: v for k, v in old.loading_reason.items() if k[0] in new.book.engines}
+        new.claimed = {k for k in old.claimed if k[0] in new.book.engines}
+        self.core = new
+        if self.sim is not None:
+            budgets = {key: state.budget for key, state in new.book.engines.items()}
+            self.sim.replace_engines(new.load_ms, budgets)
+
+    def holdings(self) -> list[tuple[str, int, int]]:
+        """(engine, adapters resident, their bytes) for every engine, as the book has them."""
+        return [(key, len(s.resident), s.used_bytes) for key, s in self.core.book.engines.items()]
+
+    # --- helpers ------------------------------------------------------------------------------------------
+    def model_ms(self, engine: str, adapter: str) -> float:
+        """A cold load's time by the load-time model."""
+        return self.core.load_ms[engine].cold_ms(self.core.sizes[adapter])
+
+    def cold_ms(self, engine: str, adapter: str) -> float:
+        """A cold load's time: the load-time model, scaled by what this engine's loads measured (when known)."""
+        return self.model_ms(engine, adapter) * self.speed.get(engine, 1.0)
+
+    def span_ms(self) -> float:
+        """From the first instant to the last request or simulated load, whichever ends later (at least 1 ms)."""
+        last = self.clock if self.sim is None else max(self.clock, self.sim.last_done)
+        return max(1.0, (last - self.first) * 1000.0) if self.first != float("inf") else 1.0
+
+    def _at(self, now: float) -> float:
+        if now > self.clock:
+            self.clock = now
+        if now < self.first:
+            self.first = now
+        return self.clock
+
+    def _due(self, now: float) -> bool:
+        wakeup = self.core.next_wakeup()
+        return (wakeup is not None and wakeup <= now) or (self.sim is not None and self.sim.next_done() <= now)
+
+    def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str, adapter: str) -> None:
+        counts = self.counts
+        state = self.core.book.engines[engine]
+        used = self.core.used_prefetch
+        counts.requests += 1
+        if used:
+            counts.prefetch_used += 1
+        if outcome == HIT:
+            counts.hits += 1
+            gpu = state.use_gpu(adapter)
+            counts.gpu_hits += gpu
+            avoided = self.cold_ms(engine, adapter) if used else 0.0
+            counts.cold_ms_avoided += avoided
+            self.listener.served(now, event, engine, HIT, gpu, used, avoided)
+            return
+        if outcome == LATE:
+            counts.late += 1
+            if self.sim is not None:
+                self.sim.promote(engine, adapter)
+        else:
+            counts.misses += 1
+        token = self.listener.served(now, event, engine, outcome, False, used, 0.0)
+        key = (engine, adapter)
+        cold = self.cold_ms(engine, adapter)
+        if adapter not in state.in_flight:
+            if outcome != LATE:  # no room could be made: served by a load the engine does not keep
+                counts.bypassed += 1
+            self._waited(token, engine, cold, cold, used)
+        elif self.sim is not None:  # the simulated load's completion says exactly how long it waited
+            self.waiters.setdefault(key, []).append((now, token, used))
+        else:
+            started = self.load_started.get(key, now) if outcome == LATE else now
+            self._waited(token, engine, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used)
+
+    def _waited(self, token: object, engine: str, waited: float, cold: float, used: bool) -> None:
+        avoided = max(0.0, cold - waited) if used else 0.0
+        self.counts.cold_ms_paid += waited
+        self.counts.cold_ms_avoided += avoided
+        self.listener.waited(token, engine, waited, avoided)
+
+    def _completed(self, done: tuple[float, str, str]) -> list[Call]:
+        """A simulated load is done: its waiters' waits are known, and the core hears of it."""
+        at, engine, adapter = done
+        self._at(at)
+        key = (engine, adapter)
+        core = self.core
+        if engine not in core.book.engines:
+            return _NO_CALLS  # the engine left the inventory while this loaded
+        cold = self.cold_ms(engine, adapter)
+        for arrived, token, used in self.waiters.pop(key, ()):
+            self._waited(token, engine, (at - arrived) * 1000.0, cold, used)
+        reason = core.loading_reason.get(key, DEMAND)
+        self._loaded(reason)
+        if self.listener.records_actions:
+            self.listener.performed(at, engine, adapter, LOADED, True, self.model_ms(engine, adapter), reason)
+        calls = self._carry_out(at, core.load_finished(at, engine, adapter))
+        assert self.sim is not None
+        self.sim.start_next(at, engine)
+        return calls
+
+    def _loaded(self, reason: str) -> None:
+        self.counts.loads += 1
+        if reason != DEMAND:
+            self.counts.prefetch_loads += 1
+
+    def _evicted(self, unused: bool) -> None:
+        self.counts.evictions += 1
+        self.counts.wasted_prefetches += unused
+
+    def _carry_out(self, now: float, decisions: list[Decision]) -> list[Call]:
+        """Decisions just made: what needs no call is done now (an eviction by vLLM's own LRU; on simulated
+        engines, every touch and unload, and the loads queued); the rest become calls for the driver."""
+        if not decisions:
+            return _NO_CALLS
+        sim, counts, listener = self.sim, self.counts, self.listener
+        journal = listener.records_actions
+        book = self.core.book.engines
+        calls: list[Call] = []
+        for d in decisions:
+            action = d.action
+            if action == TOUCH:
+                if sim is None:
+                    calls.append(Call(TOUCH, d.engine, d.adapter, KEEP))
+                    continue
+                counts.touches += 1
+                if journal:
+                    listener.performed(now, d.engine, d.adapter, TOUCHED, True, None, KEEP)
+            elif action == LOAD:
+                if sim is None:
+                    self.load_started[(d.engine, d.adapter)] = now
+                    calls.append(Call(LOAD, d.engine, d.adapter, d.reason, d.adapter in book[d.engine].pins))
+                    continue
+                sim.queue(now, d.engine, d.adapter, d.reason == DEMAND)
+            else:  # an eviction, which takes the reason of the load it makes room for
+                reason = self.core.loading_reason.get((d.engine, d.reason), DEMAND)
+                if action == UNLOAD and sim is None:
+                    calls.append(Call(UNLOAD, d.engine, d.adapter, reason, False, d.unused))
+                    continue
+                if sim is not None:
+                    sim.held[d.engine].pop(d.adapter, None)
+                if action == UNLOAD:
+                    counts.unloads += 1
+                self._evicted(d.unused)
+                if journal:
+                    answer = UNLOADED if action == UNLOAD else EVICTED
+                    error = None if action == UNLOAD else BY_ENGINE_LRU
+                    listener.performed(now, d.engine, d.adapter, answer, True, None, reason, d.unused, error)
+        return calls
+
+
+__all__ = [
+    "BY_ENGINE_LRU",
+    "EVICTED",
+    "FORGOTTEN",
+    "KEEP",
+    "LOADED",
+    "LOAD_ANSWERS",
+    "RECONCILE",
+    "RELOADED",
+    "TOUCHED",
+    "UNLOADED",
+    "Call",
+    "Counts",
+    "Listener",
+    "Reconciled",
+    "Session",
+]

@@ -1,0 +1,122 @@
+"""Simulated engines in log time: what replay runs against, and what stands in for the engines in shadow mode.
+
+Each engine has one serial loader (engines load adapters one at a time on the request path). A load takes the
+load-time model's cold time for its size. Demand loads go ahead of queued prefetches but never preempt the load
+in progress, as an engine serves its waiting requests before idle work; a request that starts waiting on a
+queued prefetch moves it to the front. What each engine holds is counted here from the decisions alone, not
+from the book, so a load past an engine's slots or bytes shows as a violation even if the book were wrong.
+Instants are epoch seconds, as everywhere in the session; load times are milliseconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from lorafleet.inventory.model import LoadModel
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, UNLOAD, Decision
+from lorafleet.policy.residency import Budget
+
+
+class Completion(NamedTuple):
+    done_at: float  # epoch seconds
+    engine: str
+    adapter: str
+
+
+class _Loader:
+    """One engine's serialized loader."""
+
+    __slots__ = ("busy_ms", "current", "load", "queue")
+
+    def __init__(self, load: LoadModel) -> None:
+        self.load = load
+        self.queue: deque[str] = deque()
+        self.current: str | None = None
+        self.busy_ms = 0.0
+
+
+class SimulatedEngines:
+    """Every engine's loader and holdings; the session applies decisions and takes completions in time order."""
+
+    def __init__(self, loads: Mapping[str, LoadModel], budgets: Mapping[str, Budget], sizes: Mapping[str, int]):
+        self.loaders: dict[str, _Loader] = {}
+        self.budgets: dict[str, Budget] = {}
+        self.held: dict[str, dict[str, int]] = {}
+        self.sizes = sizes
+        self.completions: list[tuple[float, int, str, str]] = []  # (done at, seq, engine, adapter)
+        self.seq = 0
+        self.last_done = float("-inf")
+        self.violations = 0
+        self.replace_engines(loads, budgets)
+
+    def replace_engines(self, loads: Mapping[str, LoadModel], budgets: Mapping[str, Budget]) -> None:
+        """A new inventory: engines that stay keep their loader and holdings; new ones start empty."""
+        self.loaders = {k: self.loaders[k] if k in self.loaders else _Loader(load) for k, load in loads.items()}
+        self.budgets = dict(budgets)
+        self.held = {k: self.held.get(k, {}) for k in loads}
+
+    def apply(self, now: float, decisions: Iterable[Decision]) -> None:
+        for d in decisions:
+            action = d.action
+            if action in (EVICT, UNLOAD):
+                self.held[d.engine].pop(d.adapter, None)
+            elif action == LOAD:
+                self.queue(now, d.engine, d.adapter, d.reason == DEMAND)
+
+    def queue(self, now: float, engine: str, adapter: str, demand: bool) -> None:
+        held = self.held[engine]
+        held[adapter] = self.sizes[adapter]
+        budget = self.budgets[engine]
+        over_slots = budget.host_slots is not None and len(held) > budget.host_slots
+        over_bytes = budget.budget_bytes is not None and sum(held.values()) > budget.budget_bytes
+        self.violations += int(over_slots) + int(over_bytes)
+        loader = self.loaders[engine]
+        if demand:
+            loader.queue.appendleft(adapter)
+        else:
+            loader.queue.append(adapter)
+        self.start_next(now, engine)
+
+    def start_next(self, now: float, engine: str) -> None:
+        loader = self.loaders.get(engine)
+        if loader is None or loader.current is not None or not loader.queue:
+            return
+        adapter = loader.queue.popleft()
+        loader.current = adapter
+        duration = loader.load.cold_ms(self.sizes[adapter])
+        loader.busy_ms += duration
+        done = now + duration / 1000.0
+        self.last_done = max(self.last_done, done)
+        self.seq += 1
+        heapq.heappush(self.completions, (done, self.seq, engine, adapter))
+
+    def promote(self, engine: str, adapter: str) -> None:
+        """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""
+        loader = self.loaders[engine]
+        if loader.current != adapter and adapter in loader.queue:
+            loader.queue.remove(adapter)
+            loader.queue.appendleft(adapter)
+
+    def next_done(self) -> float:
+        return self.completions[0][0] if self.completions else float("inf")
+
+    def pop_done(self) -> Completion:
+        """The earliest completion; the engine's loader is free from that instant."""
+        done, _, engine, adapter = heapq.heappop(self.completions)
+        loader = self.loaders.get(engine)
+        if loader is not None:
+            loader.current = None
+        return Completion(done, engine, adapter)
+
+    def cold_ms(self, engine: str, adapter: str) -> float:
+        return self.loaders[engine].load.cold_ms(self.sizes[adapter])
+
+    @property
+    def busy_ms(self) -> float:
+        return sum(loader.busy_ms for loader in self.loaders.values())
+
+
+__all__ = ["Completion", "SimulatedEngines"]

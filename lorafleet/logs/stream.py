@@ -1,0 +1,64 @@
+"""A followed log as events: the follower's complete lines, parsed with the log's field mapping, batch by batch.
+
+The daemon reads its logs through this one door: each batch carries the requests its lines held, how many lines
+were read and how many were bad, and the checkpoint that is true once they are consumed (logs/follow.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lorafleet.inventory.model import Inventory
+from lorafleet.logs.follow import Checkpoint, LogFollower
+from lorafleet.logs.reader import LineParser, NameResolver, source_for
+from lorafleet.policy.events import RequestEvent
+
+
+@dataclass
+class EventBatch:
+    path: str
+    events: list[RequestEvent]  # in line order: adapter, base-model and unknown requests
+    consumed: int  # raw lines consumed (blank ones included)
+    lines: int  # lines counted (blank ones are not)
+    bad: int
+    checkpoint: Checkpoint
+
+
+class LogStream:
+    """Follows one file or glob (like `tail -F`) and parses what it reads."""
+
+    def __init__(self, pattern: str, inventory: Inventory, saved: dict[str, Checkpoint], from_start: bool) -> None:
+        self.pattern = pattern
+        self.follower = LogFollower([pattern], saved, from_start)
+        self.use(inventory)
+
+    def use(self, inventory: Inventory, resolver: NameResolver | None = None) -> None:
+        """Parse with this inventory's field mapping and names from now on (a reload)."""
+        self.parser = LineParser(source_for(self.pattern, inventory), inventory, resolver)
+
+    def poll(self) -> list[EventBatch]:
+        """What was written since the last poll, one batch per file read."""
+        out = []
+        parse, tally = self.parser.parse, self.parser.tally
+        for batch in self.follower.poll():
+            lines0, bad0 = tally.lines, tally.bad_lines
+            events = [event for event in map(parse, batch.lines) if event is not None]
+            lines, bad = tally.lines - lines0, tally.bad_lines - bad0
+            out.append(EventBatch(batch.path, events, len(batch.lines), lines, bad, batch.checkpoint))
+        return out
+
+    @property
+    def files(self) -> int:
+        return len(self.follower.tails)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return self.follower.checkpoints()
+
+    def lag_bytes(self) -> int:
+        return self.follower.lag_bytes()
+
+    def close(self) -> None:
+        self.follower.close()
+
+
+__all__ = ["EventBatch", "LogStream"]

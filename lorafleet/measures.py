@@ -1,0 +1,22 @@
+"""The measures every view reports, each defined once: hit ratio and nearest-rank percentiles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def hit_ratio(hits: int, requests: int) -> float:
+    """Hits over adapter requests (0 when there were none): the definition every table and shape uses."""
+    return hits / requests if requests else 0.0
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The nearest-rank `q`th percentile of sorted values (0 for none): the smallest value with at least q% of
+    the values at or below it."""
+    if not ordered:
+        return 0.0
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+__all__ = ["hit_ratio", "nearest_rank"]

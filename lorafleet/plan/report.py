@@ -1,0 +1,84 @@
+"""`plan` in one call: the window's demand from the logs, the placement, and what was asked beside it (the plan
+file, launch flags, a diff against an older plan, the sizing curve)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorafleet.errors import InputError
+from lorafleet.inventory.model import Inventory
+from lorafleet.logs.reader import read_events
+from lorafleet.plan.flags import SIZING_SLOTS, FlagAdvice, recommend_flags, sizing_points
+from lorafleet.plan.planfile import diff_plans, plan_document, read_plan, write_plan
+from lorafleet.plan.planner import plan_residency
+from lorafleet.plan.window import Demand, demand_from_events, pins_of, tenant_hit_ratios
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.placement import Placement, PlannedResidency
+
+ReplayAt = Callable[[Inventory, Sequence[RequestEvent]], float]  # the hit ratio a fleet gives on the events
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    logs: tuple[str, ...] = ()  # instead of the inventory's gateway.logs
+    window_s: float = 86400.0
+    replicas: int = 3
+    out: str | None = None
+    force: bool = False
+    old: str | None = None  # a plan file to compare with
+    recommend_flags: bool = False
+    assume_free_gb: float | None = None
+    target: float | None = None  # the hit ratio the sizing curve looks for
+
+
+@dataclass(frozen=True)
+class Sizing:
+    target: float
+    points: list[tuple[int, float]]  # (slots per engine, hit ratio replayed)
+    recommended: int | None  # the fewest slots that reach the target
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    demand: Demand
+    planned: PlannedResidency
+    tenants: dict[str, float]  # per tenant, the share of its window's requests whose adapter is placed
+    flags: list[FlagAdvice]
+    changes: tuple[list[Placement], list[Placement]] | None  # (loads, evictions) from the older plan
+    sizing: Sizing | None
+
+
+def make_plan(inventory: Inventory, request: PlanRequest, replay_at: ReplayAt) -> PlanReport:
+    """Plan from the logs' demand; `replay_at` replays the window for the sizing curve (the replay driver)."""
+    demand, events = demand_for(inventory, request.logs, request.window_s)
+    planned = plan_residency(inventory, demand.rates, pins_of(inventory), max_replicas=request.replicas)
+    if request.out:
+        write_plan(Path(request.out), plan_document(inventory, planned, demand), request.force)
+    flags = recommend_flags(inventory, planned, request.assume_free_gb) if request.recommend_flags else []
+    changes = diff_plans(read_plan(request.old, inventory), planned) if request.old else None
+    sizing = None
+    if request.target is not None:
+        points = sizing_points(inventory, SIZING_SLOTS, lambda fleet: replay_at(fleet, events))
+        enough = next((n for n, ratio in points if ratio >= request.target), None)
+        sizing = Sizing(request.target, points, enough)
+    tenants = tenant_hit_ratios(inventory, planned, demand)
+    return PlanReport(demand, planned, tenants, flags, changes, sizing)
+
+
+def demand_for(inventory: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[Demand, list[RequestEvent]]:
+    """The window's demand, and its events (for the sizing curve)."""
+    paths = list(logs) or [source.path for source in inventory.gateway_logs]
+    if not paths:
+        raise InputError("no access log to plan from", hint="pass --log PATH, or list gateway.logs in the inventory")
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise InputError(f"access log {missing[0]} not found")
+    events, _ = read_events(paths, inventory, None)
+    demand = demand_from_events(events, window_s)
+    end = max((e.time for e in events), default=0.0)
+    return demand, [e for e in events if e.time >= end - window_s]
+
+
+__all__ = ["PlanReport", "PlanRequest", "Sizing", "demand_for", "make_plan"]

@@ -1,0 +1,78 @@
+"""Demand over a window of the logs: what the plan places by, and what it expects per tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lorafleet.inventory.model import Inventory
+from lorafleet.policy.events import ADAPTER, RequestEvent
+from lorafleet.policy.placement import PlannedResidency
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Per adapter over the window: mean request rate (req/s), its tenants, and its busiest minute (req/s)."""
+
+    window_s: float
+    rates: dict[str, float]
+    peaks: dict[str, float]
+    tenants: dict[str, tuple[str, ...]]
+    requests: int
+
+
+def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Demand:
+    """The last `window_s` seconds of the events (ending at the newest one)."""
+    adapter_events = [e for e in events if e.kind == ADAPTER and e.adapter is not None]
+    if not adapter_events:
+        return Demand(window_s, {}, {}, {}, 0)
+    end = max(e.time for e in adapter_events)
+    start = end - window_s
+    counts: dict[str, int] = {}
+    minutes: dict[tuple[str, int], int] = {}
+    tenants: dict[str, set[str]] = {}
+    used = 0
+    first = end
+    for e in adapter_events:
+        if e.time < start:
+            continue
+        assert e.adapter is not None
+        used += 1
+        first = min(first, e.time)
+        counts[e.adapter] = counts.get(e.adapter, 0) + 1
+        key = (e.adapter, int(e.time // 60))
+        minutes[key] = minutes.get(key, 0) + 1
+        if e.tenant is not None:
+            tenants.setdefault(e.adapter, set()).add(e.tenant)
+    span = max(60.0, min(window_s, end - first + 1.0))
+    peaks: dict[str, float] = {}
+    for (adapter, _), n in minutes.items():
+        peaks[adapter] = max(peaks.get(adapter, 0.0), n / 60.0)
+    return Demand(
+        window_s,
+        {a: n / span for a, n in counts.items()},
+        peaks,
+        {a: tuple(sorted(t)) for a, t in tenants.items()},
+        used,
+    )
+
+
+def tenant_hit_ratios(inventory: Inventory, plan: PlannedResidency, demand: Demand) -> dict[str, float]:
+    """Per tenant, the share of its adapters' demand that the plan keeps warm (an adapter's demand is split
+    evenly among the tenants seen asking for it, else those the inventory lists)."""
+    placed = {p.adapter for p in plan.placements}
+    asked: dict[str, float] = {}
+    warm: dict[str, float] = {}
+    for adapter, rate in demand.rates.items():
+        tenants = demand.tenants.get(adapter) or inventory.adapters[adapter].tenants or ("-",)
+        for tenant in tenants:
+            asked[tenant] = asked.get(tenant, 0.0) + rate / len(tenants)
+            if adapter in placed:
+                warm[tenant] = warm.get(tenant, 0.0) + rate / len(tenants)
+    return {t: warm.get(t, 0.0) / total for t, total in sorted(asked.items()) if total > 0}
+
+
+def pins_of(inventory: Inventory) -> list[str]:
+    """Adapters to place first and always: every tenant's `pinned` list, gold tiers first."""
+    ordered = sorted(inventory.tenants.values(), key=lambda t: (t.tier != "gold", t.name))
+    return list(dict.fromkeys(a for t in ordered for a in t.pinned))

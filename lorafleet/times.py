@@ -1,0 +1,118 @@
+"""Time as lorafleet writes and reads it: the one home of spans, UTC text and the journal's minute keys.
+
+Instants are epoch seconds (floats) everywhere inside — the policy core, the session, the simulated engines,
+both drivers: a log line's timestamp, the wall clock and the journal all speak it, so a run needs no origin and
+whatever outlives a run stays meaningful across restarts. Durations of loads and waits are milliseconds, the
+unit every view reports. Text appears only at the edges, made here: UTC ISO-8601 with milliseconds for actions,
+`YYYY-MM-DDTHH:MMZ` minute keys and `YYYY-MM-DDTHH:00Z` hour keys for rollups, and spans like `1h30m`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+SPAN_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_MINUTE = "%Y-%m-%dT%H:%MZ"
+
+
+def parse_span(text: str) -> float:
+    """Seconds in a span such as `90s`, `30m`, `1h30m`, `1.5h` or `7d` (parts largest first, each unit once).
+    ValueError saying what is wrong otherwise."""
+    value = text.strip().lower()
+    parts = _SPAN_PART.findall(value)
+    units = [unit for _, unit in parts]
+    order = list(SPAN_UNITS)
+    well_formed = (
+        bool(parts)
+        and "".join(n + u for n, u in parts) == value
+        and len(set(units)) == len(units)
+        and units == sorted(units, key=order.index)
+    )
+    seconds = sum(float(n) * SPAN_UNITS[u] for n, u in parts) if well_formed else 0.0
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is not a span like 90s, 30m, 1h30m or 7d")
+    return seconds
+
+
+def format_span(seconds: float) -> str:
+    """The shortest span text for whole seconds (`46m`, `1h30m`, `2d`); below a minute, seconds (`45s`)."""
+    left = max(0, round(seconds))
+    if left == 0:
+        return "0s"
+    out = []
+    for unit, size in SPAN_UNITS.items():
+        count, left = divmod(left, int(size))
+        if count:
+            out.append(f"{count}{unit}")
+    return "".join(out)
+
+
+def utc_text(epoch: float) -> str:
+    """An instant as the journal stores it: UTC ISO-8601 to the millisecond (`2026-11-02T09:14:03.250Z`)."""
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def utc_now_text() -> str:
+    return utc_text(time.time())
+
+
+def parse_utc_text(text: str) -> float:
+    """The epoch time of a `utc_text` string (or any ISO-8601 time; UTC unless it carries an offset)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def minute_key(epoch: float) -> str:
+    """The UTC minute an instant falls in, as rollups key it ('YYYY-MM-DDTHH:MMZ')."""
+    return time.strftime(_MINUTE, time.gmtime(epoch))
+
+
+def minute_key_at_or_after(epoch: float) -> str:
+    """The first whole minute at or after an instant (the journal's rows start on whole minutes)."""
+    return minute_key(-(-epoch // 60.0) * 60.0)
+
+
+def hour_key(stamp: str) -> str:
+    """The UTC hour ('YYYY-MM-DDTHH:00Z') of a minute key or a `utc_text` time."""
+    return stamp[:13] + ":00Z"
+
+
+def minute_epoch(minute: str) -> float:
+    """The epoch time a minute (or hour) key starts at."""
+    return datetime.strptime(minute, _MINUTE).replace(tzinfo=UTC).timestamp()
+
+
+def parse_moment(text: str, now: float) -> float:
+    """An epoch time from a span (`30m`, `1h30m`, `7d`: that long before `now`), `now`, or an ISO-8601 time (UTC
+    unless it carries an offset). ValueError with the reason otherwise."""
+    value = text.strip()
+    if value == "now":
+        return now
+    try:
+        return now - parse_span(value)
+    except ValueError:
+        pass
+    try:
+        return parse_utc_text(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a span like 30m, 1h30m, 7d nor an ISO-8601 time") from None
+
+
+__all__ = [
+    "SPAN_UNITS",
+    "format_span",
+    "hour_key",
+    "minute_epoch",
+    "minute_key",
+    "minute_key_at_or_after",
+    "parse_moment",
+    "parse_span",
+    "parse_utc_text",
+    "utc_now_text",
+    "utc_text",
+]
