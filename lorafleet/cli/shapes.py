@@ -18,7 +18,7 @@ from lorafleet.probe.snapshot import HostVram
 from lorafleet.replay.driver import PolicyResult
 from lorafleet.store.db import ActionRow
 from lorafleet.store.journal import Outcomes
-from lorafleet.store.stats import ActionTotals, Window
+from lorafleet.store.stats import StatsReport
 
 
 def inventory_check(inv: Inventory) -> dict[str, Any]:
@@ -314,16 +314,7 @@ def _outcome_fields(o: Outcomes) -> dict[str, Any]:
     }
 
 
-def stats(
-    window: Window,
-    overall: Outcomes,
-    actions: ActionTotals,
-    rows: list[tuple[str, Outcomes]],
-    per_key: dict[str, tuple[int, int]] | None,
-    top: int,
-    lru_hit_ratio: float | None,
-    tiers: dict[str, str | None],
-) -> dict[str, Any]:
+def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dict[str, str | None]) -> dict[str, Any]:
     """`stats --json`: `{"window": {"since", "until"}, "overall": {"requests", "hits", "late", "misses", "hit_ratio",
     "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "gpu_hits",
     "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits", "late",
@@ -332,6 +323,7 @@ def stats(
     `prefetch_wasted` and `touches` are null by tenant (actions are per engine and adapter); `load_ms` maps an
     engine to `{"loads", "p50", "p99"}` of its measured loads; `lru_hit_ratio` is replay's `lru` over the same
     window of the gateway logs (null when they cannot be read); times are UTC ISO-8601."""
+    window, overall, actions, rows, per_key = report.window, report.overall, report.actions, report.rows, report.per_key
     overall_out = _outcome_fields(overall)
     overall_out.update(
         {

@@ -61,18 +61,13 @@ class Snapshot:
 
 def collect(store: Any, since: float, until: float, by: str, top: int, lru: float | None) -> Snapshot:
     from lorafleet.cli import shapes
-    from lorafleet.store import stats as q
+    from lorafleet.store.stats import report
 
-    window = q.window_of(since, until, by)
-    overall = q.totals(store, window)
-    actions = q.action_totals(store, window)
-    rows, series = q.sliced(store, window, by, SERIES_BUCKETS)  # sums and trends in one pass
-    per_key = q.key_actions(store, window, by)
+    found = report(store, since, until, by, SERIES_BUCKETS)
     inv = _inventory_or_none()
     tiers = {t.name: t.tier for t in inv.tenants.values()} if inv is not None and by == "tenant" else {}
-    data = shapes.stats(window, overall, actions, rows, per_key, top, lru, tiers)
-    series[""] = q.hit_series(store, window, None, SERIES_BUCKETS).get("", [None] * SERIES_BUCKETS)
-    return Snapshot(data, series, overall.requests == 0)
+    data = shapes.stats(found, top, lru, tiers)
+    return Snapshot(data, found.series, found.overall.requests == 0)
 
 
 def _inventory_or_none() -> Any:
@@ -84,23 +79,10 @@ def _inventory_or_none() -> Any:
 
 def lru_figure(since: float, until: float) -> float | None:
     """What replay gives `lru` (the engines alone) for the window's requests in the inventory's gateway logs."""
-    from lorafleet.daemon.loop import log_patterns
-    from lorafleet.logs.reader import read_events
-    from lorafleet.replay.driver import simulate
+    from lorafleet.replay.driver import lru_hit_ratio
 
     inv = _inventory_or_none()
-    if inv is None or not inv.gateway_logs:
-        return None
-    import glob
-
-    paths = [p for pattern in log_patterns(inv) for p in sorted(glob.glob(pattern))]
-    if not paths:
-        return None
-    events, _ = read_events(paths, inv)
-    events = [e for e in events if since <= e.time < until]
-    if not events:
-        return None
-    return simulate(inv, "lru", events).hit_ratio
+    return None if inv is None else lru_hit_ratio(inv, since, until)
 
 
 @click.group(invoke_without_command=True)

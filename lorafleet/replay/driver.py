@@ -9,12 +9,15 @@ The daemon's shadow mode runs the same session over the same requests, so its co
 from __future__ import annotations
 
 import dataclasses
+import glob
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lorafleet.drive.session import Counts, Listener, Session
+from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
+from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
 from lorafleet.policy.core import HIT, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
@@ -156,6 +159,21 @@ def simulate(
     return dataclasses.replace(best, policy="oracle", wall_s=sum(r.wall_s for r in runs))
 
 
+def lru_hit_ratio(inventory: Inventory, since: float, until: float) -> float | None:
+    """What the engines alone (`lru`) give the requests in [since, until) of the inventory's gateway logs; None
+    when the logs name none or hold none then."""
+    if not inventory.gateway_logs:
+        return None
+    paths = [p for pattern in log_patterns(inventory) for p in sorted(glob.glob(pattern))]
+    if not paths:
+        return None
+    events, _ = read_events(paths, inventory)
+    events = [e for e in events if since <= e.time < until]
+    if not any(e.kind == ADAPTER for e in events):
+        return None
+    return simulate(inventory, "lru", events).hit_ratio
+
+
 def headroom_captured(result: PolicyResult, lru: PolicyResult, oracle: PolicyResult) -> float | None:
     """(policy − lru) / (oracle − lru) in hit ratio; None when the oracle has no headroom over lru."""
     gap = oracle.hit_ratio - lru.hit_ratio
@@ -164,4 +182,4 @@ def headroom_captured(result: PolicyResult, lru: PolicyResult, oracle: PolicyRes
     return (result.hit_ratio - lru.hit_ratio) / gap
 
 
-__all__ = ["PolicyResult", "Simulation", "headroom_captured", "replay", "simulate"]
+__all__ = ["PolicyResult", "Simulation", "headroom_captured", "lru_hit_ratio", "replay", "simulate"]

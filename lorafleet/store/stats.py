@@ -127,6 +127,28 @@ def sliced(
     return list(sums.items()), series
 
 
+@dataclass(frozen=True)
+class StatsReport:
+    """What `stats` shows for a window: totals, the actions, per key of `by` its sums and its trend (the trend of
+    everything under ''), and per key the unused prefetches and touches (None by tenant)."""
+
+    window: Window
+    overall: Outcomes
+    actions: ActionTotals
+    rows: list[tuple[str, Outcomes]]
+    series: dict[str, list[float | None]]
+    per_key: dict[str, tuple[int, int]] | None
+
+
+def report(store: Store, since: float, until: float, by: str, buckets: int) -> StatsReport:
+    window = window_of(since, until, by)
+    rows, series = sliced(store, window, by, buckets)  # sums and trends in one pass
+    series[""] = hit_series(store, window, None, buckets).get("", [None] * buckets)
+    return StatsReport(
+        window, totals(store, window), action_totals(store, window), rows, series, key_actions(store, window, by)
+    )
+
+
 def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> dict[str, list[float | None]]:
     """Hit ratio per key (or '' for everything) in `buckets` equal slices of the window."""
     return sliced(store, window, by, buckets)[1]
@@ -243,12 +265,14 @@ def window_of(since: float, until: float, by: str | None = None) -> Window:
 __all__ = [
     "BY_COLUMNS",
     "ActionTotals",
+    "StatsReport",
     "Window",
     "action_log",
     "action_totals",
     "breakdown",
     "hit_series",
     "key_actions",
+    "report",
     "sliced",
     "totals",
     "window_of",

@@ -18,7 +18,7 @@ from lorafleet.probe.snapshot import GpuInfo, HostVram
 from lorafleet.replay.driver import PolicyResult
 from lorafleet.store.db import ActionRow
 from lorafleet.store.journal import Outcomes
-from lorafleet.store.stats import ActionTotals, window_of
+from lorafleet.store.stats import ActionTotals, StatsReport, window_of
 from tests.conftest import INVENTORIES
 
 TOKEN = re.compile(r'"([^"]+)"|([{}\[\]:,])')
@@ -86,11 +86,14 @@ def test_every_shape_prints_what_its_docstring_says() -> None:
         shapes.plan: (inv, PlanReport(demand, planned, {}, [advice], ([planned.placements[0]], []), sizing)),
         shapes.daemon: (Summary(requests=2, hits=1), "lorafleet", True, "/tmp/state.db"),
         shapes.stats: (
-            window_of(0.0, 3600.0),
-            Outcomes(requests=2, hits=1),
-            ActionTotals(load_ms={"h/e": (1, 5.0, 5.0)}),
-            [("t", Outcomes(requests=2, hits=1))],
-            None,
+            StatsReport(
+                window_of(0.0, 3600.0),
+                Outcomes(requests=2, hits=1),
+                ActionTotals(load_ms={"h/e": (1, 5.0, 5.0)}),
+                [("t", Outcomes(requests=2, hits=1))],
+                {},
+                None,
+            ),
             10,
             0.5,
             {"t": "gold"},

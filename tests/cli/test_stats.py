@@ -239,3 +239,23 @@ def test_long_windows_read_the_hourly_tables_and_agree_with_the_minutes(tmp_path
             assert q.key_actions(store, day, by) == q.key_actions(store, minutes, by), by
     data = stats_json(run_cli, db, "--since", "2026-11-20T00:00Z", "--until", "2026-11-21T00:00Z", "--by", "engine")
     assert data["overall"]["requests"] == sum(r["requests"] for r in data["by"])
+
+
+def test_the_lru_figure_replays_the_window_of_the_inventorys_gateway_logs(tmp_path: Path, run_cli) -> None:
+    """Beside the journal's hit ratio, what the engines alone would have given the same requests (the demo log,
+    found from the inventory's folder whatever the working directory)."""
+    from tests.conftest import INVENTORIES
+
+    demo, db = str(INVENTORIES / "demo.yaml"), str(tmp_path / "s.db")
+    run_cli("daemon", "-i", demo, "--state", db, "--shadow", "--from-start", "--once", "--metrics-addr", "off",
+            "--retention", "3650d")  # fmt: skip
+    window = ("--since", "2026-11-02T09:00Z", "--until", "2026-11-02T10:00Z")
+    data = json.loads(run_cli("stats", "-i", demo, "--state", db, *window, "--json").stdout)
+    (lru,) = json.loads(
+        run_cli("replay", str(INVENTORIES / "demo-access.jsonl"), "-i", demo, "--policy", "lru", "--json").stdout
+    )["policies"]
+    assert data["overall"]["lru_hit_ratio"] == lru["hit_ratio"] < data["overall"]["hit_ratio"]
+    table = run_cli("stats", "-i", demo, "--state", db, *window, env={"COLUMNS": "120"})
+    assert f"lru alone {lru['hit_ratio']:.1%}" in table.stdout
+    elsewhere = run_cli("stats", "-i", demo, "--state", db, "--since", "2026-11-03T00:00Z", "--json")
+    assert json.loads(elsewhere.stdout)["overall"]["lru_hit_ratio"] is None  # no request of the logs in it
