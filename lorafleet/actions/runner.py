@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -108,30 +108,47 @@ def restore_book(inventory: Inventory, store: Store | None) -> ResidencyBook:
     return book
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run of engine actions goes: how many engines at once, the deadline of the whole run (what is not done
+    by then is reported, not waited for), and whether it only reads registries (a dry run journals nothing)."""
+
+    parallel: int = 8
+    deadline_s: float | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How a run reaches the engines and where its results go: the store that journals them, the client factory
+    (tests inject theirs), a callback per result (a progress bar), and the stop that ends the run."""
+
+    store: Store | None = None
+    client_factory: ClientFactory = make_client
+    on_result: Callable[[WarmResult], None] | None = None
+    stop: Stop | None = None
+
+
 def run_actions(
     pairs: Sequence[tuple[Adapter, Engine]],
     act: Callable[[Engine, EngineClient], Callable[[Adapter], Acted]],
     book: ResidencyBook,
     source: str,
-    parallel: int = 8,
-    store: Store | None = None,
-    client_factory: ClientFactory = make_client,
-    on_result: Callable[[WarmResult], None] | None = None,
-    stop: Stop | None = None,
-    deadline_s: float | None = None,
+    options: RunOptions,
+    reach: Reach,
 ) -> list[WarmResult]:
-    """Act on every pair: engines in parallel (at most `parallel`), each engine's adapters in order. `act` makes
-    an engine's per-adapter function from its client. Results are journaled (when a store is given) as `source`.
-    """
-    by_engine: dict[str, list[Adapter]] = {}
-    engines: dict[str, Engine] = {}
+    """Act on every pair: engines in parallel (at most `options.parallel`), each engine's adapters in order. `act`
+    makes an engine's per-adapter function from its client. Results are journaled (when a store is given and it is
+    no dry run) as `source`, and returned in the order the pairs were given."""
+    store, client_factory, on_result, stop = reach.store, reach.client_factory, reach.on_result, reach.stop
+    engines = {e.key: e for _, e in pairs}
+    by_engine: dict[str, list[Adapter]] = {key: [] for key in engines}
     for adapter, engine in pairs:
-        by_engine.setdefault(engine.key, []).append(adapter)
-        engines[engine.key] = engine
+        by_engine[engine.key].append(adapter)
     check_api_keys(list(engines.values()))
     order = {(a.id, e.key): i for i, (a, e) in enumerate(pairs)}
-    results: list[WarmResult] = []
-    executor = EngineExecutor[Adapter, Acted](parallel, stop)
+    recorder = _Recorder(book, source, None if options.dry_run else store, on_result)
+    executor = EngineExecutor[Adapter, Acted](options.parallel, stop)
 
     @contextmanager
     def worker(key: str) -> Iterator[Callable[[Adapter], Acted]]:
@@ -139,7 +156,25 @@ def run_actions(
             client.bind_stop(executor.stop)
             yield act(engines[key], client)
 
-    def record(outcome: Outcome[Adapter, Acted]) -> None:
+    try:
+        executor.run(by_engine, worker, recorder.record, deadline_s=options.deadline_s)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        code, reason = (exc.code, exc.reason) if isinstance(exc, Interrupted) else (130, "interrupted")
+        results = recorder.interrupted(executor.in_flight, pairs, reason)
+        raise ActionsInterrupted(sorted(results, key=lambda r: order[(r.adapter, r.engine)]), code, reason) from None
+    return sorted(recorder.results, key=lambda r: order[(r.adapter, r.engine)])
+
+
+class _Recorder:
+    """A run's results, each journaled (with the residency change it caused) and reported as it arrives."""
+
+    def __init__(
+        self, book: ResidencyBook, source: str, store: Store | None, on_result: Callable[[WarmResult], None] | None
+    ) -> None:
+        self.book, self.source, self.store, self.on_result = book, source, store, on_result
+        self.results: list[WarmResult] = []
+
+    def record(self, outcome: Outcome[Adapter, Acted]) -> None:
         key, adapter = outcome.engine, outcome.item
         if outcome.result is not None:
             acted = outcome.result
@@ -147,27 +182,27 @@ def run_actions(
             exc = outcome.error
             message = exc.message if isinstance(exc, EngineError) else f"{key}: {type(exc).__name__}: {exc}"
             acted = Acted(WarmResult(adapter.id, key, FAILED, False, 0.0, message))
-        results.append(acted.result)
-        if store is not None:
-            journal(store, source, adapter, acted, adapter.id in book[key].pins)
-        if on_result is not None:
-            on_result(acted.result)
+        self.results.append(acted.result)
+        if self.store is not None:
+            journal(self.store, self.source, adapter, acted, adapter.id in self.book[key].pins)
+        if self.on_result is not None:
+            self.on_result(acted.result)
 
-    try:
-        executor.run(by_engine, worker, record, deadline_s=deadline_s)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        code, reason = (exc.code, exc.reason) if isinstance(exc, Interrupted) else (130, "interrupted")
-        for key, adapter in list(executor.in_flight.items()):
+    def interrupted(
+        self, in_flight: Mapping[str, Adapter], pairs: Sequence[tuple[Adapter, Engine]], reason: str
+    ) -> list[WarmResult]:
+        """Ctrl-C, SIGTERM or the deadline: what was in flight is journaled as interrupted (the engine may have
+        done it), what never started is reported as cancelled."""
+        for key, adapter in list(in_flight.items()):
             message = f"{reason} while in flight: the engine may have done it (run again to check)"
-            record(Outcome(key, adapter, Acted(WarmResult(adapter.id, key, INTERRUPTED, False, 0.0, message))))
-        done = {(r.adapter, r.engine) for r in results}
-        results.extend(
+            self.record(Outcome(key, adapter, Acted(WarmResult(adapter.id, key, INTERRUPTED, False, 0.0, message))))
+        done = {(r.adapter, r.engine) for r in self.results}
+        cancelled = [
             WarmResult(a.id, e.key, CANCELLED, False, 0.0, f"not started: {reason}")
             for a, e in pairs
             if (a.id, e.key) not in done
-        )
-        raise ActionsInterrupted(sorted(results, key=lambda r: order[(r.adapter, r.engine)]), code, reason) from None
-    return sorted(results, key=lambda r: order[(r.adapter, r.engine)])
+        ]
+        return self.results + cancelled
 
 
 def journal(store: Store, source: str, adapter: Adapter, acted: Acted, pinned: bool) -> None:

@@ -19,7 +19,9 @@ from lorafleet.actions.runner import (
     SKIPPED,
     Acted,
     ClientFactory,
+    Reach,
     RegistryWorker,
+    RunOptions,
     WarmResult,
     elapsed_ms,
     restore_book,
@@ -38,13 +40,10 @@ WOULD_LOAD, WOULD_REWARM = "would-load", "would-re-warm"  # --dry-run: what a re
 
 
 @dataclass(frozen=True)
-class WarmOptions:
+class WarmOptions(RunOptions):
     prime: bool = False
     pin: bool = False
     unpin: bool = False
-    dry_run: bool = False
-    parallel: int = 8
-    deadline_s: float | None = None  # the whole run; what is not done by then is reported, not waited for
     pinned: frozenset[tuple[str, str]] = frozenset()  # (adapter, engine) pairs to pin, as a plan says
 
 
@@ -157,15 +156,5 @@ def warm(
     journals nothing. `book` is what lorafleet last knew (default: restored from the store).
     """
     book = restore_book(inventory, store) if book is None else book
-    return run_actions(
-        pairs,
-        lambda engine, client: _EngineWorker(engine, client, book, options).warm,
-        book,
-        "warm",
-        parallel=options.parallel,
-        store=None if options.dry_run else store,
-        client_factory=client_factory,
-        on_result=on_result,
-        stop=stop,
-        deadline_s=options.deadline_s,
-    )
+    act = lambda engine, client: _EngineWorker(engine, client, book, options).warm  # noqa: E731
+    return run_actions(pairs, act, book, "warm", options, Reach(store, client_factory, on_result, stop))

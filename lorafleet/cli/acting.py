@@ -3,12 +3,14 @@ action with a progress bar into the results table (or JSON) and the exit code.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import click
 from rich.text import Text
 
-from lorafleet.actions.runner import CANCELLED, SKIPPED, ActionsInterrupted, WarmResult, restore_book
+from lorafleet.actions.runner import CANCELLED, SKIPPED, ActionsInterrupted, RunOptions, WarmResult, restore_book
 from lorafleet.cli import shapes
 from lorafleet.cli.options import complete_engines, settings
 from lorafleet.cli.progress import progress_bar
@@ -78,3 +80,25 @@ def deadline_option(f: Callable[..., None]) -> Callable[..., None]:
         type=click.FloatRange(min=0, min_open=True),
         help="Stop after SECONDS: what is not done by then is reported (exit 1), not waited for.",
     )(f)
+
+
+def run_options(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """--dry-run, --parallel and --deadline, handed to the command as one `run: RunOptions`."""
+
+    def decorate(f: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(f)
+        def command(*args: Any, dry_run: bool, parallel: int, deadline: float | None, **kwargs: Any) -> None:
+            f(*args, run=RunOptions(parallel, deadline, dry_run), **kwargs)
+
+        options = (
+            click.option("--dry-run", is_flag=True, help=f"Show what would be {what}; only reads the registries."),
+            click.option(
+                "--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines at once."
+            ),
+            deadline_option,
+        )
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from lorafleet.actions.runner import RunOptions
 from lorafleet.actions.targets import choose_targets, plan_targets, registry_size
 from lorafleet.actions.warm import WarmOptions
 from lorafleet.actions.warm import warm as run_warm
-from lorafleet.cli.acting import Pairs, act_and_report, deadline_option, engine_option
+from lorafleet.cli.acting import Pairs, act_and_report, engine_option, run_options
 from lorafleet.cli.options import complete_adapters, global_options, json_option, settings
 from lorafleet.inventory.lookup import resolve_adapters
 from lorafleet.plan.planfile import read_plan
@@ -31,9 +32,7 @@ from lorafleet.policy.residency import ResidencyBook
 @click.option("--prime", is_flag=True, help="Also send a 1-token request so the adapter holds a GPU slot.")
 @click.option("--pin", is_flag=True, help="Pin it (at most GPU slots - 1 per engine); lorafleet never evicts it.")
 @click.option("--unpin", is_flag=True, help="Release a pin (SGLang: reloads the adapter unpinned).")
-@click.option("--dry-run", is_flag=True, help="Show what would be done; only reads the engines' registries.")
-@click.option("--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines warmed at once.")
-@deadline_option
+@run_options("warmed")
 def warm(
     as_json: bool,
     adapters: tuple[str, ...],
@@ -43,9 +42,7 @@ def warm(
     prime: bool,
     pin: bool,
     unpin: bool,
-    dry_run: bool,
-    parallel: int,
-    deadline: float | None,
+    run: RunOptions,
 ) -> None:
     """Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs.
 
@@ -61,15 +58,8 @@ def warm(
     inv = settings().load_inventory()
     chosen = resolve_adapters(inv, adapters)
     placements = read_plan(plan_file, inv).placements if plan_file else ()
-    options = WarmOptions(
-        prime=prime,
-        pin=pin,
-        unpin=unpin,
-        dry_run=dry_run,
-        parallel=parallel,
-        deadline_s=deadline,
-        pinned=frozenset((p.adapter, p.engine) for p in placements if p.pinned),
-    )
+    pinned = frozenset((p.adapter, p.engine) for p in placements if p.pinned)
+    options = WarmOptions(run.parallel, run.deadline_s, run.dry_run, prime, pin, unpin, pinned)
 
     def targets(book: ResidencyBook) -> Pairs:
         if plan_file:
@@ -81,6 +71,6 @@ def warm(
         targets,
         lambda pairs, book, store, advance: run_warm(inv, pairs, options, store=store, on_result=advance, book=book),
         as_json,
-        dry_run,
+        run.dry_run,
         "warming",
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter
 
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import Counts, Listener
+from lorafleet.drive.session import Call, Counts, Listener
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.policy.core import HIT, LATE, UNSERVED
 from lorafleet.policy.events import RequestEvent
@@ -122,20 +122,12 @@ class Journaling(Listener):
     def unserved(self, at: float, event: RequestEvent) -> None:
         self._count_request("", UNSERVED)
 
-    def performed(
-        self,
-        at: float,
-        engine: str,
-        adapter: str,
-        answer: str,
-        ok: bool,
-        ms: float | None,
-        reason: str,
-        unused: bool = False,
-        error: str | None = None,
-    ) -> None:
-        size = self.sizes.get(adapter)
-        row = ActionRow(self._stamp_of(at), self.source, adapter, engine, answer, ok, ms, size, error, reason, unused)
+    def performed(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
+        size = self.sizes.get(call.adapter)
+        stamp = self._stamp_of(at)
+        row = ActionRow(
+            stamp, self.source, call.adapter, call.engine, answer, ok, ms, size, error, call.reason, call.unused
+        )
         self.batch.actions.append(row)
 
     # --- helpers --------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
 
 KEEP, RECONCILE = "keep", "reconcile"  # the reasons of touches, and of what a reconcile did
+FORGET = "forget"  # a book entry a reconcile drops (no call: the engine no longer has it)
 # What the engine answered, as journaled: a load's answers, then the other calls' and what needs no call.
 LOADED, RELOADED, TOUCHED, UNLOADED = "loaded", "reloaded", "touched", "unloaded"
 EVICTED, FORGOTTEN = "evicted", "forgotten"
@@ -67,7 +68,8 @@ class Counts:
 
 
 class Call(NamedTuple):
-    """One engine call for a live driver to make: LOAD, TOUCH or UNLOAD, with what its journal row says."""
+    """One engine call for a live driver to make: LOAD, TOUCH or UNLOAD, with what its journal row says (the
+    listener hears of an EVICT and a FORGET too: journaled, never sent)."""
 
     action: str
     engine: str
@@ -100,19 +102,9 @@ class Listener:
     def unserved(self, at: float, event: RequestEvent) -> None:
         """An adapter request no engine can serve."""
 
-    def performed(
-        self,
-        at: float,
-        engine: str,
-        adapter: str,
-        answer: str,
-        ok: bool,
-        ms: float | None,
-        reason: str,
-        unused: bool = False,
-        error: str | None = None,
-    ) -> None:
-        """An action on an engine: done (or, live, answered: failed or refused), as its journal row says it."""
+    def performed(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
+        """An action on an engine (`call`, though none is sent for an eviction by the engine's own LRU or a book
+        entry a reconcile forgot): done, or, live, answered (failed or refused), as its journal row says it."""
 
 
 _NO_CALLS: list[Call] = []
@@ -215,7 +207,7 @@ class Session:
         core, whose follow-up decisions are returned as calls."""
         now = self._at(now)
         counts = self.counts
-        self.listener.performed(now, call.engine, call.adapter, answer, ok, ms, call.reason, call.unused, error)
+        self.listener.performed(now, call, answer, ok, ms, error)
         if not ok:
             counts.failed += 1
         elif call.action == TOUCH:
@@ -258,10 +250,10 @@ class Session:
             state.unpin(adapter)
             state.evict(adapter)
             why = "files gone: unregistered" if adapter in vanished else "no longer registered"
-            listener.performed(now, engine, adapter, FORGOTTEN, True, None, RECONCILE, error=why)
+            listener.performed(now, Call(FORGET, engine, adapter, RECONCILE), FORGOTTEN, True, None, why)
         for adapter in vanished:
             self.counts.unloads += 1
-            listener.performed(now, engine, adapter, UNLOADED, True, None, RECONCILE, error="files gone")
+            listener.performed(now, Call(UNLOAD, engine, adapter, RECONCILE), UNLOADED, True, None, "files gone")
         # What the engine certainly holds, lorafleet did not load: SGLang's registered adapters (in host memory),
         # vLLM's running ones (in a GPU slot, so cached). Adopted while they fit, so the budget counts them.
         held = registry if not state.profile.load_fills_gpu else set(running)
@@ -378,7 +370,8 @@ class Session:
         reason = core.loading_reason.get(key, DEMAND)
         self._loaded(reason)
         if self.listener.records_actions:
-            self.listener.performed(at, engine, adapter, LOADED, True, self.model_ms(engine, adapter), reason)
+            call = Call(LOAD, engine, adapter, reason)
+            self.listener.performed(at, call, LOADED, True, self.model_ms(engine, adapter), None)
         calls = self._carry_out(at, core.load_finished(at, engine, adapter))
         assert self.sim is not None
         self.sim.start_next(at, engine)
@@ -410,7 +403,7 @@ class Session:
                     continue
                 counts.touches += 1
                 if journal:
-                    listener.performed(now, d.engine, d.adapter, TOUCHED, True, None, KEEP)
+                    listener.performed(now, Call(TOUCH, d.engine, d.adapter, KEEP), TOUCHED, True, None, None)
             elif action == LOAD:
                 if sim is None:
                     self.load_started[(d.engine, d.adapter)] = now
@@ -428,9 +421,9 @@ class Session:
                     counts.unloads += 1
                 self._evicted(d.unused)
                 if journal:
-                    answer = UNLOADED if action == UNLOAD else EVICTED
-                    error = None if action == UNLOAD else BY_ENGINE_LRU
-                    listener.performed(now, d.engine, d.adapter, answer, True, None, reason, d.unused, error)
+                    call = Call(action, d.engine, d.adapter, reason, False, d.unused)
+                    answer, note = (UNLOADED, None) if action == UNLOAD else (EVICTED, BY_ENGINE_LRU)
+                    listener.performed(now, call, answer, True, None, note)
         return calls
 
 
