@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import signal
 import sys
 from typing import Any
 
@@ -12,6 +12,7 @@ import click
 
 from lorafleet.cli.options import SPAN, complete_policies, global_options, json_option, settings
 from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.signals import stop_and_reload_on_signals
 from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
 from lorafleet.times import utc_text
 
@@ -139,17 +140,9 @@ def daemon(
     configure_daemon_logging(log_format, s.verbose)
     inv = s.load_inventory()
     plan = read_plan(plan_path, inv) if plan_path else None
-    options = DaemonOptions(
-        policy=policy,
-        shadow=shadow,
-        once=once,
-        from_start=from_start,
-        plan=plan,
-        logs=logs,
-        reconcile_every_s=reconcile_every,
-        retention_days=retention / 86400.0,
-        metrics_addr=None if metrics_addr == "off" else metrics_addr,
-    )
+    address = None if metrics_addr == "off" else metrics_addr
+    options = DaemonOptions(policy, shadow, once, from_start, plan, logs, reconcile_every, retention / 86400.0)
+    options = dataclasses.replace(options, metrics_addr=address)
     store = open_store(s.state_path)
     checker = FileChecker(inv)
 
@@ -159,16 +152,7 @@ def daemon(
         return load_inventory(s.inventory_path)
 
     runner = Daemon(inv, store, options, reload=reload, files_gone=checker.missing)
-    stopped_by: list[int] = []
-
-    def on_stop(signum: int, frame: object) -> None:
-        stopped_by.append(signum)
-        runner.stop.set()
-
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda signum, frame: runner.reload_requested.set())
+    stop_and_reload_on_signals(runner.stop.set, runner.reload_requested.set)
     try:
         summary = runner.run()
     finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 from lorafleet.actions.runner import WarmResult
 from lorafleet.daemon.journaling import Summary
-from lorafleet.inventory.model import Inventory
+from lorafleet.inventory.model import Engine, Host, Inventory
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.logs.records import LogTally
 from lorafleet.plan.report import PlanReport
@@ -46,42 +46,7 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
     return {
         "fleet": inv.fleet,
         "sources": list(inv.sources),
-        "hosts": [
-            {
-                "name": h.name,
-                "provider": h.provider,
-                "group": h.group,
-                "connection": h.connection,
-                "address": h.address,
-                "region": h.region,
-                "site": h.site,
-                "instance_type": h.instance_type,
-                "gpu": h.gpu_model,
-                "gpus": h.gpus,
-                "engines": [
-                    {
-                        "name": e.name,
-                        "key": e.key,
-                        "kind": e.kind,
-                        "url": e.url,
-                        "base_model": e.base_model,
-                        "gpus": list(e.gpus),
-                        "gpu_slots": e.gpu_slots,
-                        "host_slots": e.host_slots,
-                        "max_lora_rank": e.max_lora_rank,
-                        "lora_budget_bytes": e.lora_budget_bytes,
-                        "api_key_env": e.api_key_env,
-                        "load_model": {
-                            "load_fixed_ms": e.load.load_fixed_ms,
-                            "disk_gbps": e.load.disk_gbps,
-                            "h2d_gbps": e.load.h2d_gbps,
-                        },
-                    }
-                    for e in h.engines
-                ],
-            }
-            for h in inv.hosts
-        ],
+        "hosts": [_host(h) for h in inv.hosts],
         "base_models": [
             {
                 "id": b.id,
@@ -114,6 +79,43 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
             for t in inv.tenants.values()
         ],
         "warnings": list(inv.warnings),
+    }
+
+
+def _host(h: Host) -> dict[str, Any]:
+    return {
+        "name": h.name,
+        "provider": h.provider,
+        "group": h.group,
+        "connection": h.connection,
+        "address": h.address,
+        "region": h.region,
+        "site": h.site,
+        "instance_type": h.instance_type,
+        "gpu": h.gpu_model,
+        "gpus": h.gpus,
+        "engines": [_engine(e) for e in h.engines],
+    }
+
+
+def _engine(e: Engine) -> dict[str, Any]:
+    return {
+        "name": e.name,
+        "key": e.key,
+        "kind": e.kind,
+        "url": e.url,
+        "base_model": e.base_model,
+        "gpus": list(e.gpus),
+        "gpu_slots": e.gpu_slots,
+        "host_slots": e.host_slots,
+        "max_lora_rank": e.max_lora_rank,
+        "lora_budget_bytes": e.lora_budget_bytes,
+        "api_key_env": e.api_key_env,
+        "load_model": {
+            "load_fixed_ms": e.load.load_fixed_ms,
+            "disk_gbps": e.load.disk_gbps,
+            "h2d_gbps": e.load.h2d_gbps,
+        },
     }
 
 

@@ -1,10 +1,11 @@
-"""Signals, for the commands that run engine actions: SIGTERM turned into the same interrupt as Ctrl-C."""
+"""Signals: for the commands that run engine actions, SIGTERM turned into the same interrupt as Ctrl-C; for the
+daemon, SIGTERM and Ctrl-C set its stop flag (it drains and commits) and SIGHUP asks for an inventory reload."""
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from lorafleet.stopping import Interrupted
@@ -25,3 +26,11 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stop_and_reload_on_signals(stop: Callable[[], None], reload: Callable[[], None]) -> None:
+    """The daemon's signals: the handlers only set flags, which the loop reads (never work in a handler)."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop())
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: reload())

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
 from rich.text import Text
 
 from lorafleet.cli import shapes
 from lorafleet.cli.options import global_options, json_option, settings
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import console, print_json, safe, table
-from lorafleet.inventory.model import PROVIDERS
+from lorafleet.inventory.model import PROVIDERS, Inventory
+from lorafleet.probe.snapshot import HostVram
 from lorafleet.probe.survey import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
 from lorafleet.units import format_bytes, plural
 
@@ -59,65 +61,52 @@ def vram(
     failed = [r for r in rows if not r.ok]
     if as_json:
         print_json(shapes.vram(rows))
-    elif by == "engine":
-        out = console()
-        t = table(
-            None,
-            [
-                ("engine", "left"),
-                ("kind", "left"),
-                ("GPUs", "left"),
-                ("free", "right"),
-                ("total", "right"),
-                ("status", "left"),
-            ],
-        )
-        for e in by_engine(inv, rows):
-            t.add_row(
-                e.engine,
-                e.kind,
-                ",".join(map(str, e.gpus)) or "-",
-                format_bytes(e.free_bytes),
-                format_bytes(e.total_bytes),
-                e.status,
-            )
-        out.print(t)
     else:
-        out = console()
-        t = table(
-            None,
-            [
-                ("host", "left"),
-                ("status", "left"),
-                ("GPU", "right"),
-                ("name", "left"),
-                ("used", "right"),
-                ("free", "right"),
-                ("total", "right"),
-                ("usage", "left"),
-                ("MIG", "left"),
-            ],
-        )
-        for r in rows:
-            if not r.ok:
-                t.add_row(r.name, Text(r.status, style="red"), "", safe(r.error or "", "red"))
-                continue
-            if not r.gpus:
-                t.add_row(r.name, "ok", "", Text("no GPUs", style="dim"))
-            for i, g in enumerate(r.gpus):
-                t.add_row(
-                    r.name if i == 0 else "",
-                    "ok" if i == 0 else "",
-                    str(g.index),
-                    safe(g.name or "-"),
-                    format_bytes(g.used_bytes),
-                    format_bytes(g.free_bytes),
-                    format_bytes(g.total_bytes),
-                    usage_bar(g.used_bytes, g.total_bytes),
-                    safe(g.mig or "-"),
-                )
-        out.print(t)
+        console().print(_engines_table(inv, rows) if by == "engine" else _hosts_table(rows))
     if failed and not as_json:
         click.echo(f"{len(failed)} of {plural(len(rows), 'host')} not ok", err=True)
     if failed:
         raise SystemExit(1)
+
+
+def _engines_table(inv: Inventory, rows: list[HostVram]) -> Table:
+    t = table(
+        None,
+        [
+            ("engine", "left"),
+            ("kind", "left"),
+            ("GPUs", "left"),
+            ("free", "right"),
+            ("total", "right"),
+            ("status", "left"),
+        ],
+    )
+    for e in by_engine(inv, rows):
+        gpus = ",".join(map(str, e.gpus)) or "-"
+        t.add_row(e.engine, e.kind, gpus, format_bytes(e.free_bytes), format_bytes(e.total_bytes), e.status)
+    return t
+
+
+def _hosts_table(rows: list[HostVram]) -> Table:
+    columns = ["host", "status", "GPU", "name", "used", "free", "total", "usage", "MIG"]
+    right = {"GPU", "used", "free", "total"}
+    t = table(None, [(c, "right" if c in right else "left") for c in columns])
+    for r in rows:
+        if not r.ok:
+            t.add_row(r.name, Text(r.status, style="red"), "", safe(r.error or "", "red"))
+            continue
+        if not r.gpus:
+            t.add_row(r.name, "ok", "", Text("no GPUs", style="dim"))
+        for i, g in enumerate(r.gpus):
+            t.add_row(
+                r.name if i == 0 else "",
+                "ok" if i == 0 else "",
+                str(g.index),
+                safe(g.name or "-"),
+                format_bytes(g.used_bytes),
+                format_bytes(g.free_bytes),
+                format_bytes(g.total_bytes),
+                usage_bar(g.used_bytes, g.total_bytes),
+                safe(g.mig or "-"),
+            )
+    return t

@@ -185,7 +185,8 @@ class Daemon:
             read = self._read_logs()
 
     def _finish(self) -> None:
-        """Settle (--once: the calls in flight, the simulated loads), commit the last batch, stop the actors."""
+        """Settle (--once: the calls in flight, the simulated loads), stop the actors — a call in flight gets up to
+        a second, all together, to return — and commit the last batch with every answer that came back."""
         if self.options.once:
             if self.options.shadow:
                 self.session.finish()
@@ -193,11 +194,12 @@ class Daemon:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
                     self._drain(wait_s=0.05)
+        self.stop.set()
+        deadline = time.monotonic() + 1.0
+        for actor in self.actors.values():
+            actor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._drain()
         self._commit()
-        self.stop.set()
-        for actor in self.actors.values():
-            actor.thread.join(timeout=1.0)
         self.metrics.close()
         for stream in self.streams:
             stream.close()

@@ -61,41 +61,10 @@ class EngineExecutor(Generic[Item, Result]):
         """
         done: queue.Queue[Outcome[Item, Result] | str] = queue.Queue()
         slots = threading.Semaphore(self.parallel)
-
-        def run_engine(engine: str) -> None:
-            pending = list(work[engine])
-            try:
-                with slots:
-                    if self.stop.is_set():
-                        return
-                    with worker(engine) as run_one:
-                        while pending and not self.stop.is_set():
-                            item = pending[0]
-                            self.in_flight[engine] = item
-                            try:
-                                outcome: Outcome[Item, Result] = Outcome(engine, item, run_one(item))
-                            except Cancelled:
-                                return  # stopped mid-item: it stays in flight, its fate unknown
-                            except Exception as exc:  # one item's failure is its outcome, never the engine's end
-                                outcome = Outcome(engine, item, None, exc)
-                            del self.in_flight[engine]
-                            pending.pop(0)
-                            done.put(outcome)
-            except Cancelled:
-                pass
-            except Exception as exc:  # the worker could not start or stop: every item left fails with it
-                for item in pending:
-                    done.put(Outcome(engine, item, None, exc))
-                pending = []
-            finally:
-                if engine in self.in_flight and pending:
-                    pending.pop(0)
-                self.abandoned.extend((engine, item) for item in pending)
-                done.put(engine)
-
         engines = [e for e in work if work[e]]
         for engine in engines:
-            threading.Thread(target=run_engine, args=(engine,), name=f"lorafleet {engine}", daemon=True).start()
+            args = (engine, list(work[engine]), worker, done, slots)
+            threading.Thread(target=self._run_engine, args=args, name=f"lorafleet {engine}", daemon=True).start()
         running = len(engines)
         until = None if deadline_s is None else time.monotonic() + deadline_s
         try:
@@ -110,6 +79,44 @@ class EngineExecutor(Generic[Item, Result]):
             self.stop.set()
             self._grace(done, running, on_outcome, on_engine_done)
             raise
+
+    def _run_engine(
+        self,
+        engine: str,
+        pending: list[Item],
+        worker: WorkerFactory[Item, Result],
+        done: queue.Queue[Outcome[Item, Result] | str],
+        slots: threading.Semaphore,
+    ) -> None:
+        """One engine's worker thread: its items in order, each outcome (or error) on `done`, then its name."""
+        try:
+            with slots:
+                if self.stop.is_set():
+                    return
+                with worker(engine) as run_one:
+                    while pending and not self.stop.is_set():
+                        item = pending[0]
+                        self.in_flight[engine] = item
+                        try:
+                            outcome: Outcome[Item, Result] = Outcome(engine, item, run_one(item))
+                        except Cancelled:
+                            return  # stopped mid-item: it stays in flight, its fate unknown
+                        except Exception as exc:  # one item's failure is its outcome, never the engine's end
+                            outcome = Outcome(engine, item, None, exc)
+                        del self.in_flight[engine]
+                        pending.pop(0)
+                        done.put(outcome)
+        except Cancelled:
+            pass
+        except Exception as exc:  # the worker could not start or stop: every item left fails with it
+            for item in pending:
+                done.put(Outcome(engine, item, None, exc))
+            pending.clear()
+        finally:
+            if engine in self.in_flight and pending:
+                pending.pop(0)
+            self.abandoned.extend((engine, item) for item in pending)
+            done.put(engine)
 
     def _deliver(
         self,

@@ -4,7 +4,7 @@ and the demand only, so `plan`, the sizing curve and the benchmarks place the sa
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.placement import Placement, PlannedResidency, pin_limit_for, serving_pools, unservable_reason
@@ -23,72 +23,138 @@ def plan_residency(
     expected requests served warm — each adapter once, in falling order of its rate, on the engine of its pool
     with the most room left; then extra copies of hot adapters, each worth half the one before, on other hosts and
     providers first, while room is left. Never more than an engine's slots or bytes. Deterministic."""
-    engines = {e.key: e for e in inventory.engines}
-    pools = serving_pools(inventory)
-    slots_left = {k: e.slot_cap for k, e in engines.items()}
-    bytes_left = {k: e.lora_budget_bytes for k, e in engines.items()}
-    pins_left = {k: pin_limit_for(e.profile, budget_of(e)) for k, e in engines.items()}
-    held: dict[str, list[str]] = {}
-    placements: list[Placement] = []
-    unplaced: dict[str, str] = {}
-    pinned = list(dict.fromkeys(p for p in pins if p in inventory.adapters))
+    planner = _Planner(inventory, rates)
+    for adapter in dict.fromkeys(p for p in pins if p in inventory.adapters):
+        planner.place_pinned(adapter)
+    for adapter in sorted((a for a in inventory.adapters if a not in planner.held), key=planner.busiest_first):
+        planner.place_once(adapter)
+    planner.make_room_by_moving()
+    planner.add_copies(max_replicas)
+    return planner.result()
 
-    def fits(adapter: str, key: str) -> bool:
-        budget = bytes_left[key]
-        return slots_left[key] >= 1 and (budget is None or inventory.adapters[adapter].size_bytes <= budget)
 
-    def put(adapter: str, key: str, pin: bool) -> None:
-        slots_left[key] -= 1
-        if bytes_left[key] is not None:
-            bytes_left[key] = (bytes_left[key] or 0) - inventory.adapters[adapter].size_bytes
+class _Planner:
+    """The room left on every engine as adapters are placed, and the placements so far."""
+
+    def __init__(self, inventory: Inventory, rates: Mapping[str, float]) -> None:
+        self.inventory = inventory
+        self.rates = rates
+        self.engines = {e.key: e for e in inventory.engines}
+        self.pools = serving_pools(inventory)
+        self.slots_left = {k: e.slot_cap for k, e in self.engines.items()}
+        self.bytes_left = {k: e.lora_budget_bytes for k, e in self.engines.items()}
+        self.pins_left = {k: pin_limit_for(e.profile, budget_of(e)) for k, e in self.engines.items()}
+        self.provider = {h.name: h.provider for h in inventory.hosts}
+        self.position = _Positions(self.pools)
+        self.held: dict[str, list[str]] = {}  # adapter -> the engines it is placed on
+        self.placements: list[Placement] = []
+        self.unplaced: dict[str, str] = {}
+        self.heaps: dict[tuple[str, ...], list[tuple[int, int, str]]] = {}  # per pool: (-room, index, engine)
+
+    def busiest_first(self, adapter: str) -> tuple[float, str]:
+        return -self.rates.get(adapter, 0.0), adapter
+
+    # --- the stages ---------------------------------------------------------------------------------------
+    def place_pinned(self, adapter: str) -> None:
+        key = self.best_engine(adapter, pin=True)
+        if key is None:
+            self.unplaced[adapter] = self._why_unplaced(adapter, "pinned")
+        else:
+            self.put(adapter, key, True)
+
+    def place_once(self, adapter: str) -> None:
+        key = self.first_engine(adapter)
+        if key is None:
+            self.unplaced[adapter] = self._why_unplaced(adapter, "budget")
+        else:
+            self.put(adapter, key, False)
+
+    def make_room_by_moving(self) -> None:
+        """An adapter left out may fit where a placed one sits, if that one can go elsewhere (an engine of a
+        narrower pool — a lower max_lora_rank — filled first by a flexible adapter)."""
+        if not any(v >= 1 for v in self.slots_left.values()):
+            return
+        for adapter in sorted(self.unplaced, key=self.busiest_first):
+            if any(self._move_aside(adapter, key) for key in self.pools[adapter]):
+                del self.unplaced[adapter]
+
+    def add_copies(self, max_replicas: int) -> None:
+        """A further copy must be worth more than an average adapter's only copy: rate x 0.5^copy > the mean."""
+        rates, adapters = self.rates, self.inventory.adapters
+        mean_rate = sum(rates.get(a, 0.0) for a in adapters) / max(1, len(adapters))
+        for copy in range(1, max_replicas):
+            for adapter in sorted(self.held, key=self.busiest_first):
+                worth = rates.get(adapter, 0.0) * REPLICA_DISCOUNT**copy
+                if worth <= mean_rate or len(self.held[adapter]) != copy:
+                    continue
+                key = self.best_engine(adapter, pin=False)
+                if key is not None:
+                    self.put(adapter, key, False)
+
+    def result(self) -> PlannedResidency:
+        rates, adapters = self.rates, self.inventory.adapters
+        total = sum(rates.get(a, 0.0) for a in adapters)
+        warm = sum(rates.get(a, 0.0) for a in self.held)
+        expected = warm / total if total > 0 else (1.0 if not self.unplaced else 0.0)
+        return PlannedResidency(tuple(self.placements), tuple(sorted(self.unplaced.items())), expected)
+
+    # --- room ---------------------------------------------------------------------------------------------
+    def fits(self, adapter: str, key: str) -> bool:
+        budget = self.bytes_left[key]
+        return self.slots_left[key] >= 1 and (budget is None or self.inventory.adapters[adapter].size_bytes <= budget)
+
+    def put(self, adapter: str, key: str, pin: bool) -> None:
+        self.slots_left[key] -= 1
+        if self.bytes_left[key] is not None:
+            self.bytes_left[key] = (self.bytes_left[key] or 0) - self.inventory.adapters[adapter].size_bytes
         if pin:
-            pins_left[key] -= 1
-        held.setdefault(adapter, []).append(key)
-        placements.append(Placement(adapter, key, pin))
+            self.pins_left[key] -= 1
+        self.held.setdefault(adapter, []).append(key)
+        self.placements.append(Placement(adapter, key, pin))
 
-    provider = {h.name: h.provider for h in inventory.hosts}
-    position = _Positions(pools)
-
-    def unput(index: int) -> Placement:
-        p = placements.pop(index)
-        slots_left[p.engine] += 1
-        if bytes_left[p.engine] is not None:
-            bytes_left[p.engine] = (bytes_left[p.engine] or 0) + inventory.adapters[p.adapter].size_bytes
-        held[p.adapter].remove(p.engine)
-        if not held[p.adapter]:
-            del held[p.adapter]
+    def unput(self, index: int) -> Placement:
+        p = self.placements.pop(index)
+        self.slots_left[p.engine] += 1
+        if self.bytes_left[p.engine] is not None:
+            self.bytes_left[p.engine] = (self.bytes_left[p.engine] or 0) + self.inventory.adapters[p.adapter].size_bytes
+        self.held[p.adapter].remove(p.engine)
+        if not self.held[p.adapter]:
+            del self.held[p.adapter]
         return p
 
-    def best_engine(adapter: str, pin: bool) -> str | None:
-        others = held.get(adapter, [])
+    # --- which engine -------------------------------------------------------------------------------------
+    def best_engine(self, adapter: str, pin: bool) -> str | None:
+        """Away from the hosts (then providers) that already hold it, then the most room left; pool order last."""
+        engines, provider = self.engines, self.provider
+        others = self.held.get(adapter, [])
         hosts = {engines[k].host for k in others}
         providers = {provider.get(engines[k].host) for k in others}
         candidates = [
-            k for k in pools[adapter] if k not in others and fits(adapter, k) and (not pin or pins_left[k] > 0)
+            k
+            for k in self.pools[adapter]
+            if k not in others and self.fits(adapter, k) and (not pin or self.pins_left[k] > 0)
         ]
         if not candidates:
             return None
-        # Away from the hosts (then providers) that already hold it, then the most room left; pool order last.
-        order = position[adapter]
+        order = self.position[adapter]
         return min(
             candidates,
             key=lambda k: (
                 engines[k].host in hosts,
                 provider.get(engines[k].host) in providers,
-                -slots_left[k],
+                -self.slots_left[k],
                 order[k],
             ),
         )
 
-    heaps: dict[tuple[str, ...], list[tuple[int, int, str]]] = {}
-
-    def first_engine(adapter: str) -> str | None:
+    def first_engine(self, adapter: str) -> str | None:
         """best_engine for an adapter not placed yet (no hosts to avoid): the pool's engine with the most room,
         from a heap per pool refreshed lazily, so 10,000 adapters over 1,000 engines stay fast."""
-        pool = tuple(pools[adapter])
-        heap = heaps.get(pool)
+        slots_left = self.slots_left
+        pool = tuple(self.pools[adapter])
+        heap = self.heaps.get(pool)
         if heap is None:
-            heap = heaps[pool] = [(-slots_left[k], i, k) for i, k in enumerate(pool)]
+            heap = self.heaps[pool] = [(-slots_left[k], i, k) for i, k in enumerate(pool)]
             heapq.heapify(heap)
         skipped: list[tuple[int, int, str]] = []
         found = None
@@ -98,7 +164,7 @@ def plan_residency(
                 if slots_left[k] > 0:
                     heapq.heappush(heap, (-slots_left[k], i, k))
                 continue
-            if fits(adapter, k):
+            if self.fits(adapter, k):
                 found = (room, i, k)
                 break
             skipped.append((room, i, k))  # full by bytes for this adapter; a smaller one may still fit
@@ -111,45 +177,30 @@ def plan_residency(
             heapq.heappush(heap, (-(slots_left[key] - 1), found[1], key))
         return key
 
-    for adapter in pinned:
-        key = best_engine(adapter, pin=True)
-        if key is None:
-            unplaced[adapter] = _why_unplaced(inventory, adapter, pools, "pinned")
-        else:
-            put(adapter, key, True)
-    ordered = sorted((a for a in inventory.adapters if a not in held), key=lambda a: (-rates.get(a, 0.0), a))
-    for adapter in ordered:
-        key = first_engine(adapter)
-        if key is None:
-            unplaced[adapter] = _why_unplaced(inventory, adapter, pools, "budget")
-        else:
-            put(adapter, key, False)
-    # Make room by moving: an adapter left out may fit where a placed one sits, if that one can go elsewhere
-    # (an engine of a narrower pool — a lower max_lora_rank — filled first by a flexible adapter).
-    room_somewhere = any(v >= 1 for v in slots_left.values())
-    for adapter in sorted(unplaced, key=lambda a: (-rates.get(a, 0.0), a)) if room_somewhere else ():
-        for key in pools[adapter]:
-            moved = _move_aside(adapter, key, placements, pools, fits, put, unput)
-            if moved:
-                del unplaced[adapter]
-                break
-    # A further copy must be worth more than an average adapter's only copy: rate x 0.5^copy > the mean rate.
-    mean_rate = sum(rates.get(a, 0.0) for a in inventory.adapters) / max(1, len(inventory.adapters))
-    for copy in range(1, max_replicas):
-        for adapter in sorted(held, key=lambda a: (-rates.get(a, 0.0), a)):
-            worth = rates.get(adapter, 0.0) * REPLICA_DISCOUNT**copy
-            if worth <= mean_rate or len(held[adapter]) != copy:
+    def _move_aside(self, adapter: str, key: str) -> bool:
+        """Place `adapter` on engine `key` by moving one unpinned adapter from there to another engine of its pool
+        with room; False (nothing changed) when no such move exists."""
+        for index, placed in enumerate(self.placements):
+            if placed.engine != key or placed.pinned:
                 continue
-            key = best_engine(adapter, pin=False)
-            if key is not None:
-                put(adapter, key, False)
-    total = sum(rates.get(a, 0.0) for a in inventory.adapters)
-    warm = sum(rates.get(a, 0.0) for a in held)
-    return PlannedResidency(
-        tuple(placements),
-        tuple(sorted(unplaced.items())),
-        warm / total if total > 0 else (1.0 if not unplaced else 0.0),
-    )
+            for other in self.pools[placed.adapter]:
+                if other == key or not self.fits(placed.adapter, other):
+                    continue
+                self.unput(index)
+                if self.fits(adapter, key):
+                    self.put(placed.adapter, other, False)
+                    self.put(adapter, key, False)
+                    return True
+                self.put(placed.adapter, key, False)  # undo: it did not make room after all
+                return False
+        return False
+
+    def _why_unplaced(self, adapter: str, what: str) -> str:
+        if not self.pools[adapter]:
+            return unservable_reason(self.inventory, self.inventory.adapters[adapter])
+        if what == "pinned":
+            return "pinned, but every engine that can serve it is full or at its pin limit"
+        return "budget exhausted: every engine that can serve it is full (slots or lora_budget_mb)"
 
 
 class _Positions(dict[str, dict[str, int]]):
@@ -163,38 +214,3 @@ class _Positions(dict[str, dict[str, int]]):
         index = {k: i for i, k in enumerate(self.pools[adapter])}
         self[adapter] = index
         return index
-
-
-def _move_aside(
-    adapter: str,
-    key: str,
-    placements: list[Placement],
-    pools: Mapping[str, list[str]],
-    fits: Callable[[str, str], bool],
-    put: Callable[[str, str, bool], None],
-    unput: Callable[[int], Placement],
-) -> bool:
-    """Place `adapter` on engine `key` by moving one unpinned adapter from there to another engine of its pool
-    with room; False (nothing changed) when no such move exists."""
-    for index, placed in enumerate(placements):
-        if placed.engine != key or placed.pinned:
-            continue
-        for other in pools[placed.adapter]:
-            if other == key or not fits(placed.adapter, other):
-                continue
-            unput(index)
-            if fits(adapter, key):
-                put(placed.adapter, other, False)
-                put(adapter, key, False)
-                return True
-            put(placed.adapter, key, False)  # undo: it did not make room after all
-            return False
-    return False
-
-
-def _why_unplaced(inventory: Inventory, adapter: str, pools: Mapping[str, list[str]], what: str) -> str:
-    if not pools[adapter]:
-        return unservable_reason(inventory, inventory.adapters[adapter])
-    if what == "pinned":
-        return "pinned, but every engine that can serve it is full or at its pin limit"
-    return "budget exhausted: every engine that can serve it is full (slots or lora_budget_mb)"
