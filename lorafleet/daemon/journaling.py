@@ -7,16 +7,15 @@ engine action, the matching metrics — so the journal `stats` reads holds exact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import Counter
 
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import Call, Counts, Listener
+from lorafleet.drive.session import Answer, Counts, Performed, Served, Waited
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.policy.core import HIT, LATE, UNSERVED
-from lorafleet.policy.events import RequestEvent
 from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
 from lorafleet.times import minute_key, utc_text
 
@@ -59,8 +58,8 @@ class Batch:
         return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
 
 
-class Journaling(Listener):
-    """Turns the session's answers into the batch and the metrics. Shadow rows are dated at the policy time the
+class Journaling:
+    """Folds the session's answers into the batch and the metrics. Shadow rows are dated at the policy time the
     action would have happened (so a run over a recorded log files its actions beside that log's requests);
     live rows at the wall time of the batch they belong to (`refresh`)."""
 
@@ -88,49 +87,59 @@ class Journaling(Listener):
     def error(self, source: str, message: str) -> None:
         self.batch.errors.append((self.clock(), source, message))
 
-    # --- the session's answers ------------------------------------------------------------------------------
-    def served(
-        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
-    ) -> object:
-        assert event.adapter is not None
+    def fold(self, answers: Iterable[Answer]) -> None:
+        """The session's answers, in their order, into rollups, action rows and metrics."""
+        for answer in answers:
+            kind = type(answer)
+            if kind is Served:
+                self._served(answer)  # type: ignore[arg-type]
+            elif kind is Waited:
+                self._waited(answer)  # type: ignore[arg-type]
+            elif kind is Performed:
+                self._performed(answer)  # type: ignore[arg-type]
+            else:
+                self._count_request("", UNSERVED)
+
+    # --- each answer ----------------------------------------------------------------------------------------
+    def _served(self, served: Served) -> None:
+        engine, outcome = served.engine, served.outcome
         self._count_request(engine, outcome)
-        key = (minute_key(event.time), event.tenant or "", event.adapter, engine)
-        o = self.batch.outcome(key)
+        o = self.batch.outcome(self._key(served))
         o.requests += 1
-        o.prefetch_hits += used
+        o.prefetch_hits += served.used
         if outcome == HIT:
             o.hits += 1
-            o.gpu_hits += gpu
-            if avoided_ms:
-                o.avoided_ms += avoided_ms
-                self.metrics.cold_ms_avoided.labels(engine).inc(avoided_ms)
+            o.gpu_hits += served.gpu
+            if served.avoided_ms:
+                o.avoided_ms += served.avoided_ms
+                self.metrics.cold_ms_avoided.labels(engine).inc(served.avoided_ms)
         elif outcome == LATE:
             o.late += 1
         else:
             o.misses += 1
-        return key
 
-    def waited(self, token: object, engine: str, waited_ms: float, avoided_ms: float) -> None:
-        assert isinstance(token, tuple)
-        o = self.batch.outcome(token)
-        o.cold_ms += waited_ms
-        o.avoided_ms += avoided_ms
-        self.metrics.cold_ms_paid.labels(engine).inc(waited_ms)
-        if avoided_ms:
-            self.metrics.cold_ms_avoided.labels(engine).inc(avoided_ms)
+    def _waited(self, waited: Waited) -> None:
+        o = self.batch.outcome(self._key(waited.request))
+        o.cold_ms += waited.waited_ms
+        o.avoided_ms += waited.avoided_ms
+        engine = waited.request.engine
+        self.metrics.cold_ms_paid.labels(engine).inc(waited.waited_ms)
+        if waited.avoided_ms:
+            self.metrics.cold_ms_avoided.labels(engine).inc(waited.avoided_ms)
 
-    def unserved(self, at: float, event: RequestEvent) -> None:
-        self._count_request("", UNSERVED)
-
-    def performed(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
-        size = self.sizes.get(call.adapter)
-        stamp = self._stamp_of(at)
-        row = ActionRow(
-            stamp, self.source, call.adapter, call.engine, answer, ok, ms, size, error, call.reason, call.unused
-        )
-        self.batch.actions.append(row)
+    def _performed(self, p: Performed) -> None:
+        call = p.call
+        adapter, size = call.adapter, self.sizes.get(call.adapter)
+        row = ActionRow(self._stamp_of(p.at), self.source, adapter, call.engine, p.answer, p.ok, p.ms, size, p.error)
+        self.batch.actions.append(replace(row, reason=call.reason, unused_prefetch=call.unused))
 
     # --- helpers --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _key(served: Served) -> RollupKey:
+        event = served.event
+        assert event.adapter is not None
+        return (minute_key(event.time), event.tenant or "", event.adapter, served.engine)
+
     def _count_request(self, engine: str, outcome: str) -> None:
         counter = self._requests.get((engine, outcome))
         if counter is None:

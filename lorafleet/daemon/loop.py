@@ -92,7 +92,7 @@ class Daemon:
         self.inventory = inventory
         placements = options.plan.placements if options.plan else ()
         core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
-        self.session = Session(core, self.journal, options.shadow, self.summary, placements)
+        self.session = Session(core, options.shadow, self.summary, placements)
         self.patterns = log_patterns(inventory, options.logs)
         saved = {c.path: c for c in read_checkpoints(store)}
         self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
@@ -159,10 +159,12 @@ class Daemon:
         while not self.stop.is_set():
             if not self.session.started and not read and not options.once:
                 self._send(self.session.start(time.time()))  # nothing to catch up on: start on the wall clock
+                self.journal.fold(self.session.take_answers())
             self._drain()
             if not options.once:
                 try:
                     self._send(self.session.advance(self._now()))
+                    self.journal.fold(self.session.take_answers())
                 except Exception as exc:
                     self._internal_error("scheduled work", exc)
             now = time.monotonic()
@@ -190,6 +192,7 @@ class Daemon:
         if self.options.once:
             if self.options.shadow:
                 self.session.finish()
+                self.journal.fold(self.session.take_answers())
             else:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
@@ -252,7 +255,10 @@ class Daemon:
     def _on_event(self, event: RequestEvent, read_at: float) -> None:
         now = event.time if self.log_now is None else max(event.time, self.log_now)
         self.log_now, self.log_read_at = now, read_at
-        self._send(self.session.request(event), read_at)
+        session = self.session
+        calls = session.request(event) if session.started else session.start(event.time) + session.request(event)
+        self.journal.fold(session.take_answers())
+        self._send(calls, read_at)
 
     # --- actions --------------------------------------------------------------------------------------------
     def _send(self, calls: list[Call], read_at: float | None = None) -> None:
@@ -297,12 +303,15 @@ class Daemon:
             self.metrics.decision_latency.observe(max(0.0, done.sent_at - work.queued_at))
         if done.ok and work.action == LOAD and done.action in LOAD_ANSWERS:
             self.metrics.load_seconds.labels(done.engine).observe(done.ms / 1000.0)
-        self._send(self.session.answered(self._now(), work.call, done.action, done.ok, done.ms, done.error))
+        calls = self.session.answered(self._now(), work.call, done.action, done.ok, done.ms, done.error)
+        self.journal.fold(self.session.take_answers())
+        self._send(calls)
 
     def _reconciled(self, done: Done) -> None:
         if not done.ok or done.registry is None:
             return
         answer = self.session.reconciled(self._now(), done.engine, done.registry, done.vanished, done.running)
+        self.journal.fold(self.session.take_answers())
         if answer.restarted:
             log.warning("%s: registry empty (engine restarted?); re-warming its planned adapters", done.engine)
             self.summary.engine_restarts += 1

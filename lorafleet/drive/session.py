@@ -10,9 +10,10 @@ home of what happens around the core:
   done, a touch or an unload when the engine (or its stand-in) has done it, an eviction by the engine's own LRU
   when it is decided (no call is made for it);
 - which engine call each decision is (`Call`), so no driver works that out again.
-Drivers turn the session's answers into their own results through a `Listener`: replay folds them into its
-result, the daemon into rollups, journal rows and metrics. Shadow mode and replay are therefore one
-computation: the same inputs give the same counts, exactly.
+It calls nothing above itself: what happened comes back as answers (`Served`, `Waited`, `Unserved`,
+`Performed`) that the driver takes with `take_answers` and folds into its own results — replay into its result
+(it needs only each request's wait, kept in `waits`), the daemon into rollups, journal rows and metrics. Shadow
+mode and replay are therefore one computation: the same inputs give the same counts, exactly.
 
 Instants are epoch seconds and durations milliseconds (lorafleet/times.py). The session never reads a clock:
 time is passed in, and it never runs backwards (a request older than one already seen is taken at that time).
@@ -69,7 +70,7 @@ class Counts:
 
 class Call(NamedTuple):
     """One engine call for a live driver to make: LOAD, TOUCH or UNLOAD, with what its journal row says (the
-    listener hears of an EVICT and a FORGET too: journaled, never sent)."""
+    answers tell of an EVICT and a FORGET too: journaled, never sent)."""
 
     action: str
     engine: str
@@ -85,26 +86,46 @@ class Reconciled(NamedTuple):
     forgotten: list[str]  # held in the book, no longer registered
 
 
-class Listener:
-    """What a driver does with the session's answers. Every method is called in time order; the base does nothing."""
+class Served(NamedTuple):
+    """A request an engine served, classified; `used`: it was the first to use a prefetched adapter."""
 
-    records_actions = True  # False: `performed` is never called (replay needs only the counts)
+    at: float
+    event: RequestEvent
+    engine: str
+    outcome: str
+    gpu: bool
+    used: bool
+    avoided_ms: float
 
-    def served(
-        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
-    ) -> object:
-        """A request an engine served, classified; what it returns comes back with the request's wait."""
-        return None
 
-    def waited(self, token: object, engine: str, waited_ms: float, avoided_ms: float) -> None:
-        """A late or missed request's wait on its load (and, for a prefetch, the load time it did not wait)."""
+class Waited(NamedTuple):
+    """A late or missed request's wait on its load, and for a prefetch the load time it did not wait."""
 
-    def unserved(self, at: float, event: RequestEvent) -> None:
-        """An adapter request no engine can serve."""
+    request: Served
+    waited_ms: float
+    avoided_ms: float
 
-    def performed(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
-        """An action on an engine (`call`, though none is sent for an eviction by the engine's own LRU or a book
-        entry a reconcile forgot): done, or, live, answered (failed or refused), as its journal row says it."""
+
+class Unserved(NamedTuple):
+    """An adapter request no engine can serve."""
+
+    at: float
+    event: RequestEvent
+
+
+class Performed(NamedTuple):
+    """An action on an engine (no call is sent for an eviction by the engine's own LRU, or a book entry a
+    reconcile forgot): done, or, live, answered (failed or refused), as its journal row says it."""
+
+    at: float
+    call: Call
+    answer: str
+    ok: bool
+    ms: float | None
+    error: str | None
+
+
+Answer = Served | Waited | Unserved | Performed
 
 
 _NO_CALLS: list[Call] = []
@@ -114,15 +135,18 @@ class Session:
     def __init__(
         self,
         core: PolicyCore,
-        listener: Listener | None = None,
         simulate: bool = False,
         counts: Counts | None = None,
         plan: Sequence[Placement] = (),
+        answers: bool = True,
+        waits: list[float] | None = None,
     ) -> None:
         """`simulate`: simulated engines at the inventory's budgets carry the decisions out (replay, shadow mode);
-        otherwise they come back as calls for the driver to make."""
+        otherwise they come back as calls for the driver to make. `answers`: keep what happened for
+        `take_answers`; `waits`: a list to append every served request's wait to (hits wait 0)."""
         self.core = core
-        self.listener = listener or Listener()
+        self.answers: list[Answer] | None = [] if answers else None
+        self.waits = waits
         self.sim: SimulatedEngines | None = None
         if simulate:
             budgets = {key: state.budget for key, state in core.book.engines.items()}
@@ -131,40 +155,44 @@ class Session:
         self.plan = tuple(plan)  # placements a reconcile warms again where the engine lacks them
         self.clock = float("-inf")  # the newest instant seen: time never runs backwards
         self.first = float("inf")  # the first instant (replay's span)
-        # simulated: requests waiting on a load, (arrived, token, used a prefetch) per (engine, adapter)
-        self.waiters: dict[tuple[str, str], list[tuple[float, object, bool]]] = {}
+        # simulated: requests waiting on a load, (arrived, the request, used a prefetch) per (engine, adapter)
+        self.waiters: dict[tuple[str, str], list[tuple[float, Served | None, bool]]] = {}
         self.load_started: dict[tuple[str, str], float] = {}  # live: when each load in flight began
         self.speed: dict[str, float] = {}  # live, per engine: measured / modelled load time (calibration)
         self.started = False
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
-        """The policy's start (plan preload, pins) at `now`: once, at the first request unless called sooner."""
+        """The policy's start (plan preload, pins) at `now`, once: both drivers call it at the first adapter
+        request (the daemon on the wall clock when its logs are idle)."""
         if self.started:
             return _NO_CALLS
         self.started = True
         now = self._at(now)
         return self._carry_out(now, self.core.start(now))
 
+    def take_answers(self) -> list[Answer]:
+        """What happened since the last call, in time order."""
+        answers = self.answers
+        if not answers:
+            return []
+        self.answers = []
+        return answers
+
     def request(self, event: RequestEvent) -> list[Call]:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated)."""
-        calls = _NO_CALLS if self.started else self.start(event.time)
         now = self._at(event.time)
         core = self.core
-        if self._due(now):
-            more = self.advance(now)
-            calls = calls + more if calls else more
-        adapter = event.adapter
-        assert adapter is not None
+        calls = self.advance(now) if self._due(now) else _NO_CALLS
         engine = core.route(event)
         outcome, decisions = core.on_request(now, event, engine)
-        counts = self.counts
         if outcome == UNSERVED or engine is None:
-            counts.unserved += 1
-            self.listener.unserved(now, event)
+            self.counts.unserved += 1
+            if self.answers is not None:
+                self.answers.append(Unserved(now, event))
         else:
-            self._classify(now, event, engine, outcome, adapter)
+            self._classify(now, event, engine, outcome)
         if decisions:
             more = self._carry_out(now, decisions)
             calls = calls + more if calls else more
@@ -207,7 +235,7 @@ class Session:
         core, whose follow-up decisions are returned as calls."""
         now = self._at(now)
         counts = self.counts
-        self.listener.performed(now, call, answer, ok, ms, error)
+        self._performed(now, call, answer, ok, ms, error)
         if not ok:
             counts.failed += 1
         elif call.action == TOUCH:
@@ -243,17 +271,16 @@ class Session:
         if state is None:
             return Reconciled([], False, [])
         registry = set(registry)
-        listener = self.listener
         gone = [a for a in state.resident if a not in registry]
         wanted = {a: True for a in gone if a in state.pins and a not in vanished}  # pins come back
         for adapter in gone:
             state.unpin(adapter)
             state.evict(adapter)
             why = "files gone: unregistered" if adapter in vanished else "no longer registered"
-            listener.performed(now, Call(FORGET, engine, adapter, RECONCILE), FORGOTTEN, True, None, why)
+            self._performed(now, Call(FORGET, engine, adapter, RECONCILE), FORGOTTEN, True, None, why)
         for adapter in vanished:
             self.counts.unloads += 1
-            listener.performed(now, Call(UNLOAD, engine, adapter, RECONCILE), UNLOADED, True, None, "files gone")
+            self._performed(now, Call(UNLOAD, engine, adapter, RECONCILE), UNLOADED, True, None, "files gone")
         # What the engine certainly holds, lorafleet did not load: SGLang's registered adapters (in host memory),
         # vLLM's running ones (in a GPU slot, so cached). Adopted while they fit, so the budget counts them.
         held = registry if not state.profile.load_fills_gpu else set(running)
@@ -316,20 +343,24 @@ class Session:
         wakeup = self.core.next_wakeup()
         return (wakeup is not None and wakeup <= now) or (self.sim is not None and self.sim.next_done() <= now)
 
-    def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str, adapter: str) -> None:
-        counts = self.counts
+    def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str) -> None:
+        counts, answers, waits = self.counts, self.answers, self.waits
+        adapter = event.adapter
+        assert adapter is not None
         state = self.core.book.engines[engine]
         used = self.core.used_prefetch
         counts.requests += 1
-        if used:
-            counts.prefetch_used += 1
+        counts.prefetch_used += used
         if outcome == HIT:
             counts.hits += 1
             gpu = state.use_gpu(adapter)
             counts.gpu_hits += gpu
             avoided = self.cold_ms(engine, adapter) if used else 0.0
             counts.cold_ms_avoided += avoided
-            self.listener.served(now, event, engine, HIT, gpu, used, avoided)
+            if answers is not None:
+                answers.append(Served(now, event, engine, HIT, gpu, used, avoided))
+            if waits is not None:
+                waits.append(0.0)
             return
         if outcome == LATE:
             counts.late += 1
@@ -337,24 +368,32 @@ class Session:
                 self.sim.promote(engine, adapter)
         else:
             counts.misses += 1
-        token = self.listener.served(now, event, engine, outcome, False, used, 0.0)
-        key = (engine, adapter)
+        served = Served(now, event, engine, outcome, False, used, 0.0) if answers is not None else None
+        if served is not None:
+            answers.append(served)  # type: ignore[union-attr]
         cold = self.cold_ms(engine, adapter)
         if adapter not in state.in_flight:
             if outcome != LATE:  # no room could be made: served by a load the engine does not keep
                 counts.bypassed += 1
-            self._waited(token, engine, cold, cold, used)
+            self._waited(served, cold, cold, used)
         elif self.sim is not None:  # the simulated load's completion says exactly how long it waited
-            self.waiters.setdefault(key, []).append((now, token, used))
+            self.waiters.setdefault((engine, adapter), []).append((now, served, used))
         else:
-            started = self.load_started.get(key, now) if outcome == LATE else now
-            self._waited(token, engine, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used)
+            started = self.load_started.get((engine, adapter), now) if outcome == LATE else now
+            self._waited(served, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used)
 
-    def _waited(self, token: object, engine: str, waited: float, cold: float, used: bool) -> None:
+    def _waited(self, served: Served | None, waited: float, cold: float, used: bool) -> None:
         avoided = max(0.0, cold - waited) if used else 0.0
         self.counts.cold_ms_paid += waited
         self.counts.cold_ms_avoided += avoided
-        self.listener.waited(token, engine, waited, avoided)
+        if served is not None and self.answers is not None:
+            self.answers.append(Waited(served, waited, avoided))
+        if self.waits is not None:
+            self.waits.append(waited)
+
+    def _performed(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
+        if self.answers is not None:
+            self.answers.append(Performed(at, call, answer, ok, ms, error))
 
     def _completed(self, done: tuple[float, str, str]) -> list[Call]:
         """A simulated load is done: its waiters' waits are known, and the core hears of it."""
@@ -365,13 +404,12 @@ class Session:
         if engine not in core.book.engines:
             return _NO_CALLS  # the engine left the inventory while this loaded
         cold = self.cold_ms(engine, adapter)
-        for arrived, token, used in self.waiters.pop(key, ()):
-            self._waited(token, engine, (at - arrived) * 1000.0, cold, used)
+        for arrived, served, used in self.waiters.pop(key, ()):
+            self._waited(served, (at - arrived) * 1000.0, cold, used)
         reason = core.loading_reason.get(key, DEMAND)
         self._loaded(reason)
-        if self.listener.records_actions:
-            call = Call(LOAD, engine, adapter, reason)
-            self.listener.performed(at, call, LOADED, True, self.model_ms(engine, adapter), None)
+        if self.answers is not None:
+            self._performed(at, Call(LOAD, engine, adapter, reason), LOADED, True, self.model_ms(engine, adapter), None)
         calls = self._carry_out(at, core.load_finished(at, engine, adapter))
         assert self.sim is not None
         self.sim.start_next(at, engine)
@@ -391,8 +429,8 @@ class Session:
         engines, every touch and unload, and the loads queued); the rest become calls for the driver."""
         if not decisions:
             return _NO_CALLS
-        sim, counts, listener = self.sim, self.counts, self.listener
-        journal = listener.records_actions
+        sim, counts = self.sim, self.counts
+        journal = self.answers is not None
         book = self.core.book.engines
         calls: list[Call] = []
         for d in decisions:
@@ -403,7 +441,7 @@ class Session:
                     continue
                 counts.touches += 1
                 if journal:
-                    listener.performed(now, Call(TOUCH, d.engine, d.adapter, KEEP), TOUCHED, True, None, None)
+                    self._performed(now, Call(TOUCH, d.engine, d.adapter, KEEP), TOUCHED, True, None, None)
             elif action == LOAD:
                 if sim is None:
                     self.load_started[(d.engine, d.adapter)] = now
@@ -423,7 +461,7 @@ class Session:
                 if journal:
                     call = Call(action, d.engine, d.adapter, reason, False, d.unused)
                     answer, note = (UNLOADED, None) if action == UNLOAD else (EVICTED, BY_ENGINE_LRU)
-                    listener.performed(now, call, answer, True, None, note)
+                    self._performed(now, call, answer, True, None, note)
         return calls
 
 
@@ -438,9 +476,13 @@ __all__ = [
     "RELOADED",
     "TOUCHED",
     "UNLOADED",
+    "Answer",
     "Call",
     "Counts",
-    "Listener",
+    "Performed",
     "Reconciled",
+    "Served",
     "Session",
+    "Unserved",
+    "Waited",
 ]

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from lorafleet.drive.session import Counts, Listener, Session
+from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
-from lorafleet.policy.core import HIT, PolicyCore
+from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
@@ -58,25 +58,6 @@ class PolicyResult(Counts):
         return self.requests / self.wall_s if self.wall_s > 0 else 0.0
 
 
-class _Waits(Listener):
-    """Replay keeps only each request's wait (for percentiles); the session counts everything else."""
-
-    records_actions = False
-
-    def __init__(self, waits: list[float]) -> None:
-        self.waits = waits
-
-    def served(
-        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
-    ) -> object:
-        if outcome == HIT:
-            self.waits.append(0.0)
-        return None
-
-    def waited(self, token: object, engine: str, waited_ms: float, avoided_ms: float) -> None:
-        self.waits.append(waited_ms)
-
-
 class Simulation:
     def __init__(
         self,
@@ -89,7 +70,7 @@ class Simulation:
         self.events = events
         self.result = PolicyResult(policy=policy, engines=len(inventory.engines))
         core = PolicyCore(inventory, make_policy(policy, events, variant, plan))
-        self.session = Session(core, _Waits(self.result.cold_ms), simulate=True, counts=self.result)
+        self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
         started = time.perf_counter()
@@ -99,6 +80,8 @@ class Simulation:
             if progress is not None and index % 4096 == 0:
                 progress(index)
             if event.kind == ADAPTER:
+                if not session.started:
+                    session.start(event.time)
                 request(event)
             elif event.kind == BASE:
                 result.base_requests += 1
