@@ -13,6 +13,7 @@ free loopback port, appends lines at 50 per second, and reads the daemon's own d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lorafleet.daemon.loop import Daemon, DaemonOptions  # noqa: E402
+from lorafleet.drive.session import Counts  # noqa: E402
 from lorafleet.inventory import load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
 from lorafleet.replay.driver import simulate  # noqa: E402
@@ -145,12 +147,33 @@ def latency(work: Path, lines: int) -> tuple[str, str, int]:
     return quantile(0.5), quantile(0.99), int(total)
 
 
+def shadow_equals_replay(work: Path, requests: int) -> None:
+    """One session, two drivers: the daemon in shadow mode and replay over the same Zipf log, every count
+    compared exactly (not within a tolerance)."""
+    synth = synthesize("zipf", requests, 5, work)
+    for policy in ("lru", "lorafleet"):
+        inv = load_inventory(synth.inventory_path)
+        events, _ = read_events([synth.log_path], inv)
+        replayed = simulate(inv, policy, events)
+        with open_store(work / f"{policy}.db") as store:
+            options = DaemonOptions(policy=policy, shadow=True, once=True, from_start=True, retention_days=36500.0)
+            s = Daemon(load_inventory(synth.inventory_path), store, options).run()
+        names = [f.name for f in dataclasses.fields(Counts)]
+        differ = [n for n in names if getattr(s, n) != getattr(replayed, n)]
+        verdict = "equal on every count" if not differ else f"DIFFER on {', '.join(differ)}"
+        print(
+            f"shadow vs replay, {policy}, Zipf log of {s.requests:,} requests: {verdict} ({len(names)} counts; "
+            f"hit ratio {s.hit_ratio:.4f}, cold ms {s.cold_ms_paid:,.1f})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--long", type=int, default=1_000_000)
     parser.add_argument("--latency-lines", type=int, default=400)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--agree-requests", type=int, default=100_000, help="Zipf requests for shadow vs replay")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lorafleet-daemon-bench-"))
     try:
@@ -171,20 +194,7 @@ def main() -> None:
         (work / "lorafleet.db").unlink()
         rate, lines, grown = shadow_run(synth.inventory_path, work / "long.db", "lorafleet")
         print(f"memory growth over {lines:,} lines (lorafleet): {grown:+.1f} MB RSS ({rate:,.0f} lines/s)")
-        inv = load_inventory(synth.inventory_path)
-        stretch(base, log, 20_000)
-        events, _ = read_events([log], inv)
-        for policy in ("lru", "lorafleet"):
-            replayed = simulate(inv, policy, events)
-            db = work / f"agree-{policy}.db"
-            inv2 = load_inventory(synth.inventory_path)
-            with open_store(db) as store:
-                options = DaemonOptions(policy=policy, shadow=True, once=True, from_start=True, retention_days=36500.0)
-                s = Daemon(inv2, store, options).run()
-            print(
-                f"shadow vs replay, {policy}: hit ratio {s.hit_ratio:.4f} vs {replayed.hit_ratio:.4f}, "
-                f"cold ms {s.cold_ms_paid:,.0f} vs {replayed.cold_ms_total:,.0f}"
-            )
+        shadow_equals_replay(work / "agree", args.agree_requests)
         p50, p99, count = latency(work / "latency", args.latency_lines) if args.latency_lines else ("-", "-", 0)
         print(f"decision latency (line read to call sent), {count} calls: p50 {p50}, p99 {p99}")
     finally:
