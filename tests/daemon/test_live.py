@@ -174,3 +174,48 @@ def test_a_vllm_engines_running_adapters_are_adopted_at_reconcile(tmp_path, emul
         lambda: 'lorafleet_requests_total{engine="h/e0",outcome="hit"} 1.0' in resident(), what="a hit", log=resident
     )
     assert daemon.stop()[0] == 0
+
+
+def test_the_live_summary_stats_and_the_engines_agree_on_touches_unloads_and_loads(
+    tmp_path, emulators, daemon_process
+) -> None:
+    """Every call counted once, when it was done: the summary the daemon prints, `stats` over its journal and
+    what the engines themselves received. A demand load of an adapter vLLM still has registered sends no
+    1-token request: the request that asked for it already brought it in."""
+    import json
+
+    from click.testing import CliRunner
+
+    from lorafleet.cli.main import cli
+
+    v = emulators(kind="vllm", gpu_slots=1, host_slots=2)
+    s = emulators(kind="sglang", gpu_slots=2, host_slots=2)
+    adapters = write_adapters(tmp_path / "adapters", 5)
+    inv = write_fleet(tmp_path, [vllm("v", v.url, gpu=1, host=2), sglang("s", s.url, gpu=2, host=2)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--policy", "lorafleet", "--json")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    pattern = ["a0", "a0", "a0", "a1", "a2", "a0", "a3"]  # a popular one the LRU order would drop: touches
+    for i in range(35):  # 20 lines a second: the engines answer between them
+        for engine in ("h/v", "h/s"):
+            append(tmp_path / "access.jsonl", log_line(pattern[i % len(pattern)], engine=engine))
+        time.sleep(0.1)
+    time.sleep(1.0)  # let the last calls settle
+    code, _ = daemon.stop()
+    assert code == 0, daemon.log()
+    summary = json.loads(daemon.proc.stdout.read())  # type: ignore[union-attr]
+
+    stats = CliRunner().invoke(
+        cli, ["stats", "-i", str(inv), "--state", str(tmp_path / "state.db"), "--since", "1h", "--no-replay", "--json"]
+    )
+    overall = json.loads(stats.stdout)["overall"]
+    primes = [b for _, path, b in v.state.requests if path == "/v1/completions" and b and b.get("prompt") == "ping"]
+    unloads = [p for _, p, _ in s.state.requests if p == "/unload_lora_adapter"]
+    assert summary["requests"] == overall["requests"] == 70
+    assert summary["touches"] > 0 and summary["unloads"] > 0
+    assert summary["touches"] == overall["touches"] == len(primes)
+    assert summary["unloads"] == len(unloads)
+    assert summary["prefetch_loads"] == overall["prefetch_loads"]
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        (unloaded,) = c.execute("SELECT COUNT(*) FROM loads WHERE action = 'unloaded' AND ok").fetchone()
+        (loads,) = c.execute("SELECT COUNT(*) FROM loads WHERE action IN ('loaded', 'reloaded') AND ok").fetchone()
+    assert unloaded == summary["unloads"] and loads == summary["loads"]
