@@ -17,7 +17,7 @@ from lorafleet.policy.residency import EngineResidency
 
 def capacity(state: EngineResidency) -> int:
     """How many adapters an engine keeps: its host slots (SGLang without a cap: its GPU slots, at least)."""
-    return max(1, state.budget.host_slots or state.budget.gpu_slots)
+    return max(1, state.budget.slot_cap)
 
 
 class LruPolicy(Policy):

@@ -89,7 +89,7 @@ class LorafleetPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
-        self.horizon = float(sum(e.host_slots or e.gpu_slots for e in core.inventory.engines) or 1)
+        self.horizon = float(sum(e.slot_cap for e in core.inventory.engines) or 1)
         # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
         self.quick = AgedCounts(math.log(2) / core.demand.rate * self.quick_memory)
         # Per engine, which eviction order to follow (value by one of three popularity memories, or recency):
