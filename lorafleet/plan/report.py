@@ -63,7 +63,7 @@ def make_plan(inventory: Inventory, request: PlanRequest, replay_at: ReplayAt) -
         points = sizing_points(inventory, SIZING_SLOTS, lambda fleet: replay_at(fleet, events))
         enough = next((n for n, ratio in points if ratio >= request.target), None)
         sizing = Sizing(request.target, points, enough)
-    tenants = tenant_hit_ratios(inventory, planned, demand)
+    tenants = tenant_hit_ratios(planned, events)
     return PlanReport(demand, planned, tenants, flags, changes, sizing)
 
 

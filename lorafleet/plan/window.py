@@ -57,19 +57,20 @@ def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Deman
     )
 
 
-def tenant_hit_ratios(inventory: Inventory, plan: PlannedResidency, demand: Demand) -> dict[str, float]:
-    """Per tenant, the share of its adapters' demand that the plan keeps warm (an adapter's demand is split
-    evenly among the tenants seen asking for it, else those the inventory lists)."""
+def tenant_hit_ratios(plan: PlannedResidency, events: Sequence[RequestEvent]) -> dict[str, float]:
+    """Per tenant, the share of its own adapter requests in the window whose adapter the plan places somewhere:
+    each request counted for the tenant that sent it (a request without a tenant counts under '-')."""
     placed = {p.adapter for p in plan.placements}
-    asked: dict[str, float] = {}
-    warm: dict[str, float] = {}
-    for adapter, rate in demand.rates.items():
-        tenants = demand.tenants.get(adapter) or inventory.adapters[adapter].tenants or ("-",)
-        for tenant in tenants:
-            asked[tenant] = asked.get(tenant, 0.0) + rate / len(tenants)
-            if adapter in placed:
-                warm[tenant] = warm.get(tenant, 0.0) + rate / len(tenants)
-    return {t: warm.get(t, 0.0) / total for t, total in sorted(asked.items()) if total > 0}
+    asked: dict[str, int] = {}
+    warm: dict[str, int] = {}
+    for e in events:
+        if e.kind != ADAPTER or e.adapter is None:
+            continue
+        tenant = e.tenant or "-"
+        asked[tenant] = asked.get(tenant, 0) + 1
+        if e.adapter in placed:
+            warm[tenant] = warm.get(tenant, 0) + 1
+    return {t: warm.get(t, 0) / n for t, n in sorted(asked.items())}
 
 
 def pins_of(inventory: Inventory) -> list[str]:

@@ -140,7 +140,22 @@ def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> Non
     assert demand.peaks["a0"] == 1.0  # 60 in its busiest minute
     planned = plan_residency(inv, demand.rates)
     assert [p.adapter for p in planned.placements] == ["a0"]  # one slot: the busiest
-    assert tenant_hit_ratios(inv, planned, demand) == {"x": 1.0, "y": 0.0}
+    window = [e for e in events if e.time >= 3600.0]
+    assert tenant_hit_ratios(planned, window) == {"x": 1.0, "y": 0.0}
+
+
+def test_each_tenants_expected_hit_ratio_counts_its_own_requests(tmp_path: Path) -> None:
+    """Two tenants share an adapter: each is judged by its own requests, not by an even split of the adapter's."""
+    from lorafleet.plan.window import tenant_hit_ratios
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+    from lorafleet.policy.placement import Placement, PlannedResidency
+
+    shared = [RequestEvent(float(i), ADAPTER, "a0", tenant="x") for i in range(9)]
+    shared += [RequestEvent(10.0, ADAPTER, "a0", tenant="y")] + [RequestEvent(11.0 + i, ADAPTER, "a1", tenant="y")
+                                                                 for i in range(3)]  # fmt: skip
+    shared += [RequestEvent(20.0, ADAPTER, "a1")]  # no tenant in the log
+    planned = PlannedResidency((Placement("a0", "h/e0", False),), (), 0.0)
+    assert tenant_hit_ratios(planned, shared) == {"-": 0.0, "x": 1.0, "y": 0.25}
 
 
 # --- single rules of placement, each pinned --------------------------------------------------------------------
