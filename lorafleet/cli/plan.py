@@ -19,6 +19,7 @@ from lorafleet.plan.report import PlanReport, PlanRequest, Sizing, make_plan
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.replay.driver import simulate
+from lorafleet.times import format_span
 from lorafleet.units import format_bytes, plural
 
 
@@ -124,7 +125,8 @@ def _engines_table(inv: Inventory, report: PlanReport, wide: bool) -> Report:
     for p in planned.placements:
         per_engine.setdefault(p.engine, []).append(p.adapter)
     engines = Report(
-        f"Plan over {plural(demand.requests, 'request')} ({demand.window_s / 3600:g} h window)",
+        f"Plan over {plural(demand.requests, 'request')} in {format_span(demand.covered_s)} of the logs "
+        f"(window {format_span(demand.window_s)})",
         [
             Column("engine", "left"),
             Column("slots", legend="planned / host-memory slots"),

@@ -3,13 +3,15 @@ file, launch flags, a diff against an older plan, the sizing curve)."""
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from lorafleet.errors import InputError
+from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
-from lorafleet.logs.reader import read_events
+from lorafleet.logs.reader import read_requests
 from lorafleet.plan.flags import SIZING_SLOTS, FlagAdvice, recommend_flags, sizing_points
 from lorafleet.plan.planfile import diff_plans, plan_document, read_plan, write_plan
 from lorafleet.plan.planner import plan_residency
@@ -68,14 +70,17 @@ def make_plan(inventory: Inventory, request: PlanRequest, replay_at: ReplayAt) -
 
 
 def demand_for(inventory: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[Demand, list[RequestEvent]]:
-    """The window's demand, and its events (for the sizing curve)."""
-    paths = list(logs) or [source.path for source in inventory.gateway_logs]
-    if not paths:
+    """The window's demand and its events: from the logs named, else the inventory's gateway logs (a relative path
+    from the inventory's folder, as the daemon and `stats` read them). Logs without one adapter request are an
+    input error that says what their lines were read as."""
+    if not logs and not inventory.gateway_logs:
         raise InputError("no access log to plan from", hint="pass --log PATH, or list gateway.logs in the inventory")
-    missing = [p for p in paths if not Path(p).is_file()]
+    patterns = log_patterns(inventory, logs)
+    paths = [p for pattern in patterns for p in (sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern])]
+    missing = [p for p in paths if not Path(p).is_file()] or ([] if paths else patterns)
     if missing:
         raise InputError(f"access log {missing[0]} not found")
-    events, _ = read_events(paths, inventory, None)
+    events, _ = read_requests(paths, inventory)
     demand = demand_from_events(events, window_s)
     end = max((e.time for e in events), default=0.0)
     return demand, [e for e in events if e.time >= end - window_s]

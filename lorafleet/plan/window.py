@@ -12,13 +12,15 @@ from lorafleet.policy.placement import PlannedResidency
 
 @dataclass(frozen=True)
 class Demand:
-    """Per adapter over the window: mean request rate (req/s), its tenants, and its busiest minute (req/s)."""
+    """Per adapter over the window: mean request rate (req/s), its tenants, and its busiest minute (req/s);
+    `covered_s` is how much of the window the requests span (a log shorter than the window covers less)."""
 
     window_s: float
     rates: dict[str, float]
     peaks: dict[str, float]
     tenants: dict[str, tuple[str, ...]]
     requests: int
+    covered_s: float = 0.0
 
 
 def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Demand:
@@ -54,6 +56,7 @@ def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Deman
         peaks,
         {a: tuple(sorted(t)) for a, t in tenants.items()},
         used,
+        end - first,
     )
 
 

@@ -92,3 +92,29 @@ def test_replay_and_sizing_start_from_the_plan(run_cli, tmp_path: Path) -> None:
     ]
     ratios = [p["hit_ratio"] for p in sized["points"]]
     assert ratios == sorted(ratios) and sized["recommended_slots"] in [p["slots"] for p in sized["points"]]
+
+
+def test_the_inventorys_gateway_log_is_found_from_its_folder_whatever_the_working_directory(
+    run_cli, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not the inventory's folder
+    result = run_cli("plan", "-i", DEMO, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["expected_hit_ratio"] > 0
+
+
+def test_a_log_without_adapter_requests_is_refused_with_what_its_lines_were_read_as(run_cli, tmp_path: Path) -> None:
+    nginx = tmp_path / "nginx.log"
+    nginx.write_text('127.0.0.1 - - [02/Nov/2026:09:00:00 +0000] "POST /v1/completions HTTP/1.1" 200 12\n')
+    result = run_cli("plan", "-i", DEMO, "--log", str(nginx))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no adapter requests in") and "read as JSON lines" in result.stderr
+
+
+def test_the_plans_title_says_how_much_of_the_window_the_logs_cover(run_cli) -> None:
+    whole = run_cli("plan", "-i", DEMO, "--log", LOG, env={"COLUMNS": "120"})
+    assert "Plan over 2,000 requests in 46m30s of the logs (window 1d)" in whole.stdout
+    short = run_cli("plan", "-i", DEMO, "--log", LOG, "--window", "10m", env={"COLUMNS": "120"})
+    assert "(window 10m)" in short.stdout and "0.166667" not in short.stdout
+    spans = run_cli("plan", "-i", DEMO, "--log", LOG, "--window", "1h30m", "--json")
+    assert spans.exit_code == 0
