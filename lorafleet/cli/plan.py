@@ -38,7 +38,13 @@ def replay_lorafleet(inventory: Inventory, events: Sequence[RequestEvent]) -> fl
 @click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="Most copies per adapter.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the plan file here (warm --plan reads it).")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
-@click.option("--diff", "old", type=click.Path(exists=True, dir_okay=False), help="Show what changes from OLD.")
+@click.option(
+    "--diff",
+    "old",
+    metavar="FILE",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Show what would change from the plan in FILE.",
+)
 @click.option("--recommend-flags", is_flag=True, help="The launch flags each engine needs for the plan.")
 @click.option("--assume-free-gb", type=float, help="Free GPU memory per engine, for --recommend-flags.")
 @click.option("--apply", is_flag=True, help="Warm the plan's placements now (as warm does).")
@@ -69,7 +75,7 @@ def plan(
 
     Pinned adapters are placed first and always; then each adapter once, busiest first, on the engine of its base
     model with room; then extra copies of hot adapters on other hosts and providers. No engine ever gets more
-    than its slots or lora_budget_mb. Exit 1 when nothing could be placed.
+    than its slots or lora_budget_mb. Exit 1 when nothing could be placed. See docs/plan.md.
     """
     inv = settings().load_inventory()
     request = PlanRequest(logs, window, replicas, out, force, old, recommend_flags, assume_free_gb, target)
@@ -110,7 +116,9 @@ def render_plan(inv: Inventory, report: PlanReport, wide: bool, out: str | None)
     for adapter, reason in report.planned.unplaced:
         o.print(f"unplaced: {adapter}: {reason}")
     if report.flags:
-        o.print(_flags_table(report.flags, wide).table)
+        flags = _flags_table(report.flags, wide, report.flags_slots)
+        o.print(flags.table)
+        o.print(flags.legend() + ".", style="dim")
     if report.changes is not None:
         _print_changes(*report.changes)
     if report.sizing is not None:
@@ -174,13 +182,14 @@ def _adapters_table(report: PlanReport, wide: bool) -> Report:
     return adapters
 
 
-def _flags_table(flags: list[FlagAdvice], wide: bool) -> Report:
+def _flags_table(flags: list[FlagAdvice], wide: bool, slots: int | None = None) -> Report:
+    title = "Launch flags" if slots is None else f"Launch flags for the recommended {slots} slots per engine"
     t = Report(
-        "Launch flags",
+        title,
         [
             Column("engine", "left"),
-            Column("reserves", legend="GPU memory the slots reserve at start"),
-            Column("fits", "left", legend="within --assume-free-gb"),
+            Column("reserves", legend="GPU memory the GPU slots reserve at start (slots × a max-rank adapter)"),
+            Column("fits", "left", legend="whether that fits --assume-free-gb (? when not given)"),
             Column("flags", "left"),
         ],
         wide,

@@ -219,9 +219,10 @@ def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
 def plan(inv: Inventory, report: PlanReport) -> dict[str, Any]:
     """`plan --json`: `{"engines": [{"engine", "adapters", "slots_used", "slots", "bytes_used", "budget_bytes"}],
     "expected_hit_ratio", "unplaced": [{"adapter", "reason"}], "flags": [{"engine", "flags", "reserved_bytes",
-    "free_bytes", "fits"}], "changes": {"loads", "evictions"}, "sizing": {"target", "points", "recommended_slots"}}`
-    — flags empty without --recommend-flags, changes null without --diff, sizing null without --target-hit-ratio;
-    points are `[{"slots", "hit_ratio"}]`."""
+    "free_bytes", "fits"}], "changes": {"loads", "evictions"}, "sizing": {"target", "points", "recommended_slots"},
+    "flags_slots"}` — flags empty without --recommend-flags, changes null without --diff, sizing null without
+    --target-hit-ratio; points are `[{"slots", "hit_ratio"}]`; `flags_slots` is the slot count the flags are for
+    (the sizing's recommendation), null when they are for the engines as they are."""
     planned, changes, sizing = report.planned, report.changes, report.sizing
     held: dict[str, list[str]] = {}
     for p in planned.placements:
@@ -263,6 +264,7 @@ def plan(inv: Inventory, report: PlanReport) -> dict[str, Any]:
             "points": [{"slots": n, "hit_ratio": round(r, 6)} for n, r in sizing.points],
             "recommended_slots": sizing.recommended,
         },
+        "flags_slots": report.flags_slots,
     }
 
 

@@ -45,8 +45,11 @@ class FlagAdvice:
     fits: bool | None
 
 
-def recommend_flags(inventory: Inventory, plan: PlannedResidency, free_gb: float | None) -> list[FlagAdvice]:
-    """Per engine, the slot and rank flags the plan needs, and whether the slots' reserved memory fits."""
+def recommend_flags(
+    inventory: Inventory, plan: PlannedResidency, free_gb: float | None, slots: int | None = None
+) -> list[FlagAdvice]:
+    """Per engine, the slot and rank flags the plan needs (at least `slots` host slots, when given: the sizing's
+    recommendation), and whether the slots' reserved memory fits."""
     per_engine: dict[str, list[str]] = {}
     for p in plan.placements:
         per_engine.setdefault(p.engine, []).append(p.adapter)
@@ -54,7 +57,7 @@ def recommend_flags(inventory: Inventory, plan: PlannedResidency, free_gb: float
     for engine in inventory.engines:
         planned = per_engine.get(engine.key, [])
         kind = engine.profile
-        host = max(len(planned), engine.gpu_slots, 1)
+        host = max(len(planned), engine.gpu_slots, 1, slots or 0)
         gpu = min(engine.gpu_slots, host)
         top = max((inventory.adapters[a].rank for a in planned), default=engine.max_lora_rank or 16)
         rank = _allowed_rank(engine, top)

@@ -12,7 +12,7 @@ from lorafleet.errors import InputError
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_requests
-from lorafleet.plan.flags import SIZING_SLOTS, FlagAdvice, recommend_flags, sizing_points
+from lorafleet.plan.flags import SIZING_SLOTS, FlagAdvice, recommend_flags, sizing_points, with_slots
 from lorafleet.plan.planfile import diff_plans, plan_document, read_plan, write_plan
 from lorafleet.plan.planner import plan_residency
 from lorafleet.plan.window import Demand, demand_from_events, pins_of, tenant_hit_ratios
@@ -50,6 +50,7 @@ class PlanReport:
     flags: list[FlagAdvice]
     changes: tuple[list[Placement], list[Placement]] | None  # (loads, evictions) from the older plan
     sizing: Sizing | None
+    flags_slots: int | None = None  # the flags are for this many slots per engine (the sizing's recommendation)
 
 
 def make_plan(inventory: Inventory, request: PlanRequest, replay_at: ReplayAt) -> PlanReport:
@@ -58,15 +59,23 @@ def make_plan(inventory: Inventory, request: PlanRequest, replay_at: ReplayAt) -
     planned = plan_residency(inventory, demand.rates, pins_of(inventory), max_replicas=request.replicas)
     if request.out:
         write_plan(Path(request.out), plan_document(inventory, planned, demand), request.force)
-    flags = recommend_flags(inventory, planned, request.assume_free_gb) if request.recommend_flags else []
     changes = diff_plans(read_plan(request.old, inventory), planned) if request.old else None
     sizing = None
     if request.target is not None:
         points = sizing_points(inventory, SIZING_SLOTS, lambda fleet: replay_at(fleet, events))
         enough = next((n for n, ratio in points if ratio >= request.target), None)
         sizing = Sizing(request.target, points, enough)
+    flags: list[FlagAdvice] = []
+    flags_slots = sizing.recommended if sizing is not None else None
+    if request.recommend_flags and flags_slots is not None:
+        # The flags that give the recommended slots: for the plan those slots would hold (its ranks).
+        sized = with_slots(inventory, flags_slots)
+        at_size = plan_residency(sized, demand.rates, pins_of(sized), max_replicas=request.replicas)
+        flags = recommend_flags(sized, at_size, request.assume_free_gb, flags_slots)
+    elif request.recommend_flags:
+        flags = recommend_flags(inventory, planned, request.assume_free_gb)
     tenants = tenant_hit_ratios(planned, events)
-    return PlanReport(demand, planned, tenants, flags, changes, sizing)
+    return PlanReport(demand, planned, tenants, flags, changes, sizing, flags_slots)
 
 
 def demand_for(inventory: Inventory, logs: tuple[str, ...], window_s: float) -> tuple[Demand, list[RequestEvent]]:

@@ -118,3 +118,16 @@ def test_the_plans_title_says_how_much_of_the_window_the_logs_cover(run_cli) -> 
     assert "(window 10m)" in short.stdout and "0.166667" not in short.stdout
     spans = run_cli("plan", "-i", DEMO, "--log", LOG, "--window", "1h30m", "--json")
     assert spans.exit_code == 0
+
+
+def test_the_flags_give_the_slots_the_sizing_recommends(run_cli) -> None:
+    args = ("plan", "-i", DEMO, "--log", LOG, "--recommend-flags", "--target-hit-ratio", "0.9")
+    data = json.loads(run_cli(*args, "--json").stdout)
+    recommended = data["sizing"]["recommended_slots"]
+    assert recommended == data["flags_slots"] == 4
+    host_flags = [f["flags"].get("--max-cpu-loras", f["flags"].get("--max-loaded-loras")) for f in data["flags"]]
+    assert host_flags == [recommended, recommended]
+    text = run_cli(*args, env={"COLUMNS": "120"}).stdout
+    assert "Launch flags for the recommended 4 slots per engine" in text and "? when not given" in text
+    alone = json.loads(run_cli("plan", "-i", DEMO, "--log", LOG, "--recommend-flags", "--json").stdout)
+    assert alone["flags_slots"] is None and alone["flags"][0]["flags"]["--max-cpu-loras"] == 2  # the plan as it is
