@@ -53,19 +53,20 @@ class _EngineWorker(RegistryWorker):
     def __init__(self, engine: Engine, client: EngineClient, book: ResidencyBook, options: WarmOptions) -> None:
         super().__init__(engine, client, book)
         self.options = options
+        self.primed = False  # this adapter's run sent a 1-token request (--prime)
 
     def warm(self, adapter: Adapter) -> Acted:
         """The result, and what the book changed (for the store's delta)."""
         started = time.perf_counter()
         key = self.engine.key
         dropped: list[str] | None = None
+        self.primed = False
         try:
             action, error, dropped = self._warm(adapter)
         except EngineError as exc:
             action, error = FAILED, exc.message
         ok = action not in (SKIPPED, FAILED) and error is None
-        primed = self.options.prime and ok and action in (LOADED, RELOADED)
-        result = WarmResult(adapter.id, key, action, ok, elapsed_ms(started), error, primed)
+        result = WarmResult(adapter.id, key, action, ok, elapsed_ms(started), error, ok and self.primed)
         return Acted(result, used=dropped is not None, dropped=self.take_stale() + (dropped or []))
 
     def _warm(self, adapter: Adapter) -> tuple[str, str | None, list[str] | None]:
@@ -110,6 +111,7 @@ class _EngineWorker(RegistryWorker):
             if options.prime and action == LOADED:
                 try:
                     self.client.prime(adapter.id)
+                    self.primed = True
                 except EngineError as exc:  # the load stands: it is booked and journaled as done
                     error = f"loaded, but the prime failed: {exc.message}"
         state.admit(adapter.id, adapter.size_bytes, victims)
@@ -134,9 +136,16 @@ class _EngineWorker(RegistryWorker):
         return UNPINNED, None, []
 
     def _rewarm(self, adapter: Adapter) -> str:
-        if not self.engine.profile.load_fills_gpu and not self.options.prime:
+        """A registered adapter made hot again. `primed` only when a 1-token request was sent: SGLang's re-warm is
+        one; vLLM re-loads in place without a request, so --prime sends one after it."""
+        fills_gpu = self.engine.profile.load_fills_gpu
+        if not fills_gpu and not self.options.prime:
             return ALREADY_WARM  # registered on SGLang means in host memory; --prime takes a GPU slot
         self.client.rewarm(adapter.id, adapter.path)
+        if self.options.prime:
+            if fills_gpu:
+                self.client.prime(adapter.id)
+            self.primed = True
         return RELOADED
 
 

@@ -12,9 +12,9 @@ from rich.text import Text
 
 from lorafleet.actions.runner import CANCELLED, SKIPPED, ActionsInterrupted, RunOptions, WarmResult, restore_book
 from lorafleet.cli import shapes
-from lorafleet.cli.options import complete_engines, settings
+from lorafleet.cli.options import complete_engines, settings, wide_option
 from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, safe, table
+from lorafleet.cli.render import Column, Report, console, print_json, safe
 from lorafleet.cli.signals import terminate_as_interrupt
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import ResidencyBook
@@ -24,6 +24,23 @@ Pairs = list[tuple[Adapter, Engine]]
 Runner = Callable[[Pairs, ResidencyBook, Store, Callable[[WarmResult], None]], list[WarmResult]]
 
 
+ACTION_COLUMNS = [
+    Column("adapter", "left"),
+    Column("engine", "left"),
+    Column("kind", "left", wide=True),
+    Column("url", "left", wide=True),
+    Column(
+        "action",
+        "left",
+        legend="loaded; reloaded (registered already: re-warmed in place); already-warm; unloaded; would-load, "
+        "would-re-warm, would-unload (a dry run); skipped, failed, interrupted, cancelled (see detail); primed: "
+        "a 1-token request was sent (--prime)",
+    ),
+    Column("ms", legend="how long the engine took"),
+    Column("detail", "left", legend="the engine's answer, or why nothing was sent"),
+]
+
+
 def act_and_report(
     inv: Inventory,
     choose: Callable[[ResidencyBook], Pairs],
@@ -31,6 +48,7 @@ def act_and_report(
     as_json: bool,
     dry_run: bool,
     verb: str,
+    wide: bool = False,
 ) -> None:
     """Open the state first (an unusable file costs nothing), choose the targets, run with a progress bar, print
     the table or JSON; exit 1 when any row failed, 130/143 when interrupted."""
@@ -46,21 +64,35 @@ def act_and_report(
     if as_json:
         print_json(shapes.warm(results, dry_run))
     else:
-        title = "Dry run: nothing was changed (registries were read)" if dry_run else None
-        t = table(
-            title, [("adapter", "left"), ("engine", "left"), ("action", "left"), ("ms", "right"), ("detail", "left")]
-        )
-        for r in results:
-            style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
-            action = f"{r.action}, primed" if r.primed else r.action
-            t.add_row(safe(r.adapter), safe(r.engine), Text(action, style=style), f"{r.ms:.0f}", safe(r.error or ""))
-        console().print(t)
+        render_results(inv, results, dry_run, wide)
     if code:
         done = sum(r.ok for r in results)
         click.echo(f"error: {reason}: {done} of {len(results)} done; the rest are marked above", err=True)
         raise SystemExit(code)
     if not all(r.ok for r in results):
         raise SystemExit(1)
+
+
+def render_results(inv: Inventory, results: list[WarmResult], dry_run: bool, wide: bool) -> None:
+    title = "Dry run: nothing was changed (registries were read)" if dry_run else None
+    report = Report(title, ACTION_COLUMNS, wide)
+    for r in results:
+        style = "green" if r.ok else "yellow" if r.action in (SKIPPED, CANCELLED) else "red"
+        engine = inv.engine(r.engine)
+        report.add(
+            {
+                "adapter": safe(r.adapter),
+                "engine": safe(r.engine),
+                "kind": engine.kind if engine else "",
+                "url": safe(engine.url) if engine else "",
+                "action": Text(f"{r.action}, primed" if r.primed else r.action, style=style),
+                "ms": f"{r.ms:.0f}",
+                "detail": safe(r.error or ""),
+            }
+        )
+    out = console()
+    out.print(report.table)
+    out.print(report.legend() + ("" if wide else "; --wide shows every column") + ".", style="dim")
 
 
 def engine_option(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
@@ -83,14 +115,15 @@ def deadline_option(f: Callable[..., None]) -> Callable[..., None]:
 
 
 def run_options(what: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """--dry-run, --parallel and --deadline, handed to the command as one `run: RunOptions`."""
+    """--wide, and --dry-run, --parallel and --deadline handed to the command as one `run: RunOptions`."""
 
     def decorate(f: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(f)
         def command(*args: Any, dry_run: bool, parallel: int, deadline: float | None, **kwargs: Any) -> None:
-            f(*args, run=RunOptions(parallel, deadline, dry_run), **kwargs)
+            f(*args, run=RunOptions(parallel, deadline, dry_run), **kwargs)  # --wide passes through as `wide`
 
         options = (
+            wide_option,
             click.option("--dry-run", is_flag=True, help=f"Show what would be {what}; only reads the registries."),
             click.option(
                 "--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines at once."

@@ -137,6 +137,10 @@ class SpanType(click.ParamType):
 SPAN = SpanType()
 
 
+def wide_option(f: F) -> F:
+    return click.option("--wide", is_flag=True, help="Show every column (the default table fits 80 columns).")(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON with a stable shape instead of tables.")(f)
 

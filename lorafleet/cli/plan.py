@@ -96,6 +96,7 @@ def plan(
             as_json,
             False,
             "warming",
+            wide,
         )
     if inv.adapters and not planned.placements:
         raise SystemExit(1)

@@ -18,7 +18,7 @@ from lorafleet.inventory.lookup import resolve_adapters
 @click.argument("adapters", nargs=-1, required=True, shell_complete=complete_adapters)
 @engine_option("Unload")
 @run_options("unloaded")
-def unload(as_json: bool, adapters: tuple[str, ...], engines: tuple[str, ...], run: RunOptions) -> None:
+def unload(as_json: bool, adapters: tuple[str, ...], engines: tuple[str, ...], run: RunOptions, wide: bool) -> None:
     """Unload ADAPTERS from engines (where registered) and forget them, pins included.
 
     On SGLang an unload frees the adapter's memory; on vLLM it drops the name only, and the engine frees the
@@ -33,4 +33,5 @@ def unload(as_json: bool, adapters: tuple[str, ...], engines: tuple[str, ...], r
         as_json,
         run.dry_run,
         "unloading",
+        wide,
     )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.options import global_options, json_option, settings, wide_option
 from lorafleet.cli.progress import progress_bar
-from lorafleet.cli.render import console, print_json, safe, table
+from lorafleet.cli.render import Column, Report, console, print_json, safe
 from lorafleet.inventory.model import PROVIDERS, Inventory
 from lorafleet.probe.snapshot import HostVram
 from lorafleet.probe.survey import DEFAULT_PARALLEL, HostFilter, by_engine, probe_fleet, select_hosts
@@ -41,6 +40,7 @@ def usage_bar(used: int | None, total: int | None, width: int = 12) -> Text:
     help="Record the key of a host not yet in known_hosts (like StrictHostKeyChecking=accept-new). "
     "A changed key is always refused.",
 )
+@wide_option
 def vram(
     as_json: bool,
     pattern: str | None,
@@ -49,6 +49,7 @@ def vram(
     by: str,
     parallel: int,
     accept_new_host_keys: bool,
+    wide: bool,
 ) -> None:
     """VRAM per GPU per host: NVML on local hosts, nvidia-smi over SSH elsewhere.
 
@@ -62,51 +63,81 @@ def vram(
     if as_json:
         print_json(shapes.vram(rows))
     else:
-        console().print(_engines_table(inv, rows) if by == "engine" else _hosts_table(rows))
+        render(inv, rows, by, wide)
     if failed and not as_json:
         click.echo(f"{len(failed)} of {plural(len(rows), 'host')} not ok", err=True)
     if failed:
         raise SystemExit(1)
 
 
-def _engines_table(inv: Inventory, rows: list[HostVram]) -> Table:
-    t = table(
-        None,
-        [
-            ("engine", "left"),
-            ("kind", "left"),
-            ("GPUs", "left"),
-            ("free", "right"),
-            ("total", "right"),
-            ("status", "left"),
-        ],
-    )
-    for e in by_engine(inv, rows):
-        gpus = ",".join(map(str, e.gpus)) or "-"
-        t.add_row(e.engine, e.kind, gpus, format_bytes(e.free_bytes), format_bytes(e.total_bytes), e.status)
-    return t
+HOST_COLUMNS = [
+    Column("host", "left"),
+    Column("status", "left", legend="ok, or why the host could not be read (listed below the table)"),
+    Column("GPU"),
+    Column("name", "left", wide=True),
+    Column("used", wide=True),
+    Column("free"),
+    Column("total"),
+    Column("usage", "left", legend="share of the GPU's memory in use"),
+    Column("MIG", "left", wide=True),
+]
+ENGINE_COLUMNS = [
+    Column("engine", "left"),
+    Column("kind", "left", wide=True),
+    Column("GPUs", "left", legend="the engine's GPU indexes on its host"),
+    Column("free", legend="free memory of those GPUs"),
+    Column("total"),
+    Column("status", "left", legend="its host's probe: ok, or why it could not be read"),
+]
 
 
-def _hosts_table(rows: list[HostVram]) -> Table:
-    columns = ["host", "status", "GPU", "name", "used", "free", "total", "usage", "MIG"]
-    right = {"GPU", "used", "free", "total"}
-    t = table(None, [(c, "right" if c in right else "left") for c in columns])
+def render(inv: Inventory, rows: list[HostVram], by: str, wide: bool) -> None:
+    out = console()
+    report = _engines_table(inv, rows, wide) if by == "engine" else _hosts_table(rows, wide)
+    out.print(report.table)
     for r in rows:
         if not r.ok:
-            t.add_row(r.name, Text(r.status, style="red"), "", safe(r.error or "", "red"))
+            out.print(Text(f"{r.name}: {r.status}: ", style="red") + safe(r.error or "no reason given"))
+    out.print(report.legend() + ("" if wide else "; --wide shows every column") + ".", style="dim")
+
+
+def _engines_table(inv: Inventory, rows: list[HostVram], wide: bool) -> Report:
+    report = Report(None, ENGINE_COLUMNS, wide)
+    for e in by_engine(inv, rows):
+        report.add(
+            {
+                "engine": e.engine,
+                "kind": e.kind,
+                "GPUs": ",".join(map(str, e.gpus)) or "-",
+                "free": format_bytes(e.free_bytes),
+                "total": format_bytes(e.total_bytes),
+                "status": e.status,
+            }
+        )
+    return report
+
+
+def _hosts_table(rows: list[HostVram], wide: bool) -> Report:
+    report = Report(None, HOST_COLUMNS, wide)
+    blank = {c.header: "" for c in HOST_COLUMNS}
+    for r in rows:
+        if not r.ok:
+            report.add({**blank, "host": r.name, "status": Text(r.status, style="red")})
             continue
         if not r.gpus:
-            t.add_row(r.name, "ok", "", Text("no GPUs", style="dim"))
+            report.add({**blank, "host": r.name, "status": "ok", "usage": Text("no GPUs", style="dim")})
         for i, g in enumerate(r.gpus):
-            t.add_row(
-                r.name if i == 0 else "",
-                "ok" if i == 0 else "",
-                str(g.index),
-                safe(g.name or "-"),
-                format_bytes(g.used_bytes),
-                format_bytes(g.free_bytes),
-                format_bytes(g.total_bytes),
-                usage_bar(g.used_bytes, g.total_bytes),
-                safe(g.mig or "-"),
+            report.add(
+                {
+                    "host": r.name if i == 0 else "",
+                    "status": "ok" if i == 0 else "",
+                    "GPU": str(g.index),
+                    "name": safe(g.name or "-"),
+                    "used": format_bytes(g.used_bytes),
+                    "free": format_bytes(g.free_bytes),
+                    "total": format_bytes(g.total_bytes),
+                    "usage": usage_bar(g.used_bytes, g.total_bytes),
+                    "MIG": safe(g.mig or "-"),
+                }
             )
-    return t
+    return report

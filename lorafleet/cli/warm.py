@@ -43,6 +43,7 @@ def warm(
     pin: bool,
     unpin: bool,
     run: RunOptions,
+    wide: bool,
 ) -> None:
     """Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs.
 
@@ -73,4 +74,5 @@ def warm(
         as_json,
         run.dry_run,
         "warming",
+        wide,
     )

@@ -272,6 +272,21 @@ def test_dry_run_says_what_it_would_do_and_prime_shows(tmp_path, run_cli, emulat
     assert "loaded, primed" in table.stdout
 
 
+def test_primed_means_a_1_token_request_was_sent_even_on_a_vllm_rewarm(
+    tmp_path, run_cli, emulators, adapter_dirs
+) -> None:
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    warm_json(run_cli, inv, "r8")
+    pings = lambda: sum(path == "/v1/completions" for _, path, _ in e.state.requests)  # noqa: E731
+    before = pings()
+    code, results = warm_json(run_cli, inv, "r8", "--prime")  # registered: re-warmed in place, then the request
+    assert code == 0 and (results[0]["action"], results[0]["primed"]) == ("reloaded", True)
+    assert pings() == before + 1
+    code, results = warm_json(run_cli, inv, "r8")  # no --prime: no request, and not primed
+    assert (results[0]["primed"], pings()) == (False, before + 1)
+
+
 def test_warm_plan_warms_the_placements_and_pins_what_the_plan_pins(tmp_path, run_cli, emulators, adapter_dirs) -> None:
     s = emulators(kind="sglang", gpu_slots=2, host_slots=4)
     inv = write_inventory(tmp_path, [sglang_entry("s", s.url, slots=2, host=4)], adapter_dirs)
@@ -286,3 +301,25 @@ def test_warm_plan_warms_the_placements_and_pins_what_the_plan_pins(tmp_path, ru
     code, results = warm_json(run_cli, inv, "r16", "--plan", str(plan))
     assert [r["adapter"] for r in results] == ["r16"]
     assert run_cli("warm", "-i", str(inv)).exit_code == 2  # neither adapters nor a plan
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_warm_and_unload_tables_fit_with_a_legend_and_wide_shows_every_column(
+    tmp_path, run_cli, emulators, adapter_dirs, width: int
+) -> None:
+    from tests.cli.test_tables_fit import assert_fits
+
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("a-long-engine-name-0", e.url)], adapter_dirs)
+    env = {"COLUMNS": str(width)}
+    warmed = run_cli("warm", "-i", str(inv), "r8", "missing", env=env)  # 'missing' has no files: a long answer
+    assert warmed.exit_code == 1
+    assert_fits(warmed.stdout, width)
+    words = " ".join(warmed.stdout.split())
+    assert "h/a-long-engine-name-0" in warmed.stdout and "primed: a 1-token request was sent" in words
+    assert "--wide shows every column" in words
+    unloaded = run_cli("unload", "-i", str(inv), "r8", env=env)
+    assert unloaded.exit_code == 0 and "--wide shows every column" in " ".join(unloaded.stdout.split())
+    assert_fits(unloaded.stdout, width)
+    wide = run_cli("warm", "-i", str(inv), "r8", "--wide", "--dry-run", env={"COLUMNS": "200"})
+    assert e.url in wide.stdout and " kind " in wide.stdout

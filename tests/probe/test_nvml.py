@@ -100,3 +100,30 @@ def test_local_host_row_through_the_cli(monkeypatch: pytest.MonkeyPatch, run_cli
     assert result.exit_code == 0, result.stderr
     (host,) = json.loads(result.stdout)["hosts"]
     assert host["status"] == "ok" and [g["uuid"] for g in host["gpus"]] == ["GPU-1", "GPU-2"]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_vram_tables_fit_with_a_legend_and_wide_shows_every_column(
+    monkeypatch: pytest.MonkeyPatch, run_cli, write_yaml, width: int
+) -> None:
+    from tests.cli.test_tables_fit import assert_fits
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    inv = write_yaml(
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n  - name: a-rather-long-host-name-01\n    provider: onprem\n    connection: local\n    gpus: 2\n"
+        "    engines:\n      - {name: vllm-0, kind: vllm, url: 'http://127.0.0.1:9', base_model: m, gpus: [0, 1]}\n"
+        "  - {name: away, provider: onprem, connection: ssh, address: 127.0.0.1,\n"
+        "     ssh: {port: 9, connect_timeout_s: 1}}\n"
+    )
+    env = {"COLUMNS": str(width)}
+    for args in ((), ("--by", "engine")):
+        result = run_cli("vram", "-i", str(inv), *args, env=env)
+        assert result.exit_code == 1  # one host unreachable, still reported
+        assert_fits(result.stdout, width)
+        words = " ".join(result.stdout.split())
+        assert "away: " in words and "--wide shows every column" in words
+    assert "a-rather-long-host-name-01" in run_cli("vram", "-i", str(inv), env=env).stdout
+    wide = run_cli("vram", "-i", str(inv), "--wide", env={"COLUMNS": "200"})
+    for header in ("name", "used", "MIG"):
+        assert f" {header} " in wide.stdout.splitlines()[0] + " "
