@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,24 @@ def write_yaml(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def read_only() -> Iterator[Callable[[Path], None]]:
+    """Make files and folders really read-only for this process: chmod, and for root (whom modes do not stop)
+    the immutable attribute, as a read-only mount would. Undone after the test."""
+    made: list[Path] = []
+
+    def make(path: Path) -> None:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        if os.geteuid() == 0:
+            done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot make {path} immutable as root here: {done.stderr.strip()}")
+        made.append(path)
+
+    yield make
+    for path in reversed(made):
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+        path.chmod(0o755 if path.is_dir() else 0o644)

@@ -49,7 +49,7 @@ def open_journal() -> Any:
             f"no journal at {path}",
             hint="start the daemon (lorafleet daemon, or --shadow to try it) or pass --state PATH",
         )
-    return open_store(path)
+    return open_store(path, read_only=True)
 
 
 @dataclass

@@ -204,6 +204,33 @@ class Store:
             )
 
 
+def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
+    """SQLite's read-only mode; where even its shared-memory file cannot be made (a read-only mount), the file is
+    read as immutable (nothing else may write it then, which is what such a mount means)."""
+    hint = "pass --state PATH or set LORAFLEET_STATE"
+    last: Exception | None = None
+    for flags in ("mode=ro", "mode=ro&immutable=1"):
+        try:
+            connection = sqlite3.connect(
+                f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=30.0, isolation_level=None
+            )
+            connection.execute("PRAGMA busy_timeout=30000")
+            done = {row[0] for row in connection.execute("SELECT name FROM schema_migrations")}
+        except sqlite3.Error as exc:
+            last = exc
+            continue
+        known = {name for name, _ in MIGRATIONS}
+        if done - known:
+            raise InputError(f"state database {path} was written by a newer lorafleet", hint="upgrade lorafleet")
+        if known - done:
+            raise InputError(
+                f"state database {path} was written by an older lorafleet",
+                hint="open it once where it can be written (lorafleet daemon or warm) to bring its schema up to date",
+            )
+        return Store(connection, path, clock)
+    raise InputError(f"state database {path}: {last}", hint=hint)
+
+
 def check_writable(path: Path) -> None:
     """Fail before any work when the state file (or the folder that would hold it) cannot be written."""
     target = path if path.exists() else path.parent
@@ -211,9 +238,12 @@ def check_writable(path: Path) -> None:
         raise InputError(f"state database {path}: not writable", hint="pass --state PATH or set LORAFLEET_STATE")
 
 
-def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text) -> Store:
-    """Open (creating) the state database and bring its schema up to date."""
+def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_only: bool = False) -> Store:
+    """Open (creating) the state database and bring its schema up to date; `read_only`: open an existing one
+    for reading only (`stats`), which needs no write access to the file or its folder."""
     path = Path(path)
+    if read_only:
+        return _open_read_only(path, clock)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path)

@@ -259,3 +259,14 @@ def test_the_lru_figure_replays_the_window_of_the_inventorys_gateway_logs(tmp_pa
     assert f"lru alone {lru['hit_ratio']:.1%}" in table.stdout
     elsewhere = run_cli("stats", "-i", demo, "--state", db, "--since", "2026-11-03T00:00Z", "--json")
     assert json.loads(elsewhere.stdout)["overall"]["lru_hit_ratio"] is None  # no request of the logs in it
+
+
+def test_stats_reads_a_journal_it_cannot_write(tmp_path: Path, run_cli, read_only) -> None:
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    db = folder / "s.db"
+    seed(db)
+    read_only(db)
+    read_only(folder)  # a read-only mount: not even SQLite's -shm file can be made
+    data = stats_json(run_cli, db, *WINDOW)
+    assert data["overall"]["requests"] == 25
