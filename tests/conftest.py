@@ -12,7 +12,6 @@ from click.testing import CliRunner, Result
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "inventories"
-SHARED = ROOT.parent / "shared"
 
 
 @pytest.fixture(autouse=True)
