@@ -171,9 +171,15 @@ def trace() -> None:
 
 @trace.command()
 @global_options(with_env=False, state=False)
-@click.option("--shape", type=click.Choice(SHAPES), default="workflows", show_default=True)
+@click.option(
+    "--shape",
+    type=click.Choice(SHAPES),
+    default="workflows",
+    show_default=True,
+    help="The traffic's shape (docs/replay.md).",
+)
 @click.option("--requests", type=click.IntRange(min=1), default=None, help="Requests to write [default: per shape].")
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True, help="The same seed writes the same log.")
 @click.option(
     "--out", type=click.Path(file_okay=False), required=True, help="Folder for access.jsonl and inventory.yaml."
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lorafleet.cli.options import global_options, json_option, settings
+from lorafleet.cli.options import global_options, json_option, settings, wide_option
 from lorafleet.cli.render import Column, Report, console, print_json, safe, table
 from lorafleet.errors import InputError
 
@@ -37,6 +37,16 @@ since_option = click.option(
 until_option = click.option(
     "--until", default="now", show_default=True, callback=parse_time_option, help="End (excluded): same forms."
 )
+
+
+def check_window(since: float, until: float) -> None:
+    if since >= until:
+        from lorafleet.times import utc_text
+
+        raise InputError(
+            f"--since {utc_text(since)} is not before --until {utc_text(until)}",
+            hint="the window is [since, until): give the earlier time to --since",
+        )
 
 
 def open_journal() -> Any:
@@ -70,6 +80,25 @@ def collect(store: Any, since: float, until: float, by: str, top: int, lru: floa
     return Snapshot(data, found.series, found.overall.requests == 0)
 
 
+def _check_names(store: Any, engine: str | None, adapter: str | None) -> None:
+    """A name neither the journal nor the inventory knows is a typo: say so, with the closest known one."""
+    from lorafleet.inventory.lookup import did_you_mean
+
+    inv = _inventory_or_none()
+    for option, name, column, known in (
+        ("--engine", engine, "engine", [e.key for e in inv.engines] if inv else []),
+        ("--adapter", adapter, "adapter", list(inv.adapters) if inv else []),
+    ):
+        if not name:
+            continue
+        journaled = [row[0] for row in store.db.execute(f"SELECT DISTINCT {column} FROM loads")]
+        names = list(dict.fromkeys([*known, *journaled]))
+        if name not in names:
+            raise InputError(
+                f"{option} {name!r}: neither the journal nor the inventory knows it{did_you_mean(name, names)}"
+            )
+
+
 def _inventory_or_none() -> Any:
     try:
         return settings().load_inventory()
@@ -90,10 +119,24 @@ def lru_figure(since: float, until: float) -> float | None:
 @json_option
 @since_option
 @until_option
-@click.option("--by", type=click.Choice(["tenant", "adapter", "engine", "minute", "hour"]), default="tenant")
+@click.option(
+    "--by",
+    type=click.Choice(["tenant", "adapter", "engine", "minute", "hour"]),
+    default="tenant",
+    show_default=True,
+    help="What the breakdown is by.",
+)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per breakdown.")
 @click.option("--wide", is_flag=True, help="Every column (the default fits 80 columns).")
-@click.option("--watch", type=float, is_flag=False, flag_value=2.0, default=None, help="Refresh every SECONDS.")
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0.2),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="SECONDS",
+    help="A live dashboard, refreshed every SECONDS (2 when given alone; at least 0.2).",
+)
 @click.option("--no-replay", is_flag=True, help="Skip the lru figure (replays the window's logs).")
 @click.pass_context
 def stats(
@@ -115,10 +158,11 @@ def stats(
     """
     if ctx.invoked_subcommand is not None:
         return
+    check_window(since, until)
     store = open_journal()
     try:
         if watch is not None:
-            _watch(store, since, until, by, top, wide, max(0.2, watch))
+            _watch(store, since, until, by, top, wide, watch)
             return
         lru = None if no_replay else lru_figure(since, until)
         snap = collect(store, since, until, by, top, lru)
@@ -215,7 +259,7 @@ def _watch(store: Any, since: float, until: float, by: str, top: int, wide: bool
 @click.option("--engine", help="Only this engine (HOST/ENGINE).")
 @click.option("--adapter", help="Only this adapter.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="The newest this many.")
-@click.option("--wide", is_flag=True, help="Every column (the default fits 80 columns).")
+@wide_option
 def loads(
     as_json: bool, since: float, until: float, engine: str | None, adapter: str | None, limit: int, wide: bool
 ) -> None:
@@ -223,9 +267,12 @@ def loads(
     from lorafleet.cli import shapes
     from lorafleet.store import stats as q
 
+    check_window(since, until)
     store = open_journal()
     try:
         lines = q.action_log(store, q.window_of(since, until), engine, adapter, limit)
+        if not lines and (engine or adapter):
+            _check_names(store, engine, adapter)
     finally:
         store.close()
     if as_json:

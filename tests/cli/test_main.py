@@ -139,3 +139,34 @@ def test_cli_reference_is_current(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")
     committed = (ROOT / "docs" / "cli.md").read_text()
     assert committed == cli_reference(cli), "run: COLUMNS=100 python -m lorafleet.cli.reference > docs/cli.md"
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import click
+
+    from lorafleet.cli.main import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    missing = []
+    stack = [(name, cli.get_command(ctx, name)) for name in COMMANDS]
+    while stack:
+        path, command = stack.pop()
+        assert command is not None
+        if isinstance(command, click.Group):
+            stack += [(f"{path} {n}", c) for n, c in command.commands.items()]
+        missing += [f"{path} {p.opts[0]}" for p in command.params if isinstance(p, click.Option) and not p.help]
+    assert missing == []
+
+
+def test_stats_refuses_an_inverted_window_a_zero_watch_and_names_nobody_knows(run_cli, tmp_path) -> None:
+    from lorafleet.store.db import open_store
+
+    db = tmp_path / "s.db"
+    open_store(db).close()
+    inverted = run_cli("stats", "--state", str(db), "--since", "now", "--until", "1h")
+    assert inverted.exit_code == 2 and "is not before --until" in inverted.stderr
+    assert run_cli("stats", "--state", str(db), "--watch", "0").exit_code == 2
+    typo = run_cli("stats", "loads", "--state", str(db), "-i", str(INVENTORIES / "demo.yaml"), "--adapter", "code-r46")
+    assert typo.exit_code == 2 and "did you mean 'code-r64'?" in typo.stderr
+    unknown = run_cli("stats", "loads", "--state", str(db), "--engine", "nowhere/e0")
+    assert unknown.exit_code == 2 and "neither the journal nor the inventory knows it" in unknown.stderr
