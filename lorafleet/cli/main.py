@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from typing import Any
@@ -12,19 +13,35 @@ from click.shell_completion import CompletionItem
 
 from lorafleet import __version__
 from lorafleet.cli.options import global_options
-from lorafleet.errors import LorafleetError
+from lorafleet.errors import InventoryError, LorafleetError, Problem
 
 
 def _debug() -> bool:
     return os.environ.get("LORAFLEET_DEBUG", "") not in ("", "0", "false", "no")
 
 
-def _fail(lines: list[str], hint: str | None, code: int) -> None:
+def _fail(
+    lines: list[str], hint: str | None, code: int, problems: list[Problem] | None = None, message: str | None = None
+) -> None:
+    """The one place a failure becomes its exit code: `error:` lines on stderr, and where --json was asked the
+    same as JSON on stdout — `{"error": {"message", "lines", "hint", "exit_code", "problems"}}`, problems (each
+    `{"file", "line", "field", "message"}`) for a file with mistakes, else null."""
     for line in lines:
         click.echo(f"error: {line}", err=True)
     if hint:
         click.echo(f"hint: {hint}", err=True)
+    if _JSON_ASKED:
+        located = (
+            None
+            if problems is None
+            else [{"file": p.file, "line": p.line, "field": p.path, "message": p.message} for p in problems]
+        )
+        error = {"message": message or (lines[0] if lines else ""), "lines": lines, "hint": hint, "exit_code": code}
+        click.echo(json.dumps({"error": {**error, "problems": located}}, indent=2))
     sys.exit(code)
+
+
+_JSON_ASKED = False  # the command line asked for --json (set as main starts)
 
 
 # Every command: its module, and the one-line help shown in listings and completion. A command's module (and the
@@ -77,6 +94,9 @@ class LorafleetGroup(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        global _JSON_ASKED
+        argv = list(args) if args is not None else sys.argv[1:]
+        _JSON_ASKED = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         try:
             rv = super().main(
                 args=args, prog_name=prog_name or "lorafleet", complete_var=complete_var, standalone_mode=False, **extra
@@ -97,7 +117,8 @@ class LorafleetGroup(click.Group):
         except LorafleetError as exc:
             if _debug():
                 raise
-            _fail(exc.lines(), exc.hint, exc.exit_code)
+            problems = exc.problems if isinstance(exc, InventoryError) else None
+            _fail(exc.lines(), exc.hint, exc.exit_code, problems, exc.message)
         except (KeyboardInterrupt, EOFError):
             click.echo("error: interrupted", err=True)
             sys.exit(130)

@@ -170,3 +170,17 @@ def test_stats_refuses_an_inverted_window_a_zero_watch_and_names_nobody_knows(ru
     assert typo.exit_code == 2 and "did you mean 'code-r64'?" in typo.stderr
     unknown = run_cli("stats", "loads", "--state", str(db), "--engine", "nowhere/e0")
     assert unknown.exit_code == 2 and "neither the journal nor the inventory knows it" in unknown.stderr
+
+
+def test_errors_are_json_where_json_was_asked(run_cli, write_yaml) -> None:
+    bad = write_yaml("hosts:\n  - {name: a, provider: nope}\n")
+    result = run_cli("inventory", "check", "-i", str(bad), "--json")
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")  # humans still read stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == 2 and error["message"] == "1 problem in the inventory"
+    (problem,) = error["problems"]
+    assert (problem["file"], problem["line"], problem["field"]) == (str(bad), 2, "hosts[0].provider")
+    usage = run_cli("warm", "--json", "--no-such-flag")
+    assert usage.exit_code == 2 and json.loads(usage.stdout)["error"]["hint"].endswith("warm --help'")
+    plain = run_cli("inventory", "check", "-i", str(bad))
+    assert plain.exit_code == 2 and plain.stdout == ""
