@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lorafleet.cli.options import SPAN, complete_policies, global_options, json_option, settings
+from lorafleet.cli.options import SPAN, UtcLines, complete_policies, global_options, json_option, settings
 from lorafleet.cli.render import console, print_json, table
 from lorafleet.cli.signals import stop_and_reload_on_signals
 from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
@@ -45,7 +45,7 @@ def configure_daemon_logging(log_format: str, verbose: int) -> None:
         logger.propagate = False
     elif not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(UtcLines("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,20 +46,37 @@ class Settings:
         return self._loaded[path]
 
 
-def configure_logging(verbose: int) -> None:
-    """-v: what is contacted and decided; -vv: bodies too. On stderr through rich, never on stdout (so --json
-    stays clean). Imported only when asked for: start-up stays light."""
-    from rich.console import Console
-    from rich.logging import RichHandler
+class UtcLines(logging.Formatter):
+    """One plain line per record, stamped in UTC with its zone (`2026-11-02T09:14:03.250Z INFO …`): what -v writes
+    when stderr is a file or a pipe, where nothing should wrap."""
 
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's
+        from lorafleet.times import utc_text
+
+        return utc_text(record.created)
+
+
+def configure_logging(verbose: int) -> None:
+    """-v: what is contacted and decided; -vv: bodies too. On stderr, never on stdout (so --json stays clean):
+    through rich on a terminal, as plain UTC-stamped lines otherwise. Imported only when asked for."""
     logger = logging.getLogger("lorafleet")
     logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
-    if not any(isinstance(h, RichHandler) for h in logger.handlers):
+    if any(getattr(h, "lorafleet_cli", False) for h in logger.handlers):
+        return
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.logging import RichHandler
+
         console = Console(stderr=True, highlight=False)
         handler = RichHandler(console=console, show_path=False, markup=False, rich_tracebacks=False)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(UtcLines("%(asctime)s %(levelname)s %(message)s"))
+    setattr(handler, "lorafleet_cli", True)  # noqa: B010 - marks the handler this module installed
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def settings(ctx: click.Context | None = None) -> Settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -184,3 +185,15 @@ def test_errors_are_json_where_json_was_asked(run_cli, write_yaml) -> None:
     assert usage.exit_code == 2 and json.loads(usage.stdout)["error"]["hint"].endswith("warm --help'")
     plain = run_cli("inventory", "check", "-i", str(bad))
     assert plain.exit_code == 2 and plain.stdout == ""
+
+
+def test_verbose_output_to_a_file_is_one_utc_stamped_line_per_record(tmp_path) -> None:
+    log = tmp_path / "v.log"
+    long_name = "x" * 120
+    inv = tmp_path / f"{long_name}.yaml"
+    inv.write_text((INVENTORIES / "demo.yaml").read_text())
+    with open(log, "w") as err:
+        subprocess.run([sys.executable, "-m", "lorafleet", "-v", "inventory", "check", "-i", str(inv)],
+                       stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "COLUMNS": "80"}, check=True)  # fmt: skip
+    (line,) = [x for x in log.read_text().splitlines() if long_name in x]  # not wrapped at 80 columns
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO inventory ", line)
