@@ -192,8 +192,8 @@ def test_verbose_output_to_a_file_is_one_utc_stamped_line_per_record(tmp_path) -
     long_name = "x" * 120
     inv = tmp_path / f"{long_name}.yaml"
     inv.write_text((INVENTORIES / "demo.yaml").read_text())
+    command = [sys.executable, "-m", "lorafleet", "-v", "inventory", "check", "-i", str(inv)]
     with open(log, "w") as err:
-        subprocess.run([sys.executable, "-m", "lorafleet", "-v", "inventory", "check", "-i", str(inv)],
-                       stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "COLUMNS": "80"}, check=True)  # fmt: skip
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "COLUMNS": "80"}, check=True)
     (line,) = [x for x in log.read_text().splitlines() if long_name in x]  # not wrapped at 80 columns
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO inventory ", line)
