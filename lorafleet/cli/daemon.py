@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from lorafleet.cli.options import SPAN, UtcLines, complete_policies, global_options, json_option, settings
-from lorafleet.cli.render import console, print_json, table
+from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.cli.signals import stop_and_reload_on_signals
 from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
 from lorafleet.times import utc_text
@@ -169,27 +169,60 @@ def daemon(
         sys.exit(1)
 
 
+SUMMARY_COLUMNS = [
+    Column("measure", "left"),
+    Column("policy", legend="what the daemon's policy did"),
+    Column("engines alone", legend="the same requests simulated through lru: what the engines do by themselves"),
+    Column("note", "left"),
+]
+
+
 def render_summary(data: dict[str, Any]) -> None:
-    mode = "shadow (nothing sent)" if data["shadow"] else "live"
-    t = table(f"daemon: {data['policy']}, {mode}", [("", "left"), ("value", "right"), ("", "left")])
-    requests = data["requests"] or 1
+    mode = "shadow mode, nothing was sent" if data["shadow"] else "live"
+    report = Report(f"Daemon run with the {data['policy']} policy ({mode})", SUMMARY_COLUMNS, wide=True)
+    alone = data["engines_alone"]
+    requests = data["requests"]
+
+    def share(n: int, of: int) -> str:
+        return f"{n:,} ({n / (of or 1):.1%})"
+
+    unknown = f", {data['unknown_requests']:,} naming adapters not in the inventory" if data["unknown_requests"] else ""
     rows = [
-        ("log lines", data["lines"], f"{data['bad_lines']} bad"),
-        ("adapter requests", data["requests"], f"{data['unserved']} no engine can serve"),
-        ("hits", data["hits"], f"{data['hit_ratio']:.1%}"),
-        ("late", data["late"], f"{data['late'] / requests:.1%} waited on a load in flight"),
-        ("misses", data["misses"], f"{data['misses'] / requests:.1%} cold starts"),
-        ("cold ms paid", f"{data['cold_ms_paid']:,.0f}", ""),
-        ("cold ms avoided", f"{data['cold_ms_avoided']:,.0f}", "by prefetched adapters"),
-        ("loads", data["loads"], f"{data['prefetch_loads']} ahead of demand, {data['prefetch_used']} used"),
-        ("touches", data["touches"], "1-token requests keeping vLLM's LRU on the policy's choice"),
-        ("evictions", data["evictions"], f"{data['unloads']} unloads, {data['wasted_prefetches']} unused prefetches"),
-        ("failed calls", data["failed"], ""),
+        ("log lines", f"{data['lines']:,}", "", f"{data['bad_lines']:,} bad{unknown}"),
+        (
+            "adapter requests",
+            f"{data['requests']:,}",
+            f"{alone['requests']:,}",
+            f"{data['unserved']:,} no engine can serve",
+        ),
+        ("hits", share(data["hits"], requests), share(alone["hits"], alone["requests"]), "resident when they arrived"),
+        ("late", share(data["late"], requests), share(alone["late"], alone["requests"]), "waited on a load in flight"),
+        ("misses", share(data["misses"], requests), share(alone["misses"], alone["requests"]), "cold starts"),
+        ("cold ms paid", f"{data['cold_ms_paid']:,.0f}", f"{alone['cold_ms_paid']:,.0f}", "time waited on loads"),
+        ("cold ms avoided", f"{data['cold_ms_avoided']:,.0f}", "", "by prefetched adapters"),
+        (
+            "loads",
+            f"{data['loads']:,}",
+            f"{alone['loads']:,}",
+            f"{data['prefetch_loads']:,} ahead of demand, {data['prefetch_used']:,} of them used",
+        ),
+        ("touches", f"{data['touches']:,}", "0", "1-token requests keeping vLLM's LRU on the policy's choice"),
+        (
+            "evictions",
+            f"{data['evictions']:,}",
+            "",
+            f"{data['unloads']:,} unloads, {data['wasted_prefetches']:,} prefetches evicted unused",
+        ),
+        ("failed calls", f"{data['failed']:,}", "", "refused or failed engine calls (see stats loads)"),
     ]
-    for name, value, note in rows:
-        t.add_row(name, str(value), note)
+    for name, ours, theirs, note in rows:
+        report.add({"measure": name, "policy": ours, "engines alone": theirs, "note": note})
     out = console()
-    out.print(t)
+    out.print(report.table)
+    out.print(report.legend() + ".", style="dim")
+    if data["unknown_names"]:
+        names = ", ".join(f"{safe_name(n)} ({c:,})" for n, c in data["unknown_names"].items())
+        out.print(f"names not in the inventory (never loaded): {names}", highlight=False)
     if not data["lines"]:
         out.print(
             "no new log lines: everything up to the checkpoint was read by an earlier run (see lorafleet stats), "
@@ -197,3 +230,9 @@ def render_summary(data: dict[str, Any]) -> None:
             highlight=False,
         )
     out.print(f"journal: {data['state']} (lorafleet stats reads it)", highlight=False)
+
+
+def safe_name(name: str) -> str:
+    """A name read from a log, shown as data: control characters dropped, shortened."""
+    cleaned = "".join(ch for ch in name if ch.isprintable())
+    return cleaned if len(cleaned) <= 40 else cleaned[:39] + "~"

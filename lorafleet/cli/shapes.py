@@ -290,18 +290,29 @@ DAEMON_KEYS = (
     "engine_restarts",
     "vanished",
     "commits",
+    "unknown_requests",
 )
+ALONE_KEYS = ("requests", "hits", "late", "misses", "cold_ms_paid", "loads")
 
 
 def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str, Any]:
     """`daemon --json` (printed when it stops): `{"policy", "shadow", "state", "hit_ratio", "lines", "bad_lines",
     "requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "cold_ms_avoided", "loads", "prefetch_loads",
     "prefetch_used", "wasted_prefetches", "touches", "unloads", "evictions", "failed", "reconciles",
-    "engine_restarts", "vanished", "commits"}` — counts over this run; `state` is the journal's path."""
+    "engine_restarts", "vanished", "commits", "unknown_requests", "unknown_names", "engines_alone": {"hit_ratio",
+    "requests", "hits", "late", "misses", "cold_ms_paid", "loads"}}` — counts over this run; `state` is the
+    journal's path; `unknown_names` maps the names read that the inventory does not know to how often (the ten
+    most frequent); `engines_alone` is lru simulated over the same requests: what the engines do by themselves."""
     out: dict[str, Any] = {"policy": policy, "shadow": shadow, "state": state, "hit_ratio": round(summary.hit_ratio, 4)}
     for key in DAEMON_KEYS:
         value = getattr(summary, key)
         out[key] = round(value, 1) if isinstance(value, float) else value
+    top = sorted(summary.unknown_names.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    out["unknown_names"] = dict(top)
+    alone = summary.engines_alone
+    out["engines_alone"] = {"hit_ratio": round(alone.hit_ratio, 4)} | {
+        key: round(getattr(alone, key), 1) if key == "cold_ms_paid" else getattr(alone, key) for key in ALONE_KEYS
+    }
     return out
 
 
@@ -323,10 +334,12 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
     "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "gpu_hits",
     "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits", "late",
     "misses", "hit_ratio", "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches",
-    "tier"}]}` — `by` holds the `--top` keys needing attention most (lowest hit ratio, then most cold ms);
-    `prefetch_wasted` and `touches` are null by tenant (actions are per engine and adapter); `load_ms` maps an
-    engine to `{"loads", "p50", "p99"}` of its measured loads; `lru_hit_ratio` is replay's `lru` over the same
-    window of the gateway logs (null when they cannot be read); times are UTC ISO-8601."""
+    "tier"}], "log": {"lines", "bad", "unknown"}}` — `log` counts the lines read whose requests fall in the
+    window (`unknown`: naming adapters the inventory does not know, never loaded); `by` holds the `--top` keys
+    needing attention most (lowest hit ratio, then most cold ms); `prefetch_wasted` and `touches` are null by
+    tenant (actions are per engine and adapter); `load_ms` maps an engine to `{"loads", "p50", "p99"}` of its
+    measured loads; `lru_hit_ratio` is replay's `lru` over the same window of the gateway logs (null when they
+    cannot be read); times are UTC ISO-8601."""
     window, overall, actions, rows, per_key = report.window, report.overall, report.actions, report.rows, report.per_key
     overall_out = _outcome_fields(overall)
     overall_out.update(
@@ -347,7 +360,13 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
         wasted, touches = per_key.get(key, (0, 0)) if per_key is not None else (None, None)
         row.update({"prefetch_wasted": wasted, "touches": touches, "tier": tiers.get(key)})
         by.append(row)
-    return {"window": {"since": window.since_at, "until": window.until_at}, "overall": overall_out, "by": by}
+    log = {"lines": report.log.lines, "bad": report.log.bad, "unknown": report.log.unknown}
+    return {
+        "window": {"since": window.since_at, "until": window.until_at},
+        "overall": overall_out,
+        "by": by,
+        "log": log,
+    }
 
 
 def stats_loads(lines: list[ActionRow]) -> dict[str, Any]:

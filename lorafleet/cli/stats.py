@@ -188,6 +188,9 @@ def render(snap: Snapshot, by: str, wide: bool) -> list[Any]:
     summary = table(f"{d['window']['since']} → {d['window']['until']}", [("", "left"), ("", "right"), ("", "left")])
     requests = o["requests"] or 1
     lru = f", lru alone {o['lru_hit_ratio']:.1%}" if o.get("lru_hit_ratio") is not None else ""
+    log = d["log"]
+    unknown = f", {log['unknown']:,} naming adapters not in the inventory" if log["unknown"] else ""
+    summary.add_row("log lines", f"{log['lines']:,}", f"{log['bad']:,} bad{unknown}")
     summary.add_row("requests", f"{o['requests']:,}", f"trend {sparkline(snap.series.get('', []))}")
     summary.add_row("hits", f"{o['hits']:,}", f"{o['hit_ratio']:.1%}{lru}; {o['gpu_hits']:,} in a GPU slot")
     summary.add_row("late", f"{o['late']:,}", f"{o['late'] / requests:.1%} waited on a load in flight")

@@ -26,10 +26,13 @@ class Summary(Counts):
 
     lines: int = 0
     bad_lines: int = 0
+    unknown_requests: int = 0  # lines naming an adapter the inventory does not know (never loaded)
     reconciles: int = 0
     engine_restarts: int = 0
     vanished: int = 0
     commits: int = 0
+    engines_alone: Counts = field(default_factory=Counts)  # lru over the same requests: what the engines do alone
+    unknown_names: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Batch:
 
     rollups: dict[RollupKey, Outcomes] = field(default_factory=dict)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
-    log_counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    log_counts: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # minute read: lines, bad, unknown
     actions: list[ActionRow] = field(default_factory=list)
     errors: list[tuple[str, str, str]] = field(default_factory=list)
     lines: int = 0
@@ -49,9 +52,9 @@ class Batch:
             found = self.rollups[key] = Outcomes()
         return found
 
-    def count_lines(self, minute: str, lines: int, bad: int) -> None:
-        had_lines, had_bad = self.log_counts.get(minute, (0, 0))
-        self.log_counts[minute] = (had_lines + lines, had_bad + bad)
+    def count_lines(self, minute: str, lines: int, bad: int, unknown: int = 0) -> None:
+        had_lines, had_bad, had_unknown = self.log_counts.get(minute, (0, 0, 0))
+        self.log_counts[minute] = (had_lines + lines, had_bad + bad, had_unknown + unknown)
         self.lines += lines
 
     def empty(self) -> bool:

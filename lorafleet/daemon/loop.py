@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
@@ -33,6 +33,7 @@ from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.logs.reader import NameResolver
 from lorafleet.logs.stream import EventBatch, LogStream
+from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import LOAD, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
@@ -93,6 +94,8 @@ class Daemon:
         placements = options.plan.placements if options.plan else ()
         core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
         self.session = Session(core, options.shadow, self.summary, placements)
+        # The engines alone over the same requests, simulated beside the policy, for the summary's baseline.
+        self.baseline = Session(PolicyCore(inventory, LruPolicy()), True, self.summary.engines_alone, answers=False)
         self.patterns = log_patterns(inventory, options.logs)
         saved = {c.path: c for c in read_checkpoints(store)}
         self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
@@ -197,6 +200,8 @@ class Daemon:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
                     self._drain(wait_s=0.05)
+        self.baseline.finish()
+        self.summary.unknown_names = _merged(stream.unknown_names for stream in self.streams)
         self.stop.set()
         deadline = time.monotonic() + 1.0
         for actor in self.actors.values():
@@ -245,9 +250,12 @@ class Daemon:
                     self._on_event(event, read_at)
                 except Exception as exc:
                     self._internal_error("a request", exc)
-        self.journal.batch.count_lines(minute_key(time.time()), batch.lines, batch.bad)
+        # Counted in the minute of the batch's newest request (the wall clock's when it held none), beside its rollups.
+        newest = max((e.time for e in batch.events), default=time.time())
+        self.journal.batch.count_lines(minute_key(newest), batch.lines, batch.bad, batch.unknown)
         self.summary.lines += batch.lines
         self.summary.bad_lines += batch.bad
+        self.summary.unknown_requests += batch.unknown
         self.metrics.log_lines.labels("ok").inc(batch.lines - batch.bad)
         self.metrics.log_lines.labels("bad").inc(batch.bad)
         self.journal.batch.checkpoints[batch.path] = batch.checkpoint
@@ -259,6 +267,8 @@ class Daemon:
         calls = session.request(event) if session.started else session.start(event.time) + session.request(event)
         self.journal.fold(session.take_answers())
         self._send(calls, read_at)
+        self.baseline.start(event.time)
+        self.baseline.request(event)
 
     # --- actions --------------------------------------------------------------------------------------------
     def _send(self, calls: list[Call], read_at: float | None = None) -> None:
@@ -348,6 +358,7 @@ class Daemon:
             return
         self.inventory = inventory
         self.session.replace_inventory(inventory)
+        self.baseline.replace_inventory(inventory)
         self._use(inventory)
         self._sync_actors()
         log.info("inventory reloaded: %d engines, %d adapters", len(inventory.engines), len(inventory.adapters))
@@ -375,6 +386,14 @@ class Daemon:
         dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff))
         if dropped:
             log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
+
+
+def _merged(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in counts:
+        for name, n in part.items():
+            out[name] = out.get(name, 0) + n
+    return out
 
 
 __all__ = ["Daemon", "DaemonOptions"]

@@ -21,6 +21,7 @@ class EventBatch:
     consumed: int  # raw lines consumed (blank ones included)
     lines: int  # lines counted (blank ones are not)
     bad: int
+    unknown: int  # requests naming an adapter (or model) the inventory does not know
     checkpoint: Checkpoint
 
 
@@ -36,15 +37,20 @@ class LogStream:
         """Parse with this inventory's field mapping and names from now on (a reload)."""
         self.parser = LineParser(source_for(self.pattern, inventory), inventory, resolver)
 
+    @property
+    def unknown_names(self) -> dict[str, int]:
+        """The names read that the inventory does not know, with how often (the first thousand names)."""
+        return self.parser.tally.unknown_names
+
     def poll(self) -> list[EventBatch]:
         """What was written since the last poll, one batch per file read."""
         out = []
         parse, tally = self.parser.parse, self.parser.tally
         for batch in self.follower.poll():
-            lines0, bad0 = tally.lines, tally.bad_lines
+            lines0, bad0, unknown0 = tally.lines, tally.bad_lines, tally.unknown_requests
             events = [event for event in map(parse, batch.lines) if event is not None]
-            lines, bad = tally.lines - lines0, tally.bad_lines - bad0
-            out.append(EventBatch(batch.path, events, len(batch.lines), lines, bad, batch.checkpoint))
+            lines, bad, unknown = tally.lines - lines0, tally.bad_lines - bad0, tally.unknown_requests - unknown0
+            out.append(EventBatch(batch.path, events, len(batch.lines), lines, bad, unknown, batch.checkpoint))
         return out
 
     @property

@@ -63,7 +63,7 @@ def commit_progress(
     store: Store,
     rollups: Mapping[RollupKey, Outcomes] = {},
     checkpoints: Iterable[Checkpoint] = (),
-    log_counts: Mapping[str, tuple[int, int]] = {},  # minute -> (lines, bad)
+    log_counts: Mapping[str, tuple[int, int, int]] = {},  # minute read -> (lines, bad, naming unknown adapters)
     actions: Iterable[ActionRow] = (),
     errors: Iterable[tuple[str, str, str]] = (),  # (at, source, message)
 ) -> None:
@@ -71,9 +71,9 @@ def commit_progress(
         _write_rollups(db, rollups)
         _write_checkpoints(db, checkpoints, store.clock())
         db.executemany(
-            "INSERT INTO log_minutes (minute, lines, bad) VALUES (?, ?, ?) ON CONFLICT (minute) DO UPDATE SET "
-            "lines = lines + excluded.lines, bad = bad + excluded.bad",
-            [(minute, lines, bad) for minute, (lines, bad) in log_counts.items()],
+            "INSERT INTO log_minutes (minute, lines, bad, unknown) VALUES (?, ?, ?, ?) ON CONFLICT (minute) DO UPDATE "
+            "SET lines = lines + excluded.lines, bad = bad + excluded.bad, unknown = unknown + excluded.unknown",
+            [(minute, *counts) for minute, counts in log_counts.items()],
         )
         write_actions(db, list(actions))
         db.executemany("INSERT INTO errors (at, source, message) VALUES (?, ?, ?)", list(errors))

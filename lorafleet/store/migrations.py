@@ -146,6 +146,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             FROM loads GROUP BY 2, 3, 4, 5, 6;
         """,
     ),
+    (
+        "006_log_unknown",
+        """
+        ALTER TABLE log_minutes ADD COLUMN unknown INTEGER NOT NULL DEFAULT 0;  -- requests naming no inventory adapter
+        """,
+    ),
 )
 
 

@@ -128,6 +128,23 @@ def sliced(
 
 
 @dataclass(frozen=True)
+class LogTotals:
+    lines: int = 0
+    bad: int = 0
+    unknown: int = 0  # requests naming an adapter the inventory does not know (never loaded)
+
+
+def log_totals(store: Store, window: Window) -> LogTotals:
+    """The log lines the daemon read whose requests fall in the window's minutes."""
+    row = store.db.execute(
+        "SELECT COALESCE(SUM(lines), 0), COALESCE(SUM(bad), 0), COALESCE(SUM(unknown), 0) FROM log_minutes "
+        "WHERE minute >= ? AND minute < ?",
+        [window.since_minute, window.until_minute],
+    ).fetchone()
+    return LogTotals(*row)
+
+
+@dataclass(frozen=True)
 class StatsReport:
     """What `stats` shows for a window: totals, the actions, per key of `by` its sums and its trend (the trend of
     everything under ''), and per key the unused prefetches and touches (None by tenant)."""
@@ -138,14 +155,16 @@ class StatsReport:
     rows: list[tuple[str, Outcomes]]
     series: dict[str, list[float | None]]
     per_key: dict[str, tuple[int, int]] | None
+    log: LogTotals = LogTotals()
 
 
 def report(store: Store, since: float, until: float, by: str, buckets: int) -> StatsReport:
     window = window_of(since, until, by)
     rows, series = sliced(store, window, by, buckets)  # sums and trends in one pass
     series[""] = hit_series(store, window, None, buckets).get("", [None] * buckets)
+    overall, actions = totals(store, window), action_totals(store, window)
     return StatsReport(
-        window, totals(store, window), action_totals(store, window), rows, series, key_actions(store, window, by)
+        window, overall, actions, rows, series, key_actions(store, window, by), log_totals(store, window)
     )
 
 

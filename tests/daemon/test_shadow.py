@@ -117,7 +117,7 @@ def test_cli_once_prints_the_summary_as_json(tmp_path: Path, run_cli) -> None:  
     assert data["requests"] == 500 and data["shadow"] is True
     assert data["hits"] + data["late"] + data["misses"] == 500
     table = run_cli(*args)
-    assert table.exit_code == 0 and "shadow (nothing sent)" in table.stdout
+    assert table.exit_code == 0 and "shadow mode, nothing was sent" in table.stdout
 
 
 def test_cli_refuses_a_bad_metrics_address(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -140,6 +140,7 @@ def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(
 
 
 def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monkeypatch) -> None:
+    from lorafleet.daemon.journaling import Summary
     from lorafleet.drive.session import Session
 
     synth = synthesize("workflows", 200, 1, tmp_path / "t")
@@ -147,9 +148,10 @@ def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monk
     calls = {"n": 0}
 
     def flaky(self, event):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        if calls["n"] == 50:
-            raise RuntimeError("a bug")
+        if isinstance(self.counts, Summary):  # the policy's session, not the engines-alone one beside it
+            calls["n"] += 1
+            if calls["n"] == 50:
+                raise RuntimeError("a bug")
         return real(self, event)
 
     monkeypatch.setattr(Session, "request", flaky)
@@ -177,3 +179,28 @@ def test_the_daemon_summary_stats_and_replay_agree_on_every_shared_count(tmp_pat
     assert daemon["wasted_prefetches"] == stats["prefetch_wasted"]
     assert daemon["cold_ms_paid"] == stats["cold_ms_paid"] == round(replayed["cold_ms_total"], 1)
     assert daemon["cold_ms_avoided"] == stats["cold_ms_avoided"]
+
+
+def test_unknown_adapters_are_counted_and_named_and_the_engines_alone_figure_is_replays_lru(
+    tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    synth = synthesize("workflows", 300, 2, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    line = json.loads(synth.log_path.read_text().splitlines()[-1])
+    with open(synth.log_path, "a") as fh:
+        for name in ("sql-v9", "sql-v9", "../../etc/passwd"):
+            fh.write(json.dumps({**line, "model": name}) + "\n")
+    db = str(tmp_path / "s.db")
+    args = ("daemon", "-i", str(synth.inventory_path), "--state", db, "--shadow", "--once", "--from-start")
+    data = json.loads(run_cli(*args, "--metrics-addr", "off", "--retention", "3650d", "--json").stdout)
+    assert data["unknown_requests"] == 3 and data["unknown_names"] == {"sql-v9": 2, "../../etc/passwd": 1}
+    events, _ = read_events([synth.log_path], inv)
+    lru = simulate(inv, "lru", events)
+    alone = data["engines_alone"]
+    assert (alone["hits"], alone["misses"], alone["loads"]) == (lru.hits, lru.misses, lru.loads)
+    assert alone["hit_ratio"] == round(lru.hit_ratio, 4)
+    stats = json.loads(run_cli("stats", "-i", str(synth.inventory_path), "--state", db, "--since", "3650d",
+                               "--no-replay", "--json").stdout)  # fmt: skip
+    assert stats["log"] == {"lines": 303, "bad": 0, "unknown": 3}
+    again = run_cli(*args, "--metrics-addr", "off", "--retention", "3650d", env={"COLUMNS": "120"})
+    assert "no new log lines" in again.stdout  # the checkpoint: nothing read twice
