@@ -53,3 +53,23 @@ def test_wide_shows_every_column(run_cli) -> None:
         assert header in result.stdout
     shown = run_cli("inventory", "show", "--wide", "-i", DEMO, env={"COLUMNS": "250"})
     assert "http://127.0.0.1:18000" in shown.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_every_journal_and_plan_table_fits_with_its_legend(run_cli, tmp_path, width: int) -> None:
+    """The daemon's summary, stats and stats loads over its journal, and plan (with flags and sizing)."""
+    env = {"COLUMNS": str(width)}
+    db = str(tmp_path / "s.db")
+    daemon = run_cli("daemon", "-i", DEMO, "--state", db, "--shadow", "--from-start", "--once",
+                     "--metrics-addr", "off", "--retention", "3650d", env=env)  # fmt: skip
+    window = ("--since", "2026-11-02T09:00Z", "--until", "2026-11-02T10:00Z")
+    tables = {
+        "daemon": (daemon, "engines alone:"),
+        "stats": (run_cli("stats", "-i", DEMO, "--state", db, *window, "--no-replay", env=env), "hit %:"),
+        "stats loads": (run_cli("stats", "loads", "--state", db, *window, env=env), "time:"),
+        "plan": (run_cli("plan", "-i", DEMO, "--recommend-flags", "--target-hit-ratio", "0.9", env=env), "fits:"),
+    }
+    for name, (result, legend) in tables.items():
+        assert result.exit_code == 0, (name, result.stderr)
+        assert_fits(result.stdout, width)
+        assert legend in " ".join(result.stdout.split()), name
