@@ -309,7 +309,7 @@ def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str,
         out[key] = round(value, 1) if isinstance(value, float) else value
     top = sorted(summary.unknown_names.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     out["unknown_names"] = dict(top)
-    alone = summary.engines_alone
+    alone = summary.engines_alone or summary
     out["engines_alone"] = {"hit_ratio": round(alone.hit_ratio, 4)} | {
         key: round(getattr(alone, key), 1) if key == "cold_ms_paid" else getattr(alone, key) for key in ALONE_KEYS
     }

@@ -31,7 +31,7 @@ class Summary(Counts):
     engine_restarts: int = 0
     vanished: int = 0
     commits: int = 0
-    engines_alone: Counts = field(default_factory=Counts)  # lru over the same requests: what the engines do alone
+    engines_alone: Counts | None = None  # lru over the same requests: what the engines do alone (None: it is lru)
     unknown_names: dict[str, int] = field(default_factory=dict)
 
 

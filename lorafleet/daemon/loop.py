@@ -26,7 +26,7 @@ from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Wor
 from lorafleet.daemon.breaker import STATE_VALUES
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import LOAD_ANSWERS, Call, Session
+from lorafleet.drive.session import LOAD_ANSWERS, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.errors import InputError
 from lorafleet.inventory.gateway import log_patterns
@@ -94,8 +94,13 @@ class Daemon:
         placements = options.plan.placements if options.plan else ()
         core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
         self.session = Session(core, options.shadow, self.summary, placements)
-        # The engines alone over the same requests, simulated beside the policy, for the summary's baseline.
-        self.baseline = Session(PolicyCore(inventory, LruPolicy()), True, self.summary.engines_alone, answers=False)
+        # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
+        # policy is that baseline itself: its own counts are the figure).
+        self.baseline: Session | None = None
+        if options.policy != LruPolicy.name:
+            self.summary.engines_alone = Counts()
+            lru = PolicyCore(inventory, LruPolicy())
+            self.baseline = Session(lru, True, self.summary.engines_alone, answers=False)
         self.patterns = log_patterns(inventory, options.logs)
         saved = {c.path: c for c in read_checkpoints(store)}
         self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
@@ -200,7 +205,8 @@ class Daemon:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
                     self._drain(wait_s=0.05)
-        self.baseline.finish()
+        if self.baseline is not None:
+            self.baseline.finish()
         self.summary.unknown_names = _merged(stream.unknown_names for stream in self.streams)
         self.stop.set()
         deadline = time.monotonic() + 1.0
@@ -267,8 +273,9 @@ class Daemon:
         calls = session.request(event) if session.started else session.start(event.time) + session.request(event)
         self.journal.fold(session.take_answers())
         self._send(calls, read_at)
-        self.baseline.start(event.time)
-        self.baseline.request(event)
+        if self.baseline is not None:
+            self.baseline.start(event.time)
+            self.baseline.request(event)
 
     # --- actions --------------------------------------------------------------------------------------------
     def _send(self, calls: list[Call], read_at: float | None = None) -> None:
@@ -358,7 +365,8 @@ class Daemon:
             return
         self.inventory = inventory
         self.session.replace_inventory(inventory)
-        self.baseline.replace_inventory(inventory)
+        if self.baseline is not None:
+            self.baseline.replace_inventory(inventory)
         self._use(inventory)
         self._sync_actors()
         log.info("inventory reloaded: %d engines, %d adapters", len(inventory.engines), len(inventory.adapters))
