@@ -44,8 +44,11 @@ def test_ok_host_reports_gpus_in_bytes_and_dead_host_is_marked(ssh_inventory, ru
 def test_all_ok_exits_zero_and_renders_a_table(ssh_inventory, run_cli) -> None:
     result = run_cli("vram", "-i", str(ssh_inventory()))
     assert result.exit_code == 0, result.stdout + result.stderr
-    for words in ("gpu-1", "NVIDIA H100 80GB HBM3", "78.6 GiB", "Enabled"):
+    for words in ("gpu-1", "78.6 GiB"):
         assert words in result.stdout
+    wide = run_cli("vram", "-i", str(ssh_inventory()), "--wide")
+    for words in ("gpu-1", "NVIDIA H100 80GB HBM3", "78.6 GiB", "Enabled"):  # the GPU's name and MIG mode too
+        assert words in wide.stdout
 
 
 def test_wrong_client_key_is_auth_failed(ssh_inventory, run_cli, sshd: Sshd) -> None:
