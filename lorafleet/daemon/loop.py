@@ -40,7 +40,7 @@ from lorafleet.policy.placement import PlannedResidency
 from lorafleet.policy.policies import make_policy
 from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
-from lorafleet.store.journal import commit_progress, prune, read_checkpoints
+from lorafleet.store.journal import commit_or_drop, prune, read_checkpoints
 from lorafleet.times import minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
@@ -378,9 +378,11 @@ class Daemon:
             self.metrics.resident.labels(engine).set(resident)
             self.metrics.resident_bytes.labels(engine).set(used_bytes)
         batch = self.journal.take()
-        commit_progress(
+        dropped = commit_or_drop(
             self.store, batch.rollups, batch.checkpoints.values(), batch.log_counts, batch.actions, batch.errors
         )
+        if dropped:
+            log.error("%d journal rows could not be stored (not UTF-8 text); committed the rest", dropped)
         self.summary.commits += 1
         self.metrics.commits.inc()
 

@@ -88,6 +88,18 @@ class NameResolver:
         return None
 
 
+def _storable(value: Any) -> bool:
+    """Whether a value read from a log is text the journal can store: JSON's `\\ud800` escape makes a lone
+    surrogate, which UTF-8 cannot encode (SQLite would refuse the whole batch it is in)."""
+    if value is None or not isinstance(value, str):
+        return value is None or isinstance(value, (int, float, bool)) or _storable(str(value))
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _dig(record: Any, path: str) -> Any:
     if isinstance(record, dict) and path in record:
         return record[path]
@@ -181,8 +193,11 @@ class LineParser:
                     self.tally.bad(f"{name} not a number in [{low:g}, {high:g}]")
                     return None
         status = numbers.get("status")
-        kind, adapter, base = self.resolver.model(raw_model)
         tenant = _dig(record, fields["tenant"]) if "tenant" in fields else None
+        if not (_storable(raw_model) and _storable(tenant)):
+            self.tally.bad("not storable text (a lone surrogate)")
+            return None
+        kind, adapter, base = self.resolver.model(raw_model)
         engine = self.resolver.engine(_dig(record, fields["engine"])) if "engine" in fields else None
         event = RequestEvent(
             time=when,

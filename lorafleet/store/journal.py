@@ -79,6 +79,41 @@ def commit_progress(
         db.executemany("INSERT INTO errors (at, source, message) VALUES (?, ?, ?)", list(errors))
 
 
+def commit_or_drop(
+    store: Store,
+    rollups: Mapping[RollupKey, Outcomes],
+    checkpoints: Iterable[Checkpoint],
+    log_counts: Mapping[str, tuple[int, int, int]],
+    actions: list[ActionRow],
+    errors: list[tuple[str, str, str]],
+) -> int:
+    """`commit_progress`, and when the batch cannot commit, again without the rows SQLite cannot store (text that
+    is not UTF-8), the drop journaled as an error: one bad row never blocks the checkpoints and every other row, so
+    a restart does not read the same batch again and fail again. Returns the rows dropped."""
+    try:
+        commit_progress(store, rollups, checkpoints, log_counts, actions, errors)
+        return 0
+    except (sqlite3.Error, UnicodeError, ValueError):
+        pass
+    kept_rollups = {key: o for key, o in rollups.items() if _storable(*key)}
+    kept_actions = [a for a in actions if _storable(a.at, a.source, a.adapter, a.engine, a.action, a.error, a.reason)]
+    kept_errors = [e for e in errors if _storable(*e)]
+    dropped = len(rollups) - len(kept_rollups) + len(actions) - len(kept_actions) + len(errors) - len(kept_errors)
+    note = (store.clock(), "daemon", f"{dropped} journal rows could not be stored (not UTF-8 text) and were dropped")
+    commit_progress(store, kept_rollups, checkpoints, log_counts, kept_actions, [*kept_errors, note])
+    return dropped
+
+
+def _storable(*values: str | None) -> bool:
+    try:
+        for value in values:
+            if value is not None:
+                value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _write_rollups(db: sqlite3.Connection, rollups: Mapping[RollupKey, Outcomes]) -> None:
     """The minute rows, and the hourly rows per dimension (everything, tenant, adapter, engine) they sum to."""
     db.executemany(
@@ -138,6 +173,7 @@ __all__ = [
     "ActionRow",
     "Outcomes",
     "RollupKey",
+    "commit_or_drop",
     "commit_progress",
     "prune",
     "read_checkpoints",

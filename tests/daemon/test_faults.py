@@ -1,0 +1,66 @@
+"""The faults a month in production brings, each with real processes: the daemon as a subprocess, emulated
+engines on loopback, log files written and rotated while it runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.daemon.conftest import log_line, vllm, write_adapters, write_fleet
+
+
+def daemon_once(inventory: Path, state: Path, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """`lorafleet daemon --shadow --once --from-start` as a process of its own, its summary as JSON."""
+    command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inventory), "--state", str(state), "--shadow"]
+    command += ["--once", "--from-start", "--metrics-addr", "off", "--retention", "3650d", "--json", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(inventory.parent))
+
+
+def journaled_requests(state: Path) -> int:
+    with sqlite3.connect(state) as c:
+        return c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups").fetchone()[0]
+
+
+def test_a_line_with_a_lone_surrogate_is_a_bad_line_not_a_crash_loop(tmp_path: Path) -> None:
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log = tmp_path / "access.jsonl"
+    t0 = time.time() - 3600
+    with open(log, "w") as fh:
+        fh.write(json.dumps({"ts": t0, "tenant_id": "\ud800", "model": "a0"}) + "\n")  # valid JSON, not storable text
+        for i in range(1000):
+            fh.write(log_line(f"a{i % 2}", tenant="t", ts=t0 + 1 + i * 0.5))
+    state = tmp_path / "state.db"
+    first = daemon_once(inv, state)
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert (summary["lines"], summary["bad_lines"], summary["requests"]) == (1001, 1, 1000)
+    again = daemon_once(inv, state)  # a restart reads nothing twice and does not fail again
+    assert again.returncode == 0 and json.loads(again.stdout)["lines"] == 0
+    assert journaled_requests(state) == 1000
+
+
+def test_a_batch_that_cannot_commit_drops_only_its_unstorable_rows(tmp_path: Path) -> None:
+    from lorafleet.logs.follow import Checkpoint
+    from lorafleet.store.db import open_store
+    from lorafleet.store.journal import Outcomes, commit_or_drop, read_checkpoints
+
+    with open_store(tmp_path / "s.db") as store:
+        rollups = {
+            ("2026-11-02T09:00Z", "\ud800", "a0", "h/e0"): Outcomes(1, 1),
+            ("2026-11-02T09:00Z", "t", "a0", "h/e0"): Outcomes(2, 1),
+        }
+        checkpoint = Checkpoint("/var/log/a.jsonl", 1, 2, 300, 10, "abc")
+        dropped = commit_or_drop(store, rollups, [checkpoint], {}, [], [])
+        assert dropped == 1
+        assert read_checkpoints(store) == [checkpoint]  # the reading moves on
+        (requests,) = store.db.execute("SELECT SUM(requests) FROM rollups").fetchone()
+        (error,) = store.db.execute("SELECT message FROM errors").fetchone()
+    assert requests == 2 and "could not be stored" in error
