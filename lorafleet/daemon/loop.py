@@ -28,7 +28,7 @@ from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOAD_ANSWERS, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
-from lorafleet.errors import InputError
+from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.logs.reader import NameResolver
@@ -90,6 +90,7 @@ class Daemon:
         self.actors: dict[str, EngineActor] = {}
         self.log_now: float | None = None  # the newest log time the core has seen
         self.log_read_at = 0.0  # monotonic time that line was read
+        self._found: dict[str, bool] = {}  # per log pattern: whether a file matched it at the last look
         self.inventory = inventory
         placements = options.plan.placements if options.plan else ()
         core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
@@ -157,7 +158,23 @@ class Daemon:
         self._commit()
         files = sum(stream.files for stream in self.streams)
         log.info("following %d log file(s) of %s", files, ", ".join(self.patterns))
+        if not files and self.options.once:
+            raise OperationError(f"no log file to read: tried {', '.join(self.patterns)}")
+        self._watch_files()
         return read
+
+    def _watch_files(self) -> None:
+        """Say when a followed pattern has no file (at start, and whenever that changes): a daemon following
+        nothing must not look like one following a quiet log."""
+        for stream in self.streams:
+            found = stream.files > 0
+            if self._found.get(stream.pattern) == found:
+                continue
+            if not found:
+                log.warning("%s: no such log file; following it as soon as it appears", stream.pattern)
+            elif stream.pattern in self._found:
+                log.warning("%s: the log file is there now; following it", stream.pattern)
+            self._found[stream.pattern] = found
 
     def _loop(self, read: int) -> None:
         options = self.options
@@ -242,6 +259,8 @@ class Daemon:
                 if self.journal.batch.lines >= self.options.commit_every_lines:
                     self._commit()
             lag += stream.lag_bytes()
+        if self._found:
+            self._watch_files()
         self.metrics.log_lag_bytes.set(lag)
         if self.log_now is not None:
             self.metrics.log_lag_seconds.set(max(0.0, time.time() - self.log_now))

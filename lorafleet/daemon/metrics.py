@@ -12,6 +12,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from lorafleet.errors import InputError
+
 log = logging.getLogger("lorafleet.daemon")
 
 LOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -69,7 +71,14 @@ class DaemonMetrics:
         """Start the /metrics endpoint at HOST:PORT (port 0: a free one); returns the address bound."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
-        started = start_http_server(int(port), addr=host, registry=self.registry)
+        try:
+            started = start_http_server(int(port), addr=host, registry=self.registry)
+        except (OSError, ValueError) as exc:  # busy, not an address of this host, not a port
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InputError(
+                f"--metrics-addr {address}: cannot serve there: {reason}",
+                hint="choose a free port (0: any free one), or --metrics-addr off",
+            ) from exc
         server = started[0] if isinstance(started, tuple) else None
         self.server = server
         bound = server.server_address[1] if server is not None else int(port)

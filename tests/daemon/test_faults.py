@@ -64,3 +64,37 @@ def test_a_batch_that_cannot_commit_drops_only_its_unstorable_rows(tmp_path: Pat
         (requests,) = store.db.execute("SELECT SUM(requests) FROM rollups").fetchone()
         (error,) = store.db.execute("SELECT message FROM errors").fetchone()
     assert requests == 2 and "could not be stored" in error
+
+
+def test_a_missing_log_is_said_at_start_and_when_it_appears_and_once_without_one_exits_1(
+    tmp_path: Path, daemon_process
+) -> None:
+    from tests.daemon.conftest import wait_for
+
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    missing = tmp_path / "later.jsonl"
+    once = daemon_once(inv, tmp_path / "s.db", "--log", str(missing))
+    assert once.returncode == 1 and f"error: no log file to read: tried {missing}" in once.stderr
+    daemon = daemon_process(inv, tmp_path / "live.db", "--shadow", "--log", str(missing))
+    wait_for(lambda: "no such log file" in daemon.log(), what="a warning about the missing log")
+    missing.write_text(log_line("a0"))
+    wait_for(lambda: "the log file is there now" in daemon.log(), what=f"the log noticed\n{daemon.log()}")
+    code, _ = daemon.stop()
+    assert code == 0
+
+
+def test_a_busy_metrics_port_is_an_input_error_naming_the_option(tmp_path: Path) -> None:
+    import socket
+
+    adapters = write_adapters(tmp_path / "adapters", 1)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inv), "--state", str(tmp_path / "s.db"),
+                   "--shadow", "--once", "--metrics-addr", f"127.0.0.1:{port}"]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: --metrics-addr 127.0.0.1:{port}: cannot serve there")
