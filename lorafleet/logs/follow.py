@@ -122,12 +122,25 @@ class _Tail:
         self.skipping = False
         return lines
 
+    def rewind(self) -> None:
+        """The file was rewritten in place: read it again from its start."""
+        self.fh.seek(0)
+        self.offset = 0
+        self.head = _head(self.fh, 0)
+        self.pending = bytearray()
+        self.skipping = False
+
     def checkpoint(self) -> Checkpoint:
         self.head = head_len, head_hash = _head(self.fh, HEAD_BYTES)
         return Checkpoint(self.path, self.device, self.inode, self.offset, head_len, head_hash)
 
     def close(self) -> None:
         self.fh.close()
+
+
+def _old_size(tail: _Tail) -> int:
+    """The size of the file a tail has open, whatever its name is now."""
+    return os.fstat(tail.fh.fileno()).st_size
 
 
 def _open(path: str) -> tuple[BinaryIO, os.stat_result] | None:
@@ -182,8 +195,11 @@ class LogFollower:
         saved = self.saved.pop(path, None)
         offset = 0
         if saved is not None:
-            if (st.st_dev, st.st_ino) == (saved.device, saved.inode) and _matches(fh, saved):
+            same_file = (st.st_dev, st.st_ino) == (saved.device, saved.inode)
+            if same_file and _matches(fh, saved):
                 offset = saved.offset if st.st_size >= saved.offset else 0
+            elif same_file:
+                log.info("%s: rewritten in place while stopped (copy-truncate): reading it from its start", path)
             else:
                 self._resume_rotated(path, saved)
         elif self.first_scan and not self.from_start:
@@ -222,15 +238,20 @@ class LogFollower:
                 continue
             opened = _open(str(candidate))
             if opened is None:
+                log.warning("%s: rotated while stopped to %s, which cannot be opened: its unread lines are lost",
+                            path, candidate)  # fmt: skip
                 return
             fh, st = opened
-            if not _matches(fh, saved):
-                fh.close()
-                return
-            offset = saved.offset if st.st_size >= saved.offset else 0
+            rewritten = not _matches(fh, saved) or st.st_size < saved.offset
+            offset = 0 if rewritten else saved.offset
             fh.seek(offset)
-            self.rotated.append(_Tail(path, fh, st.st_dev, st.st_ino, offset, head=_head(fh, saved.head_len)))
-            log.info("%s: rotated while stopped; reading %s from offset %d first", path, candidate, offset)
+            self.rotated.append(_Tail(path, fh, st.st_dev, st.st_ino, offset, head=_head(fh, min(offset, HEAD_BYTES))))
+            if rewritten:  # copy-truncate, then renamed: the old file holds new lines from its start
+                log.info("%s: rotated while stopped to %s, which was rewritten since (copy-truncate): reading its "
+                         "%d bytes from the start", path, candidate, st.st_size)  # fmt: skip
+            else:
+                log.info("%s: rotated while stopped to %s: reading it from offset %d (%d bytes) first",
+                         path, candidate, offset, st.st_size - offset)  # fmt: skip
             return
         log.warning("%s: the file last read (inode %d) is gone; reading the new one from its start", path, saved.inode)
 
@@ -268,6 +289,10 @@ class LogFollower:
             st = None
         if st is not None and (st.st_dev, st.st_ino) != (tail.device, tail.inode):
             # Renamed away: drain the old file through its descriptor, then follow the new one from its start.
+            if _old_size(tail) < tail.offset or tail.replaced_in_place():
+                log.info("%s: truncated and rewritten (copy-truncate) before it was renamed: reading the old file "
+                         "from its start", path)  # fmt: skip
+                tail.rewind()
             lines: list[bytes] = []
             while True:
                 chunk, at_end = tail.read(budget)
@@ -277,7 +302,7 @@ class LogFollower:
             lines += tail.flush_partial()
             tail.close()
             self.rotations += 1
-            log.info("%s: rotated (new inode); old file read to its end", path)
+            log.info("%s: rotated (new inode); the old file read to its end (%d lines)", path, len(lines))
             del self.tails[path]
             self._start(path)  # no checkpoint and not the first scan: from its start
             new = self.tails.get(path)
@@ -289,12 +314,10 @@ class LogFollower:
             return out
         if st is not None and (st.st_size < tail.offset or tail.replaced_in_place()):
             self.truncations += 1
-            log.info("%s: truncated (copy-truncate rotation); reading from its start", path)
-            tail.fh.seek(0)
-            tail.offset = 0
-            tail.head = _head(tail.fh, 0)
-            tail.pending = bytearray()
-            tail.skipping = False
+            log.info(
+                "%s: truncated (copy-truncate rotation) at offset %d; reading it from its start", path, tail.offset
+            )
+            tail.rewind()
         lines, _ = tail.read(budget)
         if lines:
             out.append(Batch(path, lines, tail.checkpoint()))

@@ -98,3 +98,24 @@ def test_a_busy_metrics_port_is_an_input_error_naming_the_option(tmp_path: Path)
         done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: --metrics-addr 127.0.0.1:{port}: cannot serve there")
+
+
+def test_copy_truncate_then_a_rename_before_the_next_read_loses_nothing(tmp_path: Path) -> None:
+    """logrotate's copytruncate, then a rename of that file (a second rotation scheme, or an admin), while the
+    daemon was stopped: the renamed file was rewritten since its checkpoint, so it is read from its start."""
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log, state = tmp_path / "access.jsonl", tmp_path / "state.db"
+    t0 = time.time() - 3600
+    log.write_text("".join(log_line(f"a{i % 2}", ts=t0 + i) for i in range(100)))
+    assert json.loads(daemon_once(inv, state).stdout)["lines"] == 100
+    (tmp_path / "access.jsonl.1").write_bytes(log.read_bytes())  # copytruncate: the copy, then
+    with open(log, "r+") as fh:  # the same file truncated and written again
+        fh.truncate(0)
+        fh.write("".join(log_line("a0", ts=t0 + 200 + i) for i in range(50)))
+    log.rename(tmp_path / "access.jsonl.2")  # and renamed before the daemon read it again
+    log.write_text("".join(log_line("a1", ts=t0 + 300 + i) for i in range(30)))
+    second = daemon_once(inv, state, "-v")
+    assert json.loads(second.stdout)["lines"] == 80, second.stderr
+    assert "rewritten since (copy-truncate)" in second.stderr
+    assert journaled_requests(state) == 180
