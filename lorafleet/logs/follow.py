@@ -41,15 +41,17 @@ class Checkpoint:
     offset: int
     head_len: int
     head_hash: str
+    skipping: bool = False  # the offset is inside an over-long line already counted: skip up to its newline
 
 
 @dataclass
 class Batch:
-    """Complete lines of one path, and the checkpoint once they are consumed."""
+    """Complete lines of one path, the bytes the reading moved on, and the checkpoint once they are consumed."""
 
     path: str
     lines: list[bytes]
     checkpoint: Checkpoint
+    advanced: int = 0
 
 
 def _head(fh: BinaryIO, length: int) -> tuple[int, str]:
@@ -95,16 +97,19 @@ class _Tail:
             consumed += end + 1 - start
             start = end + 1
             if self.skipping:
-                self.skipping = False
-                lines.append(OVER_LONG)
+                self.skipping = False  # the end of an over-long line, counted when it began
             elif len(line) > MAX_LINE_BYTES + 1:
                 lines.append(OVER_LONG)
             else:
                 lines.append(line)
         rest = buffer[start:]
-        if len(rest) > MAX_LINE_BYTES:
-            consumed += len(rest)  # discard, remember to skip up to the newline
+        if self.skipping:  # still inside the over-long line: all of this is its
+            consumed += len(rest)
+            rest = bytearray()
+        elif len(rest) > MAX_LINE_BYTES:
+            consumed += len(rest)  # counted now, once; the rest is skipped up to its newline
             self.skipping = True
+            lines.append(OVER_LONG)
             rest = bytearray()
         self.pending = bytearray(rest)
         self.offset = consumed
@@ -113,9 +118,7 @@ class _Tail:
     def flush_partial(self) -> list[bytes]:
         """The file is rotated away: a last line without newline is its last line."""
         lines = []
-        if self.skipping:
-            lines.append(OVER_LONG)
-        elif self.pending.strip():
+        if not self.skipping and self.pending.strip():  # an over-long line was counted when it began
             lines.append(bytes(self.pending))
         self.offset += len(self.pending)
         self.pending = bytearray()
@@ -132,7 +135,7 @@ class _Tail:
 
     def checkpoint(self) -> Checkpoint:
         self.head = head_len, head_hash = _head(self.fh, HEAD_BYTES)
-        return Checkpoint(self.path, self.device, self.inode, self.offset, head_len, head_hash)
+        return Checkpoint(self.path, self.device, self.inode, self.offset, head_len, head_hash, self.skipping)
 
     def close(self) -> None:
         self.fh.close()
@@ -194,17 +197,19 @@ class LogFollower:
         fh, st = opened
         saved = self.saved.pop(path, None)
         offset = 0
+        skipping = False
         if saved is not None:
             same_file = (st.st_dev, st.st_ino) == (saved.device, saved.inode)
             if same_file and _matches(fh, saved):
                 offset = saved.offset if st.st_size >= saved.offset else 0
+                skipping = saved.skipping and offset > 0
             elif same_file:
                 log.info("%s: rewritten in place while stopped (copy-truncate): reading it from its start", path)
             else:
                 self._resume_rotated(path, saved)
         elif self.first_scan and not self.from_start:
             offset = st.st_size
-        tail = _Tail(path, fh, st.st_dev, st.st_ino, offset)
+        tail = _Tail(path, fh, st.st_dev, st.st_ino, offset, skipping=skipping)
         if offset and offset == st.st_size and not saved:
             self._skip_to_line_start(tail)
         tail.head = _head(fh, min(tail.offset, HEAD_BYTES))
@@ -245,7 +250,9 @@ class LogFollower:
             rewritten = not _matches(fh, saved) or st.st_size < saved.offset
             offset = 0 if rewritten else saved.offset
             fh.seek(offset)
-            self.rotated.append(_Tail(path, fh, st.st_dev, st.st_ino, offset, head=_head(fh, min(offset, HEAD_BYTES))))
+            head = _head(fh, min(offset, HEAD_BYTES))
+            skipping = saved.skipping and not rewritten
+            self.rotated.append(_Tail(path, fh, st.st_dev, st.st_ino, offset, skipping=skipping, head=head))
             if rewritten:  # copy-truncate, then renamed: the old file holds new lines from its start
                 log.info("%s: rotated while stopped to %s, which was rewritten since (copy-truncate): reading its "
                          "%d bytes from the start", path, candidate, st.st_size)  # fmt: skip
@@ -265,18 +272,19 @@ class LogFollower:
         budget = self.max_batch_bytes
         while self.rotated:
             tail = self.rotated[0]
+            before = tail.offset
             lines, at_end = tail.read(budget)
             if at_end:
                 lines += tail.flush_partial()
             if not at_end:
-                batches.append(Batch(tail.path, lines, tail.checkpoint()))
+                batches.append(Batch(tail.path, lines, tail.checkpoint(), tail.offset - before))
                 return batches
             tail.close()
             self.rotated.pop(0)
             successor = self.tails.get(tail.path)
             # Once the old file is done, the path's checkpoint is its successor's start.
             checkpoint = successor.checkpoint() if successor is not None else tail.checkpoint()
-            batches.append(Batch(tail.path, lines, checkpoint))
+            batches.append(Batch(tail.path, lines, checkpoint, max(1, tail.offset - before)))
         for path, tail in list(self.tails.items()):
             batches.extend(self._poll_one(path, tail, budget))
         return batches
@@ -318,9 +326,10 @@ class LogFollower:
                 "%s: truncated (copy-truncate rotation) at offset %d; reading it from its start", path, tail.offset
             )
             tail.rewind()
+        before = tail.offset
         lines, _ = tail.read(budget)
-        if lines:
-            out.append(Batch(path, lines, tail.checkpoint()))
+        if lines or tail.offset != before:  # skipping an over-long line is progress too
+            out.append(Batch(path, lines, tail.checkpoint(), tail.offset - before))
         if st is not None:
             tail.unread = max(0, st.st_size - tail.offset - len(tail.pending))
         return out

@@ -18,7 +18,7 @@ from lorafleet.policy.events import RequestEvent
 class EventBatch:
     path: str
     events: list[RequestEvent]  # in line order: adapter, base-model and unknown requests
-    consumed: int  # raw lines consumed (blank ones included)
+    consumed: int  # raw lines consumed (blank ones included); or 1 when only the skip of an over-long line moved on
     lines: int  # lines counted (blank ones are not)
     bad: int
     unknown: int  # requests naming an adapter (or model) the inventory does not know
@@ -50,7 +50,8 @@ class LogStream:
             lines0, bad0, unknown0 = tally.lines, tally.bad_lines, tally.unknown_requests
             events = [event for event in map(parse, batch.lines) if event is not None]
             lines, bad, unknown = tally.lines - lines0, tally.bad_lines - bad0, tally.unknown_requests - unknown0
-            out.append(EventBatch(batch.path, events, len(batch.lines), lines, bad, unknown, batch.checkpoint))
+            consumed = len(batch.lines) or int(batch.advanced > 0)
+            out.append(EventBatch(batch.path, events, consumed, lines, bad, unknown, batch.checkpoint))
         return out
 
     @property

@@ -138,17 +138,19 @@ def _write_rollups(db: sqlite3.Connection, rollups: Mapping[RollupKey, Outcomes]
 
 def _write_checkpoints(db: sqlite3.Connection, checkpoints: Iterable[Checkpoint], now: str) -> None:
     db.executemany(
-        "INSERT INTO checkpoints (path, device, inode, offset, head_len, head_hash, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET device = excluded.device, "
+        "INSERT INTO checkpoints (path, device, inode, offset, head_len, head_hash, skipping, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET device = excluded.device, "
         "inode = excluded.inode, offset = excluded.offset, head_len = excluded.head_len, "
-        "head_hash = excluded.head_hash, updated_at = excluded.updated_at",
-        [(c.path, c.device, c.inode, c.offset, c.head_len, c.head_hash, now) for c in checkpoints],
+        "head_hash = excluded.head_hash, skipping = excluded.skipping, updated_at = excluded.updated_at",
+        [(c.path, c.device, c.inode, c.offset, c.head_len, c.head_hash, int(c.skipping), now) for c in checkpoints],
     )
 
 
 def read_checkpoints(store: Store) -> list[Checkpoint]:
-    rows = store.db.execute("SELECT path, device, inode, offset, head_len, head_hash FROM checkpoints ORDER BY path")
-    return [Checkpoint(*row) for row in rows]
+    rows = store.db.execute(
+        "SELECT path, device, inode, offset, head_len, head_hash, skipping FROM checkpoints ORDER BY path"
+    )
+    return [Checkpoint(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6])) for row in rows]
 
 
 def prune(store: Store, before_minute: str, before_at: str) -> int:

@@ -152,6 +152,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE log_minutes ADD COLUMN unknown INTEGER NOT NULL DEFAULT 0;  -- requests naming no inventory adapter
         """,
     ),
+    (
+        "007_checkpoint_skipping",
+        """
+        ALTER TABLE checkpoints ADD COLUMN skipping INTEGER NOT NULL DEFAULT 0;  -- inside a counted over-long line
+        """,
+    ),
 )
 
 

@@ -119,3 +119,20 @@ def test_copy_truncate_then_a_rename_before_the_next_read_loses_nothing(tmp_path
     assert json.loads(second.stdout)["lines"] == 80, second.stderr
     assert "rewritten since (copy-truncate)" in second.stderr
     assert journaled_requests(state) == 180
+
+
+def test_once_reads_past_a_line_of_a_megabyte_to_the_end_of_the_data(tmp_path: Path) -> None:
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log, state = tmp_path / "access.jsonl", tmp_path / "state.db"
+    t0 = time.time() - 3600
+    with open(log, "w") as fh:
+        fh.write("".join(log_line("a0", ts=t0 + i) for i in range(5)))
+        fh.write('{"ts": %d, "model": "a1", "junk": "%s"}\n' % (t0 + 5, "x" * (1 << 20)))  # noqa: UP031
+        fh.write("".join(log_line("a1", ts=t0 + 6 + i) for i in range(5)))
+    summary = json.loads(daemon_once(inv, state).stdout)
+    assert (summary["requests"], summary["bad_lines"]) == (10, 1)
+    with open(log, "a") as fh:
+        fh.write("".join(log_line("a0", ts=t0 + 20 + i) for i in range(3)))
+    assert json.loads(daemon_once(inv, state).stdout)["requests"] == 3
+    assert journaled_requests(state) == 13

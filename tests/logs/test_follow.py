@@ -121,14 +121,29 @@ def test_an_over_long_line_is_skipped_to_its_newline_and_reported_once(tmp_path:
     log.write_text("")
     tail = LogFollower([str(log)], from_start=True, max_batch_bytes=4096)
     append(log, "x" * (MAX_LINE_BYTES + 10))
-    assert lines_of(tail) == []
-    for _ in range(30):  # the rest comes in small reads
-        tail.poll()
-    append(log, "tail of it\nok\n")
     seen = []
+    for _ in range(30):  # in small reads: counted once, as soon as it is longer than a line may be
+        seen += lines_of(tail)
+    assert seen == [OVER_LONG]
+    append(log, "tail of it\nok\n")
     for _ in range(40):
         seen += lines_of(tail)
     assert seen == [OVER_LONG, b"ok\n"]
+
+
+def test_a_restart_inside_an_over_long_line_skips_the_rest_of_it_without_counting_it_again(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("first\n" + "x" * (3 * MAX_LINE_BYTES))
+    saved: dict[str, Checkpoint] = {}
+    first = LogFollower([str(log)], from_start=True, max_batch_bytes=MAX_LINE_BYTES)
+    seen = [line for batch in first.poll() + first.poll() for line in batch.lines]
+    last_checkpoints(first, saved)
+    first.close()
+    (checkpoint,) = saved.values()
+    assert seen == [b"first\n", OVER_LONG] and checkpoint.skipping and checkpoint.offset > MAX_LINE_BYTES
+    append(log, "x" * 1000 + "\nafter\n")
+    again = LogFollower([str(log)], saved, max_batch_bytes=MAX_LINE_BYTES)
+    assert [line for _ in range(10) for batch in again.poll() for line in batch.lines] == [b"after\n"]
 
 
 def test_restart_resumes_at_the_checkpoint(tmp_path: Path) -> None:
