@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import sys
+import threading
 from typing import Any
 
 import click
@@ -112,6 +113,11 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     show_default=True,
     help="json: one object per line on stderr (for journald, Loki, …).",
 )
+@click.option(
+    "--standby",
+    is_flag=True,
+    help="If another daemon holds the state file, wait and take over when it stops (a hot spare).",
+)
 def daemon(
     as_json: bool,
     once: bool,
@@ -124,6 +130,7 @@ def daemon(
     retention: float,
     metrics_addr: str,
     log_format: str,
+    standby: bool,
 ) -> None:
     """Follow the gateway's access logs, warm adapters ahead of demand, journal every decision.
 
@@ -131,9 +138,11 @@ def daemon(
     is reported and the old one kept). Every outcome and action goes to the state database's journal; a crash
     neither loses nor double-counts a log line. --shadow sends nothing and journals what would have happened.
     """
+    from lorafleet.daemon.lock import hold_state
     from lorafleet.daemon.loop import Daemon, DaemonOptions
     from lorafleet.plan.planfile import read_plan
     from lorafleet.probe.files import FileChecker
+    from lorafleet.stopping import Stop
     from lorafleet.store.db import open_store
 
     s = settings()
@@ -143,6 +152,13 @@ def daemon(
     address = None if metrics_addr == "off" else metrics_addr
     options = DaemonOptions(policy, shadow, once, from_start, plan, logs, reconcile_every, retention / 86400.0)
     options = dataclasses.replace(options, metrics_addr=address)
+    stop = Stop()
+    reload_requested = threading.Event()  # SIGHUP sets it; the daemon's loop reads it
+    stop_and_reload_on_signals(stop.set, reload_requested.set)
+    lock = hold_state(s.state_path, standby, stop)  # one daemon per state file
+    if lock is None:
+        click.echo("standby stopped before taking over", err=True)
+        return
     store = open_store(s.state_path)
     checker = FileChecker(inv)
 
@@ -151,13 +167,13 @@ def daemon(
 
         return load_inventory(s.inventory_path)
 
-    runner = Daemon(inv, store, options, reload=reload, files_gone=checker.missing)
-    stop_and_reload_on_signals(runner.stop.set, runner.reload_requested.set)
+    runner = Daemon(inv, store, options, reload, files_gone=checker.missing, stop=stop, reloads=reload_requested)
     try:
         summary = runner.run()
     finally:
         checker.close()
         store.close()
+        lock.release()
     from lorafleet.cli import shapes
 
     data = shapes.daemon(summary, policy, shadow, str(s.state_path))

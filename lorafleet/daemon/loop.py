@@ -73,6 +73,7 @@ class Daemon:
         client_factory: Callable[[Engine], EngineClient] = make_client,
         files_gone: FileCheck | None = None,
         stop: Stop | None = None,
+        reloads: threading.Event | None = None,
     ) -> None:
         if options.policy == "oracle":
             raise ValueError("the oracle needs the future: replay only")
@@ -82,7 +83,7 @@ class Daemon:
         self.client_factory = client_factory
         self.files_gone: FileCheck = files_gone or (lambda engine, paths: [])
         self.stop = stop or Stop()
-        self.reload_requested = threading.Event()
+        self.reload_requested = reloads or threading.Event()  # set (by SIGHUP): re-read the inventory
         self.metrics = DaemonMetrics()
         self.summary = Summary()
         self.journal = Journaling(self.metrics, options.shadow, store.clock)

@@ -136,3 +136,31 @@ def test_once_reads_past_a_line_of_a_megabyte_to_the_end_of_the_data(tmp_path: P
         fh.write("".join(log_line("a0", ts=t0 + 20 + i) for i in range(3)))
     assert json.loads(daemon_once(inv, state).stdout)["requests"] == 3
     assert journaled_requests(state) == 13
+
+
+def test_one_daemon_per_state_file_and_a_standby_takes_over_from_the_checkpoint(tmp_path: Path, daemon_process) -> None:
+    import signal
+
+    from tests.daemon.conftest import wait_for
+
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log, state = tmp_path / "access.jsonl", tmp_path / "state.db"
+    active = daemon_process(inv, state, "--shadow", "--from-start")
+    wait_for(lambda: "following" in active.log(), what="the first daemon to start")
+    second = daemon_once(inv, state)  # a second daemon on the same state file
+    assert second.returncode == 2
+    assert f"another daemon is running on the state file {state}: pid {active.proc.pid} on " in second.stderr
+    standby = daemon_process(inv, state, "--shadow", "--standby")
+    wait_for(lambda: "standby:" in standby.log(), what="the standby to wait")
+    t0 = time.time()
+    with open(log, "a") as fh:
+        fh.write("".join(log_line(f"a{i % 2}", ts=t0 + i * 0.01) for i in range(300)))
+    wait_for(lambda: os.path.exists(state) and journaled_requests(state) == 300, what="the first daemon's commit")
+    active.signal(signal.SIGKILL)
+    wait_for(lambda: "took over" in standby.log(), what=f"the standby to take over\n{standby.log()}")
+    with open(log, "a") as fh:
+        fh.write("".join(log_line("a0", ts=t0 + 10 + i * 0.01) for i in range(200)))
+    wait_for(lambda: journaled_requests(state) == 500, what=f"the standby's commit\n{standby.log()}")
+    code, _ = standby.stop()
+    assert code == 0 and journaled_requests(state) == 500  # none lost, none counted twice
