@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from lorafleet.daemon.breaker import CircuitBreaker
+from lorafleet.daemon.breaker import AdapterBackoff, CircuitBreaker
 from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call
-from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError
+from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, EngineRejectedError
 from lorafleet.inventory.model import Engine
 from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNLOAD
 from lorafleet.stopping import Cancelled, Stop
@@ -77,6 +77,7 @@ class EngineActor:
         self.stop = stop
         self.files_gone = files_gone
         self.breaker = breaker or CircuitBreaker()
+        self.adapter_backoff = AdapterBackoff()
         self.inbox: queue.Queue[Work] = queue.Queue()
         self.retired = threading.Event()
         self.busy_since: float | None = None
@@ -121,9 +122,16 @@ class EngineActor:
             client.close()
 
     def _do(self, client: EngineClient, work: Work) -> Done:
+        """One call. Failures are sorted: the engine's own (it cannot be reached, times out, answers 5xx) count
+        toward its breaker; an answer about one adapter (a 4xx: files missing, rank, bad files) backs off that
+        adapter alone — the engine answered, so it is up. A reconcile goes through an open breaker: it is the
+        probe, and its success closes the breaker at once (an engine back from an outage is used again)."""
         key = self.engine.key
-        if not self.breaker.allow():
-            return Done(key, work, False, "refused", 0.0, f"{key}: circuit open after repeated failures")
+        adapter = work.adapter
+        if work.action != RECONCILE:
+            refusal = self._refusal(adapter)
+            if refusal is not None:
+                return Done(key, work, False, "refused", 0.0, refusal)
         client.failed = None  # the breaker decides when to try a failing engine again, not the client
         sent = time.monotonic()
         self.busy_since = sent
@@ -131,6 +139,11 @@ class EngineActor:
             action, registry, vanished, running = self._call(client, work)
         except Cancelled:
             return Done(key, work, False, "failed", _ms(sent), "stopped while in flight", sent)
+        except EngineRejectedError as exc:  # about this request: the engine is up
+            self.breaker.success()
+            if adapter is not None:
+                self.adapter_backoff.failure(adapter, exc.message)
+            return Done(key, work, False, "failed", _ms(sent), exc.message, sent)
         except EngineError as exc:
             self.breaker.failure()
             return Done(key, work, False, "failed", _ms(sent), exc.message, sent)
@@ -141,7 +154,19 @@ class EngineActor:
         finally:
             self.busy_since = None
         self.breaker.success()
+        if adapter is not None:
+            self.adapter_backoff.success(adapter)
         return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished, running)
+
+    def _refusal(self, adapter: str | None) -> str | None:
+        """Why a call is not sent now: the engine's breaker is open, or this adapter's last calls failed."""
+        key = self.engine.key
+        if not self.breaker.allow():
+            return f"{key}: circuit open after repeated failures"
+        waiting = self.adapter_backoff.blocked(adapter) if adapter is not None else None
+        if waiting is not None:
+            return f"{key}: {adapter} backing off after its calls failed ({waiting})"
+        return None
 
     def _call(
         self, client: EngineClient, work: Work

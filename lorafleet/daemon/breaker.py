@@ -61,4 +61,31 @@ class CircuitBreaker:
         self.opened += 1
 
 
-__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "STATE_VALUES", "CircuitBreaker"]
+class AdapterBackoff:
+    """Per adapter on one engine: after a call about it fails (the engine answered that the files are missing,
+    the rank too high, …), its calls wait, twice as long after each further failure (capped), while the engine's
+    other adapters go on; a success forgets it."""
+
+    def __init__(self, first_s: float = 5.0, max_s: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.first_s = first_s
+        self.max_s = max_s
+        self.clock = clock
+        self.waits: dict[str, tuple[float, float, str]] = {}  # adapter -> (until, wait, last error)
+
+    def blocked(self, adapter: str) -> str | None:
+        """The last error while the adapter is backing off, else None."""
+        found = self.waits.get(adapter)
+        if found is None or self.clock() >= found[0]:
+            return None
+        return found[2]
+
+    def failure(self, adapter: str, error: str) -> None:
+        _, wait, _ = self.waits.get(adapter, (0.0, self.first_s / 2, ""))
+        wait = min(wait * 2, self.max_s)
+        self.waits[adapter] = (self.clock() + wait, wait, error)
+
+    def success(self, adapter: str) -> None:
+        self.waits.pop(adapter, None)
+
+
+__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "STATE_VALUES", "AdapterBackoff", "CircuitBreaker"]

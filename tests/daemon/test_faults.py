@@ -164,3 +164,65 @@ def test_one_daemon_per_state_file_and_a_standby_takes_over_from_the_checkpoint(
     wait_for(lambda: journaled_requests(state) == 500, what=f"the standby's commit\n{standby.log()}")
     code, _ = standby.stop()
     assert code == 0 and journaled_requests(state) == 500  # none lost, none counted twice
+
+
+def metrics_text(port: int) -> str:
+    import urllib.request
+
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_one_adapter_whose_files_are_missing_does_not_block_its_engine(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    from tests.daemon.conftest import wait_for
+
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    adapters[0] = tmp_path / "adapters" / "gone"  # a0's path does not exist: its loads answer 404
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, host=4)], adapters)
+    state = tmp_path / "state.db"
+    daemon = daemon_process(inv, state, "--reconcile-every", "1")
+    port = daemon.metrics_port()
+    for i in range(30):
+        append_line(tmp_path / "access.jsonl", log_line(f"a{i % 3}", engine="h/e0"))
+        time.sleep(0.1)
+        assert 'lorafleet_engine_circuit_state{engine="h/e0"} 2.0' not in metrics_text(port)
+    wait_for(lambda: {"a1", "a2"} <= set(engine.state.registry), what=f"the healthy adapters loaded\n{daemon.log()}")
+    code, _ = daemon.stop()
+    assert code == 0
+    with sqlite3.connect(state) as c:
+        refused = c.execute("SELECT adapter, error FROM loads WHERE action = 'refused'").fetchall()
+    assert refused and all(adapter == "a0" and "backing off" in error for adapter, error in refused)
+
+
+def append_line(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def test_an_engine_back_from_a_long_outage_is_warmed_again_within_a_reconcile(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    """The breaker's backoff doubles while an engine is down; a reconcile is its probe and closes it at once,
+    so the plan's adapters come back a reconcile after the engine does, however long the outage was."""
+    from tests.daemon.conftest import wait_for
+    from tests.engine_emulator import Fault
+
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, host=4)], adapters)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "version: 1\nengines:\n  h/e0:\n  - {adapter: a0, pinned: false}\n  - {adapter: a1, pinned: false}\n"
+    )
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1", "--plan", str(plan))
+    wait_for(lambda: {"a0", "a1"} <= set(engine.state.registry), what=f"the plan warmed\n{daemon.log()}")
+    engine.state.faults.append(Fault(status=503, times=10**6))  # down: every call answers 503
+    engine.state.restart()  # and when it comes back it holds nothing
+    time.sleep(40.0)  # long enough for the breaker to have doubled its wait to 20 s and more
+    engine.state.faults.clear()
+    back = time.monotonic()
+    wait_for(lambda: {"a0", "a1"} <= set(engine.state.registry), timeout=20, what=f"re-warmed\n{daemon.log()}")
+    assert time.monotonic() - back < 4.0  # a reconcile interval and a load, not what is left of the breaker wait
+    assert daemon.stop()[0] == 0
