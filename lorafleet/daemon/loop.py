@@ -92,6 +92,8 @@ class Daemon:
         self.log_now: float | None = None  # the newest log time the core has seen
         self.log_read_at = 0.0  # monotonic time that line was read
         self._found: dict[str, bool] = {}  # per log pattern: whether a file matched it at the last look
+        self._next_reconcile = time.monotonic()  # live: the first reconcile comes before any action
+        self._seen_action = store.last_action_id()  # warm's and unload's rows after this one are news
         self.inventory = inventory
         placements = options.plan.placements if options.plan else ()
         core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
@@ -143,10 +145,33 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
+            self._reconcile_first()
             self._loop(self._first_read())
         finally:
             self._finish()
         return self.summary
+
+    def _reconcile_first(self) -> None:
+        """Before the first action, learn what every engine holds: a load decided on an empty book could land on
+        an engine that is full (an old SGLang refuses it) or already has the adapter. Bounded by the engines'
+        call deadlines; an engine that does not answer by then is left to its breaker and the next reconcile."""
+        if self.options.shadow or not self.actors:
+            return
+        self._reconcile()
+        deadline = time.monotonic() + max(e.call_deadline_s for e in self.inventory.engines) + 1.0
+        waiting = set(self.actors)
+        while waiting and not self.stop.is_set() and time.monotonic() < deadline:
+            try:
+                done = self.outbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if done.work.action == RECONCILE:
+                waiting.discard(done.engine)
+            try:
+                self._answered(done)
+            except Exception as exc:
+                self._internal_error(f"{done.engine}'s result", exc)
+        self._next_reconcile = time.monotonic() + self.options.reconcile_every_s
 
     def _first_read(self) -> int:
         """The first poll; then pin where reading starts (a first start begins at the files' ends): a crash
@@ -179,7 +204,7 @@ class Daemon:
 
     def _loop(self, read: int) -> None:
         options = self.options
-        next_reconcile = time.monotonic()  # at once: learn what the engines hold before acting on guesses
+        next_reconcile = self._next_reconcile
         next_commit = time.monotonic() + options.commit_every_s
         next_prune = 0.0
         while not self.stop.is_set():
@@ -187,6 +212,8 @@ class Daemon:
                 self._send(self.session.start(time.time()))  # nothing to catch up on: start on the wall clock
                 self.journal.fold(self.session.take_answers())
             self._drain()
+            if not options.shadow:
+                self._notice_cli_actions()
             if not options.once:
                 try:
                     self._send(self.session.advance(self._now()))
@@ -360,6 +387,14 @@ class Daemon:
             self.summary.vanished += 1
             self.metrics.vanished.labels(done.engine).inc()
         self._send(answer.calls)
+
+    def _notice_cli_actions(self) -> None:
+        """What `warm` and `unload` did since the last look (they journal in the same state store): the book
+        learns of it now, not at the next reconcile."""
+        for row in self.store.actions_since(self._seen_action, sources=("warm", "unload")):
+            self._seen_action = row.id
+            if row.ok:
+                self.session.noticed(row.engine, row.adapter, row.action, row.pinned)
 
     def _internal_error(self, what: str, exc: Exception) -> None:
         """A bug must cost one request, one result or one scheduled prefetch, never the daemon: logged with its

@@ -298,6 +298,32 @@ class Session:
                 decisions += core.load(now, engine, adapter, PLAN, order, pin=pin)
         return Reconciled(self._carry_out(now, decisions), bool(gone) and not registry, gone)
 
+    def noticed(self, engine: str, adapter: str, answer: str, pinned: bool) -> None:
+        """Another process (`warm`, `unload`) acted on an engine: the book follows what the engine now holds. A
+        load is resident and most recent, displacing the least recently used as the engine itself does; an
+        unload forgets the adapter, its pin included."""
+        state = self.core.book.engines.get(engine)
+        size = self.core.sizes.get(adapter)
+        if state is None or size is None or adapter in state.in_flight:
+            return
+        if answer == UNLOADED:
+            if adapter in state.resident:
+                state.unpin(adapter)
+                state.evict(adapter)
+            return
+        if answer not in LOAD_ANSWERS:
+            return
+        if adapter not in state.resident:
+            lru = [a for a in state.resident if a not in state.pins]
+            victims = [] if state.has_room(size) else state.victims_for(size, lru)
+            if victims is None:
+                return
+            state.admit(adapter, size, victims)
+        else:
+            state.touch(adapter)
+        if pinned:
+            state.pin(adapter)
+
     def replace_inventory(self, inventory: Inventory) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
         policy (bound to the new core) and the counts carry over."""

@@ -84,6 +84,16 @@ def read_actions(db: sqlite3.Connection, where: str = "", args: Sequence[object]
 
 
 @dataclass(frozen=True)
+class NoticedAction:
+    id: int
+    engine: str
+    adapter: str
+    action: str
+    ok: bool
+    pinned: bool
+
+
+@dataclass(frozen=True)
 class ResidencyRow:
     """One adapter lorafleet last knew resident on one engine; `lru_position` grows with each use."""
 
@@ -161,6 +171,22 @@ class Store:
     def record_action(self, row: ActionRow) -> None:
         with self.transaction() as db:
             write_actions(db, [row])
+
+    def last_action_id(self) -> int:
+        (found,) = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM loads").fetchone()
+        return int(found)
+
+    def actions_since(self, after: int, sources: Sequence[str]) -> list[NoticedAction]:
+        """Action rows of these sources after row `after`, oldest first, with whether the engine's residency row
+        says the adapter is pinned (for a daemon to learn what `warm` and `unload` did)."""
+        marks = ", ".join("?" * len(sources))
+        rows = self.db.execute(
+            "SELECT l.id, l.engine, l.adapter, l.action, l.ok, COALESCE(r.pinned, 0) FROM loads l "
+            "LEFT JOIN residency r ON r.engine = l.engine AND r.adapter = l.adapter "
+            f"WHERE l.id > ? AND l.source IN ({marks}) ORDER BY l.id",
+            (after, *sources),
+        )
+        return [NoticedAction(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5])) for r in rows]
 
     def loads(self, engine: str | None = None) -> list[ActionRow]:
         """Every action row (of one engine), oldest first."""

@@ -226,3 +226,52 @@ def test_an_engine_back_from_a_long_outage_is_warmed_again_within_a_reconcile(
     wait_for(lambda: {"a0", "a1"} <= set(engine.state.registry), timeout=20, what=f"re-warmed\n{daemon.log()}")
     assert time.monotonic() - back < 4.0  # a reconcile interval and a load, not what is left of the breaker wait
     assert daemon.stop()[0] == 0
+
+
+def test_start_up_reconciles_before_the_first_load(tmp_path: Path, emulators) -> None:
+    """An old SGLang refuses loads at max_loaded_loras; a daemon acting before it knew the engine was full
+    would have its first loads refused. It reconciles first: the engine's adapters are adopted, then unloaded
+    to make room."""
+    from collections import OrderedDict
+
+    from tests.daemon.conftest import sglang
+
+    engine = emulators(kind="sglang", gpu_slots=2, host_slots=2, legacy_cap=True)
+    adapters = write_adapters(tmp_path / "adapters", 4)
+    engine.state.registry.update({"a0": str(adapters[0]), "a1": str(adapters[1])})  # full before the daemon starts
+    engine.state.host = OrderedDict.fromkeys(["a0", "a1"])
+    inv = write_fleet(tmp_path, [sglang("s", engine.url, gpu=2, host=2)], adapters)
+    t0 = time.time()
+    (tmp_path / "access.jsonl").write_text(
+        "".join(log_line(f"a{2 + i % 2}", engine="h/s", ts=t0 + i) for i in range(4))
+    )
+    command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inv), "--state", str(tmp_path / "s.db"),
+               "--once", "--from-start", "--metrics-addr", "off", "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    summary = json.loads(done.stdout)
+    assert summary["failed"] == 0, done.stderr
+    assert {"a2", "a3"} <= set(engine.state.registry) and len(engine.state.registry) <= 2
+
+
+def test_a_running_daemon_learns_of_warm_at_once_through_the_shared_state(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    from tests.daemon.conftest import wait_for
+
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, host=4)], adapters)
+    state = tmp_path / "state.db"
+    daemon = daemon_process(inv, state, "--reconcile-every", "3600")  # no reconcile would tell it
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    warm = subprocess.run([sys.executable, "-m", "lorafleet", "warm", "a0", "-i", str(inv), "--state", str(state)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert warm.returncode == 0, warm.stderr
+    time.sleep(0.5)  # a few of the daemon's polls
+    append_line(tmp_path / "access.jsonl", log_line("a0", engine="h/e0"))
+    wait_for(lambda: journaled_requests(state) == 1, what=f"the request journaled\n{daemon.log()}")
+    assert daemon.stop()[0] == 0
+    with sqlite3.connect(state) as c:
+        (hits,) = c.execute("SELECT SUM(hits) FROM rollups WHERE adapter = 'a0'").fetchone()
+        loads = c.execute("SELECT COUNT(*) FROM loads WHERE source = 'daemon' AND adapter = 'a0'").fetchone()[0]
+    assert (hits, loads) == (1, 0)  # resident as warm left it: a hit, and no second load
