@@ -413,6 +413,36 @@ class EngineEmulator:
 
 
 DEMO_INVENTORY = Path(__file__).resolve().parent.parent / "inventories" / "demo.yaml"
+# The demo base model's projections (llama3-8b): (inputs, outputs) of each module an adapter may target.
+LLAMA3_8B_MODULES = {
+    "q_proj": (4096, 4096), "k_proj": (4096, 1024), "v_proj": (4096, 1024), "o_proj": (4096, 4096),
+    "gate_proj": (4096, 14336), "up_proj": (4096, 14336), "down_proj": (14336, 4096),
+}  # fmt: skip
+
+
+def write_demo_adapters(inventory_text: str, folder: Path) -> str:
+    """Real PEFT folders for the demo's adapters (zero weights, sparse: nothing is read but their headers), and
+    the inventory pointing at them: a daemon checking that registered adapters' files exist finds them."""
+    import re
+
+    from tests.peft_files import write_peft_adapter
+
+    def replace(match: re.Match[str]) -> str:
+        line = match.group(0)
+        adapter = re.search(r"id: ([\w-]+)", line)
+        rank = re.search(r"rank: (\d+)", line)
+        targets = re.search(r"target_modules: \[([^\]]*)\]", line)
+        if not (adapter and rank and targets):
+            return line
+        names = [t.strip() for t in targets.group(1).split(",")]
+        modules = LLAMA3_8B_MODULES if names == ["all-linear"] else {n: LLAMA3_8B_MODULES[n] for n in names}
+        path = folder / adapter.group(1)
+        write_peft_adapter(path, int(rank.group(1)), modules, layers=32)
+        return re.sub(r"path: \S+,", f"path: {path},", line)
+
+    return re.sub(r"^  - \{id: .*\}$", replace, inventory_text, flags=re.MULTILINE)
+
+
 DEMO_PORTS = {"vllm": 18000, "sglang": 18001}
 
 
@@ -442,7 +472,7 @@ def main() -> None:
             max_lora_rank=128,
             gpu_slots=2,
             host_slots=2,
-            require_paths=False,
+            require_paths=args.write_inventory is not None,  # with --write-inventory the adapters' files exist
         )
         try:
             server = _Server(state, port)
@@ -457,8 +487,10 @@ def main() -> None:
         text = DEMO_INVENTORY.read_text(encoding="utf-8")
         for kind, port in ports.items():
             text = text.replace(f"http://127.0.0.1:{DEMO_PORTS[kind]}", f"http://127.0.0.1:{port}")
-        Path(args.write_inventory).write_text(text, encoding="utf-8")
-        print(f"wrote {args.write_inventory}", flush=True)
+        written = Path(args.write_inventory)
+        text = write_demo_adapters(text, written.with_name(written.stem + "-adapters"))
+        written.write_text(text, encoding="utf-8")
+        print(f"wrote {args.write_inventory} (adapters' files under {written.stem}-adapters/)", flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

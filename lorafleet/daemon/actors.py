@@ -37,6 +37,7 @@ class Work:
     call: Call | None = None
     path: str | None = None
     queued_at: float = field(default_factory=time.monotonic)
+    watch: tuple[tuple[str, str], ...] = ()  # reconcile: (adapter, path) whose files were gone: back yet?
 
     @property
     def adapter(self) -> str | None:
@@ -55,6 +56,7 @@ class Done:
     registry: frozenset[str] | None = None  # reconcile: what the engine has registered
     vanished: tuple[str, ...] = ()  # reconcile: registered adapters whose files are gone (unregistered now)
     running: tuple[str, ...] = ()  # reconcile, vLLM: adapters in GPU slots now (its /metrics)
+    back: tuple[str, ...] = ()  # reconcile: watched adapters whose files are there again
 
 
 ClientFactory = Callable[[Engine], EngineClient]
@@ -137,6 +139,7 @@ class EngineActor:
         self.busy_since = sent
         try:
             action, registry, vanished, running = self._call(client, work)
+            back = self._back(work.watch) if work.action == RECONCILE else ()
         except Cancelled:
             return Done(key, work, False, "failed", _ms(sent), "stopped while in flight", sent)
         except EngineRejectedError as exc:  # about this request: the engine is up
@@ -156,7 +159,14 @@ class EngineActor:
         self.breaker.success()
         if adapter is not None:
             self.adapter_backoff.success(adapter)
-        return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished, running)
+        return Done(key, work, True, action, _ms(sent), None, sent, registry, vanished, running, back)
+
+    def _back(self, watch: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+        """Of the adapters whose files were gone, those whose files are there again (asked where it counts)."""
+        if not watch:
+            return ()
+        gone = set(self.files_gone(self.engine.key, dict(watch)))
+        return tuple(name for name, _ in watch if name not in gone)
 
     def _refusal(self, adapter: str | None) -> str | None:
         """Why a call is not sent now: the engine's breaker is open, or this adapter's last calls failed."""
@@ -180,8 +190,9 @@ class EngineActor:
             for adapter in gone:
                 # On vLLM the next request needing these files would kill the whole engine: unregister now.
                 client.unload(adapter)
-            running = tuple(a for a in client.activity().running if a in registry)  # vLLM: in a GPU slot now
-            return "reconciled", registry - set(gone), gone, running
+            kept = registry - set(gone)  # what is registered once the vanished are unregistered
+            running = tuple(a for a in client.activity().running if a in kept)  # vLLM: in a GPU slot now
+            return "reconciled", kept, gone, running
         call = work.call
         assert call is not None and name is not None
         if work.action == LOAD:

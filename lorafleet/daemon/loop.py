@@ -374,7 +374,8 @@ class Daemon:
     def _reconciled(self, done: Done) -> None:
         if not done.ok or done.registry is None:
             return
-        answer = self.session.reconciled(self._now(), done.engine, done.registry, done.vanished, done.running)
+        session = self.session
+        answer = session.reconciled(self._now(), done.engine, done.registry, done.vanished, done.running, done.back)
         self.journal.fold(self.session.take_answers())
         if answer.restarted:
             log.warning("%s: registry empty (engine restarted?); re-warming its planned adapters", done.engine)
@@ -386,6 +387,8 @@ class Daemon:
             )
             self.summary.vanished += 1
             self.metrics.vanished.labels(done.engine).inc()
+        for adapter in done.back:
+            log.warning("%s: %s's files are back; it may be loaded there again", done.engine, adapter)
         self._send(answer.calls)
 
     def _notice_cli_actions(self) -> None:
@@ -404,8 +407,10 @@ class Daemon:
 
     def _reconcile(self) -> None:
         self.summary.reconciles += 1
-        for actor in self.actors.values():
-            actor.submit(Work(RECONCILE))
+        adapters = self.inventory.adapters
+        for key, actor in self.actors.items():
+            lost = tuple((a, adapters[a].path) for a in self.session.lost(key) if a in adapters)
+            actor.submit(Work(RECONCILE, watch=lost))
 
     # --- inventory reload, journal ----------------------------------------------------------------------------
     def _reload(self) -> None:

@@ -260,17 +260,26 @@ class Session:
         return self._carry_out(now, self.core.load_finished(now, call.engine, call.adapter, ok))
 
     def reconciled(
-        self, now: float, engine: str, registry: Iterable[str], vanished: Sequence[str], running: Sequence[str]
+        self,
+        now: float,
+        engine: str,
+        registry: Iterable[str],
+        vanished: Sequence[str],
+        running: Sequence[str],
+        back: Sequence[str] = (),
     ) -> Reconciled:
         """Correct the book from an engine's registry: what it no longer has is forgotten (an emptied registry
-        is a restart); adapters whose files vanished were unregistered; what the engine certainly holds is
-        adopted while it fits; pinned and planned adapters it lacks are loaded again."""
+        is a restart — not when lorafleet itself unregistered what it held); adapters whose files vanished were
+        unregistered and are never loaded there again until their files are `back`; what the engine certainly
+        holds is adopted while it fits; pinned and planned adapters it lacks are loaded again."""
         now = self._at(now)
         core = self.core
         state = core.book.engines.get(engine)
         if state is None:
             return Reconciled([], False, [])
         registry = set(registry)
+        core.unavailable.update((engine, a) for a in vanished)
+        core.unavailable.difference_update((engine, a) for a in back)
         gone = [a for a in state.resident if a not in registry]
         wanted = {a: True for a in gone if a in state.pins and a not in vanished}  # pins come back
         for adapter in gone:
@@ -296,7 +305,12 @@ class Session:
             if not state.holds(adapter):
                 order = lambda: core.policy.victim_order(state, now)  # noqa: E731
                 decisions += core.load(now, engine, adapter, PLAN, order, pin=pin)
-        return Reconciled(self._carry_out(now, decisions), bool(gone) and not registry, gone)
+        dropped_by_engine = [a for a in gone if a not in vanished]
+        return Reconciled(self._carry_out(now, decisions), bool(dropped_by_engine) and not registry, gone)
+
+    def lost(self, engine: str) -> list[str]:
+        """The adapters whose files vanished from this engine's host (not loaded there until they are back)."""
+        return sorted(a for e, a in self.core.unavailable if e == engine)
 
     def noticed(self, engine: str, adapter: str, answer: str, pinned: bool) -> None:
         """Another process (`warm`, `unload`) acted on an engine: the book follows what the engine now holds. A
@@ -335,6 +349,7 @@ class Session:
                 new.book.engines[key] = state
         new.loading_reason = {k: v for k, v in old.loading_reason.items() if k[0] in new.book.engines}
         new.claimed = {k for k in old.claimed if k[0] in new.book.engines}
+        new.unavailable = {k for k in old.unavailable if k[0] in new.book.engines}
         self.core = new
         if self.sim is not None:
             budgets = {key: state.budget for key, state in new.book.engines.items()}

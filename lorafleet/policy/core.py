@@ -83,6 +83,8 @@ class PolicyCore:
         self.loading_reason: dict[tuple[str, str], str] = {}  # (engine, adapter) in flight -> why it was loaded
         self.claimed: set[tuple[str, str]] = set()  # prefetches in flight a request already waits on (used)
         self.used_prefetch = False  # whether the request `on_request` last classified used a prefetch
+        # (engine, adapter) never to load: its files vanished from the engine's host (vLLM would die of it)
+        self.unavailable: set[tuple[str, str]] = set()
         self.policy = policy
         policy.bind(self)
 
@@ -167,7 +169,7 @@ class PolicyCore:
         """Make room (evicting in the order `victim_order()` gives, asked only when room is needed) and start
         a load; [] when no room can be made."""
         state = self.book.engines[engine]
-        if state.holds(adapter):
+        if state.holds(adapter) or (engine, adapter) in self.unavailable:
             return []
         size = self.sizes[adapter]
         victims = [] if state.has_room(size) else state.victims_for(size, victim_order())

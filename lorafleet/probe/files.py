@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import socket
 import threading
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from lorafleet.inventory.model import Host, Inventory
 from lorafleet.probe.snapshot import ProbeError
@@ -24,17 +26,22 @@ class FileChecker:
 
     def __init__(self, inventory: Inventory, accept_new_host_keys: bool = False) -> None:
         self.hosts = {e.key: h for h in inventory.hosts for e in h.engines}
+        # A local host's paths say something of an engine only when that engine runs on this machine.
+        self.here = {e.key for h in inventory.hosts if h.connection == "local" for e in h.engines if runs_here(e.url)}
         self.jump_settings = {h.name: (h.address, h.ssh) for h in inventory.hosts}
         self.pool = SshPool(accept_new_host_keys)
         self.lock = threading.Lock()  # engines' actors check in parallel; one pool, one connection per host
 
     def missing(self, engine_key: str, paths: Mapping[str, str]) -> list[str]:
-        """Names whose path does not exist on the engine's host. When the host cannot be asked, nothing is
-        reported missing (an unreachable host is not a vanished file) and the reason is logged."""
+        """Names whose path does not exist on the engine's host. Only an authoritative answer reports anything:
+        when the host cannot be asked, or is 'local' while the engine's URL is another machine's, nothing is
+        reported missing (a check that cannot see the engine's disk is no evidence of a vanished file)."""
         host = self.hosts.get(engine_key)
         if host is None or not paths:
             return []
         if host.connection == "local":
+            if engine_key not in self.here:
+                return []
             return [name for name, path in paths.items() if not os.path.exists(path)]
         try:
             return self._remote(host, paths)
@@ -56,4 +63,12 @@ class FileChecker:
         self.pool.close()
 
 
-__all__ = ["FileChecker"]
+def runs_here(url: str) -> bool:
+    """Whether an engine URL names this machine (loopback, or this host's own name)."""
+    name = (urlsplit(url).hostname or "").lower()
+    if name in ("localhost", "::1") or name.startswith("127."):
+        return True
+    return name in {socket.gethostname().lower(), socket.getfqdn().lower()}
+
+
+__all__ = ["FileChecker", "runs_here"]

@@ -275,3 +275,53 @@ def test_a_running_daemon_learns_of_warm_at_once_through_the_shared_state(
         (hits,) = c.execute("SELECT SUM(hits) FROM rollups WHERE adapter = 'a0'").fetchone()
         loads = c.execute("SELECT COUNT(*) FROM loads WHERE source = 'daemon' AND adapter = 'a0'").fetchone()[0]
     assert (hits, loads) == (1, 0)  # resident as warm left it: a hit, and no second load
+
+
+def test_vanished_files_are_not_a_restart_and_the_adapter_waits_until_they_are_back(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    import shutil
+
+    from tests.daemon.conftest import wait_for
+
+    engine = emulators(kind="vllm", gpu_slots=1, host_slots=2)
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=1, host=2)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    log = tmp_path / "access.jsonl"
+    append_line(log, log_line("a1", engine="h/e0"))
+    wait_for(lambda: "a1" in engine.state.registry, what="a1 loaded")
+    keep = tmp_path / "kept"
+    shutil.move(str(adapters[1]), str(keep))  # its files vanish
+    wait_for(lambda: "a1" not in engine.state.registry, timeout=5, what=f"a1 unregistered\n{daemon.log()}")
+    loads_before = sum(1 for _, path, body in engine.state.requests if path.endswith("load_lora_adapter") and body)
+    for _ in range(5):  # requests for it: never loaded while its files are gone (a real vLLM would die of it)
+        append_line(log, log_line("a1", engine="h/e0"))
+        time.sleep(0.3)
+    loads_after = sum(1 for _, path, body in engine.state.requests if path.endswith("load_lora_adapter") and body)
+    assert loads_after == loads_before and "a1" not in engine.state.registry
+    shutil.move(str(keep), str(adapters[1]))  # and come back
+    wait_for(lambda: "files are back" in daemon.log(), timeout=5, what=f"the files noticed\n{daemon.log()}")
+    append_line(log, log_line("a1", engine="h/e0"))
+    wait_for(lambda: "a1" in engine.state.registry, timeout=5, what=f"a1 loaded again\n{daemon.log()}")
+    assert "engine restarted" not in daemon.log()  # lorafleet's own unregistering is no restart
+    assert daemon.stop()[0] == 0
+
+
+def test_a_local_files_check_speaks_only_for_engines_on_this_machine(tmp_path: Path, write_yaml) -> None:
+    from lorafleet.inventory import load_inventory
+    from lorafleet.probe.files import FileChecker, runs_here
+
+    inv = load_inventory(write_yaml(
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    engines:\n"
+        "      - {name: here, kind: vllm, url: 'http://127.0.0.1:9', base_model: m}\n"
+        "      - {name: away, kind: vllm, url: 'http://10.20.30.40:8000', base_model: m}\n"
+    ))  # fmt: skip
+    assert runs_here("http://localhost:1") and runs_here("http://127.0.0.1:2") and not runs_here("http://10.0.0.5")
+    checker = FileChecker(inv)
+    gone = {"a": str(tmp_path / "nowhere")}
+    assert checker.missing("h/here", gone) == ["a"]
+    assert checker.missing("h/away", gone) == []  # this machine's disk says nothing of another's
+    checker.close()
