@@ -325,3 +325,63 @@ def test_a_local_files_check_speaks_only_for_engines_on_this_machine(tmp_path: P
     assert checker.missing("h/here", gone) == ["a"]
     assert checker.missing("h/away", gone) == []  # this machine's disk says nothing of another's
     checker.close()
+
+
+def test_twenty_kills_with_both_rotations_and_a_standby_takeover_lose_and_repeat_nothing(
+    tmp_path: Path, daemon_process
+) -> None:
+    import random
+    import shutil
+    import signal
+
+    from tests.daemon.conftest import wait_for
+
+    adapters = write_adapters(tmp_path / "adapters", 4)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log, db = tmp_path / "access.jsonl", tmp_path / "state.db"
+    rng = random.Random(20261201)
+    t0 = time.time() - 3600
+    written = rotated = 0
+
+    def write(count: int) -> None:
+        nonlocal written
+        with open(log, "a") as fh:
+            for _ in range(count):
+                fh.write(log_line(f"a{rng.randrange(4)}", ts=t0 + written * 0.01))
+                written += 1
+
+    def counted() -> bool:
+        return db.exists() and journaled_requests(db) == written
+
+    for round_ in range(20):
+        daemon = daemon_process(inv, db, "--shadow", "--from-start", "--metrics-addr", "off")
+        wait_for(lambda d=daemon: "following" in d.log(), what="the daemon to start")  # type: ignore[misc]
+        if round_ == 10:  # a standby beside it takes over when it is killed
+            standby = daemon_process(inv, db, "--shadow", "--from-start", "--metrics-addr", "off", "--standby")
+            wait_for(lambda s=standby: "standby:" in s.log(), what="the standby to wait")  # type: ignore[misc]
+            write(50)
+            daemon.proc.send_signal(signal.SIGKILL)
+            daemon.proc.wait()
+            wait_for(lambda s=standby: "took over" in s.log(), what="the standby to take over")  # type: ignore[misc]
+            daemon = standby
+        for _ in range(rng.randint(1, 4)):
+            write(rng.randint(1, 60))
+            # One rotation between the daemon's reads (hourly, daily), as logrotate does: rename, which may be
+            # the last thing before the kill (then it is found again at the restart); or copy-truncate, which
+            # loses what the daemon had not read yet for any follower, so it comes once the daemon caught up.
+            if rng.random() < 0.3:
+                wait_for(counted, what=f"caught up before a rotation\n{daemon.log()}")
+                write(rng.randint(1, 20))  # and some lines it has not read yet
+                rotated += 1
+                log.rename(tmp_path / f"access.jsonl.{rotated}")
+            elif rng.random() < 0.2:
+                wait_for(counted, what=f"caught up before copy-truncate\n{daemon.log()}")
+                shutil.copy(log, tmp_path / "copied")
+                with open(log, "r+") as fh:
+                    fh.truncate(0)
+            time.sleep(rng.uniform(0.0, 0.3))
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait()
+    final = daemon_once(inv, db)
+    assert final.returncode == 0, final.stderr
+    assert journaled_requests(db) == written  # 0 lost, 0 counted twice
