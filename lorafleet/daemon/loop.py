@@ -145,6 +145,8 @@ class Daemon:
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
+            for stream in self.streams:
+                stream.open()  # a first start reads from the files' ends as of now, not after the reconcile
             self._reconcile_first()
             self._loop(self._first_read())
         finally:

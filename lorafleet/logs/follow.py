@@ -262,12 +262,16 @@ class LogFollower:
             return
         log.warning("%s: the file last read (inode %d) is gone; reading the new one from its start", path, saved.inode)
 
-    def poll(self) -> list[Batch]:
-        """Lines written since the last poll, per file; a rotated file is finished before its successor."""
+    def open(self) -> None:
+        """Open the files that match and are not followed yet (a first start: at their current ends)."""
         for path in self.paths():
             if path not in self.tails:
                 self._start(path)
         self.first_scan = False
+
+    def poll(self) -> list[Batch]:
+        """Lines written since the last poll, per file; a rotated file is finished before its successor."""
+        self.open()
         batches: list[Batch] = []
         budget = self.max_batch_bytes
         while self.rotated:

@@ -54,6 +54,10 @@ class LogStream:
             out.append(EventBatch(batch.path, events, consumed, lines, bad, unknown, batch.checkpoint))
         return out
 
+    def open(self) -> None:
+        """Open what matches now (a first start begins at the files' ends as of this moment)."""
+        self.follower.open()
+
     @property
     def files(self) -> int:
         return len(self.follower.tails)
