@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 
 from lorafleet.actions import runner
 from lorafleet.actions.runner import FAILED, SKIPPED, Acted, Reach, RunOptions, WarmResult
-from lorafleet.engines import EngineClient, EngineError
+from lorafleet.engines import EngineClient, EngineError, NotRegisteredError
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import ResidencyBook
 
@@ -35,7 +36,8 @@ class _UnloadWorker(runner.RegistryWorker):
                 return Acted(result, dropped=self.take_stale())
             if self.dry_run:
                 return Acted(WarmResult(adapter.id, key, WOULD_UNLOAD, True, runner.elapsed_ms(started)))
-            self.client.unload(adapter.id)
+            with suppress(NotRegisteredError):  # unregistered meanwhile (another admin, the daemon): as asked
+                self.client.unload(adapter.id)
         except EngineError as exc:
             return Acted(WarmResult(adapter.id, key, FAILED, False, runner.elapsed_ms(started), exc.message))
         self.registry().discard(adapter.id)

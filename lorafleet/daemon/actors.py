@@ -14,11 +14,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 from lorafleet.daemon.breaker import AdapterBackoff, CircuitBreaker
-from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call
-from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, EngineRejectedError
+from lorafleet.drive.session import LOADED, NOT_REGISTERED, RELOADED, TOUCHED, UNLOADED, Call
+from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, EngineRejectedError, NotRegisteredError
 from lorafleet.inventory.model import Engine
 from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNLOAD
 from lorafleet.stopping import Cancelled, Stop
@@ -49,7 +50,8 @@ class Done:
     engine: str
     work: Work
     ok: bool
-    action: str  # loaded, reloaded, touched, unloaded, reconciled, refused (circuit open or queue full), failed
+    action: str  # loaded, reloaded, touched, unloaded, reconciled, not-registered, refused (circuit open or queue
+    # full), failed
     ms: float
     error: str | None = None
     sent_at: float | None = None  # monotonic time the call was sent (decision latency)
@@ -142,6 +144,10 @@ class EngineActor:
             back = self._back(work.watch) if work.action == RECONCILE else ()
         except Cancelled:
             return Done(key, work, False, "failed", _ms(sent), "stopped while in flight", sent)
+        except NotRegisteredError as exc:  # the engine holds no such adapter: lorafleet's book is stale, not it
+            self.breaker.success()
+            ok = work.action == UNLOAD  # an unload's wanted state holds; a touch did not happen
+            return Done(key, work, ok, NOT_REGISTERED, _ms(sent), None if ok else exc.message, sent)
         except EngineRejectedError as exc:  # about this request: the engine is up
             self.breaker.success()
             if adapter is not None:
@@ -189,7 +195,8 @@ class EngineActor:
             gone = tuple(sorted(self.files_gone(self.engine.key, known))) if known else ()
             for adapter in gone:
                 # On vLLM the next request needing these files would kill the whole engine: unregister now.
-                client.unload(adapter)
+                with suppress(NotRegisteredError):  # unregistered meanwhile
+                    client.unload(adapter)
             kept = registry - set(gone)  # what is registered once the vanished are unregistered
             running = tuple(a for a in client.activity().running if a in kept)  # vLLM: in a GPU slot now
             return "reconciled", kept, gone, running

@@ -26,7 +26,7 @@ from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Wor
 from lorafleet.daemon.breaker import STATE_VALUES
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import LOAD_ANSWERS, Call, Counts, Session
+from lorafleet.drive.session import LOAD_ANSWERS, NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
@@ -372,6 +372,8 @@ class Daemon:
         calls = self.session.answered(self._now(), work.call, done.action, done.ok, done.ms, done.error)
         self.journal.fold(self.session.take_answers())
         self._send(calls)
+        if done.action == NOT_REGISTERED and actor is not None:  # the engine lost what the book holds: ask it now
+            actor.submit(Work(RECONCILE, watch=self._watched(done.engine)))
 
     def _reconciled(self, done: Done) -> None:
         if not done.ok or done.registry is None:
@@ -380,7 +382,9 @@ class Daemon:
         answer = session.reconciled(self._now(), done.engine, done.registry, done.vanished, done.running, done.back)
         self.journal.fold(self.session.take_answers())
         if answer.restarted:
-            log.warning("%s: registry empty (engine restarted?); re-warming its planned adapters", done.engine)
+            log.warning(
+                "%s: lost every adapter it held (engine restarted?); re-warming its planned adapters", done.engine
+            )
             self.summary.engine_restarts += 1
             self.metrics.engine_restarts.labels(done.engine).inc()
         for adapter in done.vanished:
@@ -409,10 +413,13 @@ class Daemon:
 
     def _reconcile(self) -> None:
         self.summary.reconciles += 1
-        adapters = self.inventory.adapters
         for key, actor in self.actors.items():
-            lost = tuple((a, adapters[a].path) for a in self.session.lost(key) if a in adapters)
-            actor.submit(Work(RECONCILE, watch=lost))
+            actor.submit(Work(RECONCILE, watch=self._watched(key)))
+
+    def _watched(self, engine: str) -> tuple[tuple[str, str], ...]:
+        """The adapters whose files vanished from this engine's host, with their paths: a reconcile asks after them."""
+        adapters = self.inventory.adapters
+        return tuple((a, adapters[a].path) for a in self.session.lost(engine) if a in adapters)
 
     # --- inventory reload, journal ----------------------------------------------------------------------------
     def _reload(self) -> None:

@@ -37,6 +37,7 @@ FORGET = "forget"  # a book entry a reconcile drops (no call: the engine no long
 # What the engine answered, as journaled: a load's answers, then the other calls' and what needs no call.
 LOADED, RELOADED, TOUCHED, UNLOADED = "loaded", "reloaded", "touched", "unloaded"
 EVICTED, FORGOTTEN = "evicted", "forgotten"
+NOT_REGISTERED = "not-registered"  # a touch answered "no such adapter": the book is stale (a reconcile follows)
 LOAD_ANSWERS = (LOADED, RELOADED)
 BY_ENGINE_LRU = "by the engine's LRU"
 
@@ -159,6 +160,9 @@ class Session:
         self.waiters: dict[tuple[str, str], list[tuple[float, Served | None, bool]]] = {}
         self.load_started: dict[tuple[str, str], float] = {}  # live: when each load in flight began
         self.speed: dict[str, float] = {}  # live, per engine: measured / modelled load time (calibration)
+        self.confirmed: dict[str, set[str]] = {}  # live, per engine: its registry at the last reconcile
+        self.disowned: dict[str, set[str]] = {}  # live, per engine: unloads and touches it answered "no such adapter"
+        self.loaded_since: dict[str, set[str]] = {}  # live, per engine: loads answered since the last reconcile
         self.started = False
 
     # --- the driver interface -----------------------------------------------------------------------------
@@ -235,6 +239,10 @@ class Session:
         core, whose follow-up decisions are returned as calls."""
         now = self._at(now)
         counts = self.counts
+        if answer == NOT_REGISTERED:  # the engine lost it: evidence for the next reconcile (asked for at once)
+            self.disowned.setdefault(call.engine, set()).add(call.adapter)
+            if call.action == UNLOAD:  # gone already, as asked
+                answer, error = UNLOADED, "the engine no longer had it"
         self._performed(now, call, answer, ok, ms, error)
         if not ok:
             counts.failed += 1
@@ -249,6 +257,7 @@ class Session:
         self.load_started.pop(key, None)
         if ok:
             self._loaded(call.reason)
+            self.loaded_since.setdefault(call.engine, set()).add(call.adapter)
             modelled = self.model_ms(call.engine, call.adapter)
             if modelled > 0 and answer == LOADED:
                 ratio = ms / modelled
@@ -268,8 +277,10 @@ class Session:
         running: Sequence[str],
         back: Sequence[str] = (),
     ) -> Reconciled:
-        """Correct the book from an engine's registry: what it no longer has is forgotten (an emptied registry
-        is a restart — not when lorafleet itself unregistered what it held); adapters whose files vanished were
+        """Correct the book from an engine's registry: what it no longer has is forgotten. A restart is an engine
+        that emptied its registry, or lost every adapter it had at the last reconcile that lorafleet has held
+        there since without loading it again, or was told "no such adapter" of (loads meanwhile refill it) — never
+        lorafleet's own unloads, which leave the book at once, nor vanished files. Adapters whose files vanished were
         unregistered and are never loaded there again until their files are `back`; what the engine certainly
         holds is adopted while it fits; pinned and planned adapters it lacks are loaded again."""
         now = self._at(now)
@@ -278,6 +289,10 @@ class Session:
         if state is None:
             return Reconciled([], False, [])
         registry = set(registry)
+        disowned = self.disowned.pop(engine, set()) - registry
+        held = (set(state.resident) | disowned) - self.loaded_since.pop(engine, set()) - set(vanished)
+        survivors = self.confirmed.get(engine, set()) & held  # what it had then and should still have
+        self.confirmed[engine] = set(registry)
         core.unavailable.update((engine, a) for a in vanished)
         core.unavailable.difference_update((engine, a) for a in back)
         gone = [a for a in state.resident if a not in registry]
@@ -306,7 +321,9 @@ class Session:
                 order = lambda: core.policy.victim_order(state, now)  # noqa: E731
                 decisions += core.load(now, engine, adapter, PLAN, order, pin=pin)
         dropped_by_engine = [a for a in gone if a not in vanished]
-        return Reconciled(self._carry_out(now, decisions), bool(dropped_by_engine) and not registry, gone)
+        dropped = bool(dropped_by_engine or disowned)
+        restarted = dropped and (not registry or (bool(survivors) and not survivors & registry))
+        return Reconciled(self._carry_out(now, decisions), restarted, gone)
 
     def lost(self, engine: str) -> list[str]:
         """The adapters whose files vanished from this engine's host (not loaded there until they are back)."""
@@ -513,6 +530,7 @@ __all__ = [
     "KEEP",
     "LOADED",
     "LOAD_ANSWERS",
+    "NOT_REGISTERED",
     "RECONCILE",
     "RELOADED",
     "TOUCHED",

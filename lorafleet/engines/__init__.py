@@ -7,6 +7,7 @@ from lorafleet.engines.base import (
     EngineRejectedError,
     EngineUnavailableError,
     MissingApiKeyError,
+    NotRegisteredError,
     make_client,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "EngineRejectedError",
     "EngineUnavailableError",
     "MissingApiKeyError",
+    "NotRegisteredError",
     "make_client",
 ]

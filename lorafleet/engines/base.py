@@ -15,7 +15,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -51,6 +52,23 @@ class EngineRejectedError(EngineError):
 
 class AlreadyLoadedError(EngineRejectedError):
     """The adapter name is already registered on the engine: for lorafleet a state, not a failure."""
+
+
+class NotRegisteredError(EngineRejectedError):
+    """The engine holds no adapter of that name (it restarted, or another client unloaded it): for an unload the
+    wanted state, for a touch a sign that lorafleet's book is stale — not a failure of the adapter."""
+
+
+@contextmanager
+def not_registered(message: re.Pattern[str], status: int | None = None) -> Iterator[None]:
+    """An engine's refusal naming an adapter it does not hold (its words match `message`, with `status` where
+    given), raised as NotRegisteredError; any other failure passes as it was."""
+    try:
+        yield
+    except EngineRejectedError as exc:
+        if (status is None or exc.status == status) and message.search(exc.message):
+            raise NotRegisteredError(exc.engine, exc.message, exc.status) from exc
+        raise
 
 
 class MissingApiKeyError(InputError):

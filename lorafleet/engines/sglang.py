@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lorafleet.engines.base import AlreadyLoadedError, EngineClient, EngineRejectedError
+from lorafleet.engines.base import AlreadyLoadedError, EngineClient, EngineRejectedError, not_registered
 
 _ALREADY = re.compile(r"already exists", re.IGNORECASE)
+# unload: "LoRA with name <n> does not exist…"; a request naming it: "… is not loaded"
+_UNKNOWN = re.compile(r"does not exist|is not loaded", re.IGNORECASE)
 
 
 class SglangClient(EngineClient):
@@ -46,10 +48,13 @@ class SglangClient(EngineClient):
 
     def prime(self, name: str) -> None:
         model = f"{self.served_model()}:{name}"
-        self.request("POST", "/v1/completions", {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0})
+        body = {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+        with not_registered(_UNKNOWN):
+            self.request("POST", "/v1/completions", body)
 
     def unload(self, name: str) -> None:
-        self._post("/unload_lora_adapter", {"lora_name": name})
+        with not_registered(_UNKNOWN):
+            self._post("/unload_lora_adapter", {"lora_name": name})
 
     def server_info(self) -> dict[str, Any]:
         info = self.get_json("/get_server_info")

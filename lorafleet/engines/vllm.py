@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
-from lorafleet.engines.base import Activity, AlreadyLoadedError, EngineClient, EngineRejectedError
+from lorafleet.engines.base import Activity, AlreadyLoadedError, EngineClient, EngineRejectedError, not_registered
 
 _ALREADY = re.compile(r"has already been loaded", re.IGNORECASE)
+# unload: "The lora adapter '<name>' cannot be found."; a request: "The model `<name>` does not exist."
+_UNKNOWN = re.compile(r"cannot be found|does not exist", re.IGNORECASE)
 
 
 class VllmClient(EngineClient):
@@ -44,10 +46,13 @@ class VllmClient(EngineClient):
             self.prime(name)  # a version without load_inplace: a tiny request pulls it back in
 
     def prime(self, name: str) -> None:
-        self.request("POST", "/v1/completions", {"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0})
+        body = {"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0}
+        with not_registered(_UNKNOWN, status=404):
+            self.request("POST", "/v1/completions", body)
 
     def unload(self, name: str) -> None:
-        self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, idempotent=True)
+        with not_registered(_UNKNOWN, status=404):
+            self.request("POST", "/v1/unload_lora_adapter", {"lora_name": name}, idempotent=True)
 
     def activity(self) -> Activity:
         return parse_lora_requests_info(self.request("GET", "/metrics").text)

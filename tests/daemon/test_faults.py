@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.daemon.conftest import log_line, vllm, write_adapters, write_fleet
+from tests.daemon.conftest import log_line, sglang, vllm, write_adapters, write_fleet
 
 
 def daemon_once(inventory: Path, state: Path, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -307,6 +307,39 @@ def test_vanished_files_are_not_a_restart_and_the_adapter_waits_until_they_are_b
     wait_for(lambda: "a1" in engine.state.registry, timeout=5, what=f"a1 loaded again\n{daemon.log()}")
     assert "engine restarted" not in daemon.log()  # lorafleet's own unregistering is no restart
     assert daemon.stop()[0] == 0
+
+
+def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_unloads_are_no_failures(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    """Traffic goes on while an engine restarts: the daemon loads new adapters there before its next reconcile,
+    and unloads adapters the engine no longer has (answered "does not exist"): the restart is seen at once,
+    once, and the unloads are done, not failed."""
+    from tests.daemon.conftest import wait_for
+
+    engine = emulators(kind="sglang", gpu_slots=2, host_slots=2)
+    adapters = write_adapters(tmp_path / "adapters", 4)
+    inv = write_fleet(tmp_path, [sglang("e0", engine.url, host=2)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "4")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    log = tmp_path / "access.jsonl"
+    for adapter in ("a0", "a1"):
+        append_line(log, log_line(adapter, engine="h/e0"))
+    wait_for(lambda: set(engine.state.registry) == {"a0", "a1"}, what=f"a0, a1 loaded\n{daemon.log()}")
+    wait_for(lambda: daemon.log().count("GET /v1/models") >= 2, timeout=8, what="a reconcile confirming them")
+    engine.state.restart()
+    for adapter in ("a2", "a3"):  # the book still holds a0, a1: they are unloaded to make room
+        append_line(log, log_line(adapter, engine="h/e0"))
+    wait_for(lambda: set(engine.state.registry) == {"a2", "a3"}, what="a2, a3 loaded", log=daemon.log)
+    wait_for(lambda: "engine restarted?" in daemon.log(), timeout=3, what="the restart seen", log=daemon.log)
+    time.sleep(1.0)
+    assert daemon.stop()[0] == 0
+    assert daemon.log().count("engine restarted?") == 1
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        unloads = c.execute("SELECT adapter, ok, error FROM loads WHERE action = 'unloaded' ORDER BY 1").fetchall()
+        failed = c.execute("SELECT COUNT(*) FROM loads WHERE ok = 0").fetchone()[0]
+    assert unloads == [("a0", 1, "the engine no longer had it"), ("a1", 1, "the engine no longer had it")]
+    assert failed == 0
 
 
 def test_a_local_files_check_speaks_only_for_engines_on_this_machine(tmp_path: Path, write_yaml) -> None:

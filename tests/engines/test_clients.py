@@ -11,6 +11,7 @@ from lorafleet.engines import (
     EngineRejectedError,
     EngineUnavailableError,
     MissingApiKeyError,
+    NotRegisteredError,
     make_client,
 )
 from lorafleet.engines.vllm import parse_lora_requests_info
@@ -195,6 +196,34 @@ def test_sglang_prime_names_base_and_adapter(httpx_mock: HTTPXMock) -> None:
         json={"choices": []},
     )
     client("sglang").prime("a")
+
+
+@pytest.mark.parametrize(
+    ("kind", "route", "status", "message", "error"),
+    [
+        ("vllm", "/v1/unload_lora_adapter", 404, "The lora adapter 'a' cannot be found.", NotRegisteredError),
+        ("vllm", "/v1/completions", 404, "The model `a` does not exist.", NotRegisteredError),
+        ("vllm", "/v1/unload_lora_adapter", 404, "Not Found", EngineRejectedError),  # no such route: a failure
+        ("vllm", "/v1/completions", 400, "The model `a` does not exist.", EngineRejectedError),  # not vLLM's 404
+        ("sglang", "/unload_lora_adapter", 400, "LoRA with name a does not exist. Loaded LoRA adapters: {}", None),
+        ("sglang", "/v1/completions", 400, "LoRA adapter a is not loaded.", NotRegisteredError),
+        ("sglang", "/unload_lora_adapter", 400, "LoRA is not enabled", EngineRejectedError),
+    ],
+)
+def test_an_adapter_the_engine_does_not_hold_is_not_registered_not_a_failure(
+    httpx_mock: HTTPXMock, kind: str, route: str, status: int, message: str, error: type | None
+) -> None:
+    """After a restart the engine answers unloads and touches of what lorafleet held with "no such adapter":
+    the wanted state for an unload, a stale book for a touch — never the adapter's fault."""
+    error = error or NotRegisteredError
+    if kind == "sglang" and route == "/v1/completions":
+        httpx_mock.add_response(url=f"{URL}/v1/models", json={"data": [{"id": "qwen", "parent": None}]})
+    body = {"error": {"message": message}} if kind == "vllm" else {"success": False, "error_message": message}
+    httpx_mock.add_response(method="POST", url=f"{URL}{route}", status_code=status, json=body)
+    with pytest.raises(EngineRejectedError) as caught:
+        c = client(kind)
+        c.unload("a") if "unload" in route else c.prime("a")
+    assert type(caught.value) is error
 
 
 def test_sglang_launch_limits(httpx_mock: HTTPXMock) -> None:

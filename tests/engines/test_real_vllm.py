@@ -166,6 +166,20 @@ def test_missing_path_is_the_engines_404(vllm_server, real_inventory, run_cli) -
     assert "No adapter found" in results[0]["error"]
 
 
+def test_the_real_engine_names_an_adapter_it_does_not_hold_as_not_registered(vllm_server) -> None:
+    """What a restarted vLLM answers for an unload or a touch of an adapter it lost: lorafleet reads both as
+    "not registered" (an unload done, a stale book), not as the adapter failing."""
+    from lorafleet.engines import NotRegisteredError, make_client
+    from tests.engines.conftest import make_engine
+
+    url, _ = vllm_server
+    client = make_client(make_engine("vllm", url, timeout_s=60))
+    with pytest.raises(NotRegisteredError, match="cannot be found"):
+        client.unload("never-loaded")
+    with pytest.raises(NotRegisteredError, match="does not exist"):
+        client.prime("never-loaded")
+
+
 def test_rank_above_max_refused_before_sending(vllm_server, real_inventory, run_cli) -> None:
     url, _ = vllm_server
     result = run_cli("warm", "-i", str(real_inventory), "real-r128", "--engine", "local/vllm")

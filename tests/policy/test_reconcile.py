@@ -1,0 +1,60 @@
+"""The live session's reconcile rules, without processes: what a registry read says of a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet.drive.session import Session
+from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.policies import make_policy
+from tests.policy.builders import make_inventory
+
+SGLANG = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}]
+
+
+def live(tmp_path: Path, *held: str) -> Session:
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=SGLANG), make_policy("lru")))
+    for adapter in held:
+        session.core.book["h/e0"].admit(adapter, 1)
+    session.reconciled(1000.0, "h/e0", held, (), ())  # the engine confirms what the book holds
+    return session
+
+
+def test_an_emptied_registry_is_a_restart(tmp_path: Path) -> None:
+    session = live(tmp_path, "a0", "a1")
+    assert session.reconciled(1001.0, "h/e0", [], (), ()).restarted
+
+
+def test_a_registry_refilled_by_loads_since_the_restart_is_still_a_restart(tmp_path: Path) -> None:
+    session = live(tmp_path, "a0", "a1")
+    session.core.book["h/e0"].admit("a2", 1)  # loaded after the engine restarted, before this reconcile
+    answer = session.reconciled(1001.0, "h/e0", ["a2"], (), ())
+    assert answer.restarted and sorted(answer.forgotten) == ["a0", "a1"]
+
+
+def test_one_adapter_dropped_while_others_stay_is_no_restart(tmp_path: Path) -> None:
+    session = live(tmp_path, "a0", "a1")
+    answer = session.reconciled(1001.0, "h/e0", ["a1"], (), ())
+    assert not answer.restarted and answer.forgotten == ["a0"]
+
+
+def test_lorafleets_own_unloads_and_vanished_files_are_no_restart(tmp_path: Path) -> None:
+    session = live(tmp_path, "a0", "a1")
+    book = session.core.book["h/e0"]
+    book.evict("a0")  # lorafleet unloaded a0 itself: the book let go of it at once
+    book.admit("a2", 1)
+    assert not session.reconciled(1001.0, "h/e0", ["a2"], ["a1"], ()).restarted  # a1's files vanished
+
+
+def test_adapters_loaded_again_since_the_last_reconcile_are_no_survivors(tmp_path: Path) -> None:
+    """vLLM keeps names the book let go of; after a restart the daemon loads some of them again before the next
+    reconcile. Those prove nothing: only what the engine kept all along does."""
+    from lorafleet.drive.session import LOADED, Call
+    from lorafleet.policy.core import LOAD
+
+    session = live(tmp_path, "a0", "a1")
+    book = session.core.book["h/e0"]
+    book.evict("a0")  # let go of by the book (vLLM: still registered)
+    book.start_load("a0", 1)
+    session.answered(1000.5, Call(LOAD, "h/e0", "a0", "demand"), LOADED, True, 5.0)  # loaded after the restart
+    assert session.reconciled(1001.0, "h/e0", ["a0"], (), ()).restarted  # a1 is gone: it restarted
