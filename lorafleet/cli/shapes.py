@@ -40,9 +40,10 @@ def inventory_check(inv: Inventory) -> dict[str, Any]:
 def inventory_show(inv: Inventory) -> dict[str, Any]:
     """`inventory show --json`: `{"fleet", "sources", "hosts": [{"name", "provider", "group", "connection", "address",
     "region", "site", "instance_type", "gpu", "gpus", "engines": [{"name", "key", "kind", "url", "base_model", "gpus",
-    "gpu_slots", "host_slots", "max_lora_rank", "lora_budget_bytes", "api_key_env", "load_model"}]}], "base_models",
-    "adapters": [{"id", "base_model", "rank", "target_modules", "path", "tenants", "size_bytes", "size_source"}],
-    "tenants": [{"name", "tier", "pinned", "workflows"}], "warnings"}` — hosts after range expansion."""
+    "gpu_slots", "host_slots", "max_lora_rank", "lora_budget_bytes", "api_key_env", "api_key_file", "load_model"}]}],
+    "base_models", "adapters": [{"id", "base_model", "rank", "target_modules", "path", "tenants", "size_bytes",
+    "size_source"}], "tenants": [{"name", "tier", "pinned", "workflows"}], "warnings"}` — hosts after range
+    expansion."""
     return {
         "fleet": inv.fleet,
         "sources": list(inv.sources),
@@ -111,6 +112,7 @@ def _engine(e: Engine) -> dict[str, Any]:
         "max_lora_rank": e.max_lora_rank,
         "lora_budget_bytes": e.lora_budget_bytes,
         "api_key_env": e.api_key_env,
+        "api_key_file": e.api_key_file,
         "load_model": {
             "load_fixed_ms": e.load.load_fixed_ms,
             "disk_gbps": e.load.disk_gbps,

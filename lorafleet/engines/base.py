@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -72,10 +73,43 @@ def not_registered(message: re.Pattern[str], status: int | None = None) -> Itera
 
 
 class MissingApiKeyError(InputError):
-    """The inventory names an API-key variable that is not set."""
+    """The inventory names an API-key variable that is not set, or a key file that cannot be read."""
+
+
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+def key_file_path(engine: Engine) -> Path | None:
+    """Where the engine's key file is: absolute (or ~) as written; a relative name in $CREDENTIALS_DIRECTORY
+    when systemd set it (LoadCredential=), otherwise beside the inventory file that names it."""
+    if engine.api_key_file is None:
+        return None
+    path = Path(os.path.expanduser(engine.api_key_file))
+    if path.is_absolute():
+        return path
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+    return (Path(credentials) if credentials else Path(engine.source.file).parent) / path
 
 
 def api_key(engine: Engine) -> str | None:
+    """The engine's API key, from its file or its variable; errors name where it was looked for, never a value."""
+    path = key_file_path(engine)
+    if path is not None:
+        where = f"engine {engine.key}: API key file {path}"
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(MAX_KEY_FILE_BYTES + 1)
+        except OSError as exc:
+            raise MissingApiKeyError(f"{where} cannot be read: {exc.strerror or exc}") from None
+        if len(data) > MAX_KEY_FILE_BYTES:
+            raise MissingApiKeyError(f"{where} is over {MAX_KEY_FILE_BYTES // 1024} KiB: not a key")
+        try:
+            key = data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise MissingApiKeyError(f"{where} is not UTF-8 text") from None
+        if not key or any(ch in key for ch in "\r\n"):
+            raise MissingApiKeyError(f"{where} should hold the key alone, on one line")
+        return key
     if engine.api_key_env is None:
         return None
     value = os.environ.get(engine.api_key_env)

@@ -251,6 +251,13 @@ def _engine(
     if not ok or slots is None:
         return None
     gpu_slots, host_slots, max_rank = slots
+    if "api_key_env" in tuning and "api_key_file" in tuning:  # the engine's own choice overrides an inherited one
+        own = [k for k in ("api_key_env", "api_key_file") if k in got]
+        if len(own) != 1:
+            key = own[-1] if own else "api_key_file"
+            c.add(m, key, join(path, key), "api_key_env and api_key_file both apply to this engine: set one of them")
+            return None
+        tuning = {k: v for k, v in tuning.items() if k != ("api_key_file" if own == ["api_key_env"] else "api_key_env")}
     budget = tuning.get("lora_budget_mb")
     return Engine(
         host=host,
@@ -264,6 +271,7 @@ def _engine(
         max_lora_rank=max_rank,
         lora_budget_bytes=None if budget is None else int(budget * MIB),
         api_key_env=tuning.get("api_key_env"),
+        api_key_file=tuning.get("api_key_file"),
         load=LoadModel(**{k: tuning[k] for k in LOAD_KEYS if k in tuning}),
         request_timeout_s=tuning.get("request_timeout_s", schema.TUNING.defaults()["request_timeout_s"]),
         source=spot.location(),

@@ -101,6 +101,7 @@ class Engine:
     call_deadline_s: float = 60.0  # one whole call, retries and body included
     max_response_bytes: int = 8 * 1024 * 1024  # a longer answer is refused, not read
     proxy: str | None = None  # engine traffic goes direct (proxy variables ignored) unless this is set
+    api_key_file: str | None = None  # a file holding the API key (relative: in $CREDENTIALS_DIRECTORY, or by the file)
 
     @property
     def key(self) -> str:

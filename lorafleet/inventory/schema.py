@@ -201,6 +201,7 @@ TUNING = Section(
         Field("max_response_mb", number()),
         Field("proxy", proxy_url()),
         Field("api_key_env", ENV_NAME),
+        Field("api_key_file", text()),
         Field("lora_budget_mb", number()),
         Field("max_lora_rank", integer(minimum=1)),
     ),

@@ -3,12 +3,16 @@ and every Grafana query names a metric the daemon exports."""
 
 from __future__ import annotations
 
-import configparser
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from lorafleet.daemon.metrics import metric_names
@@ -32,16 +36,75 @@ def test_the_kubernetes_example_is_a_deployment_with_a_valid_inventory(tmp_path:
     assert len(inv.engines) == 2 and inv.gateway_logs
 
 
+def unit_lines() -> dict[str, list[str]]:
+    """The unit's [Service] settings, each key with every value it is given (systemd keys may repeat)."""
+    out: dict[str, list[str]] = {}
+    section = None
+    for line in (DEPLOY / "lorafleet-daemon.service").read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif section == "Service" and "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def runnable_unit(tmp_path: Path) -> Path:
+    """The unit with ExecStart pointing at this checkout's lorafleet, so systemd can check the command exists."""
+    here = Path(sys.executable).parent / "lorafleet"
+    if not here.exists():
+        pytest.skip(f"no lorafleet script beside {sys.executable} (install the package)")
+    unit = tmp_path / "lorafleet-daemon.service"
+    unit.write_text(
+        (DEPLOY / "lorafleet-daemon.service").read_text().replace("/opt/lorafleet/bin/lorafleet", str(here))
+    )
+    return unit
+
+
 def test_the_systemd_unit_runs_the_daemon_hardened() -> None:
-    unit = configparser.ConfigParser(strict=False, interpolation=None)
-    unit.optionxform = str  # type: ignore[assignment,method-assign]
-    unit.read_string((DEPLOY / "lorafleet-daemon.service").read_text())
-    service = unit["Service"]
-    command = shlex.split(service["ExecStart"])
+    service = unit_lines()
+    command = shlex.split(service["ExecStart"][0])
     assert command[1:3] == ["daemon", "--log-format"]
-    assert service["ExecReload"].endswith("-HUP $MAINPID")
+    assert service["ExecReload"][0].endswith("-HUP $MAINPID")
     for key in ("NoNewPrivileges", "ProtectSystem", "PrivateTmp", "CapabilityBoundingSet", "ReadWritePaths"):
         assert key in service
+    # the gateway's logs: optional (absent on a host without nginx), readable through Debian's adm group
+    logs = [p for v in service["ReadOnlyPaths"] for p in v.split() if "/log/" in p]
+    assert logs and all(p.startswith("-") for p in logs)
+    assert service["SupplementaryGroups"] == ["adm"]
+    assert any(v.startswith("keys:/etc/lorafleet/keys") for v in service["LoadCredential"])
+
+
+def test_a_broken_inventory_exits_with_a_status_the_unit_never_restarts_on(tmp_path: Path) -> None:
+    """Restart=on-failure would start a daemon with a broken inventory every 5 s for ever: its exit status is one
+    the unit lists under RestartPreventExitStatus, so it stays failed until someone fixes the file."""
+    service = unit_lines()
+    assert service["Restart"] == ["on-failure"]
+    preventing = {int(code) for v in service["RestartPreventExitStatus"] for code in v.split()}
+    broken = tmp_path / "lorafleet.yaml"
+    broken.write_text("hosts: [\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LORAFLEET_INVENTORY": str(broken)}
+    env["LORAFLEET_STATE"] = str(tmp_path / "state.db")
+    args = [*shlex.split(service["ExecStart"][0])[1:], "--once", "--metrics-addr", "off"]
+    done = subprocess.run(
+        [sys.executable, "-m", "lorafleet", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode in preventing and "lorafleet.yaml" in done.stderr, (done.returncode, done.stderr)
+
+
+def test_systemd_verifies_the_unit_and_rates_its_exposure_at_most_2(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = runnable_unit(tmp_path)
+    verified = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert verified.returncode == 0 and not verified.stderr.strip(), verified.stderr
+    rated = subprocess.run(
+        [analyze, "security", "--offline=yes", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    exposure = re.search(r"Overall exposure level for \S+: ([0-9.]+)", rated.stdout)
+    assert exposure, rated.stdout[-2000:] + rated.stderr
+    assert float(exposure.group(1)) <= 2.0, rated.stdout
 
 
 def test_every_dashboard_query_names_an_exported_metric() -> None:

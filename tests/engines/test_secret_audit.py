@@ -107,3 +107,63 @@ def test_verbose_shows_calls_and_decisions_on_stderr_never_the_key(
         json.loads(result.stdout)  # stdout stays pure JSON
         assert expected in result.stderr and "h/v: r" in result.stderr
         assert not leaked(result.stdout, result.stderr)
+
+
+def test_the_key_from_a_file_beside_the_inventory_or_in_systemds_credentials_directory(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    e = emulators(kind="vllm", api_key=KEY)
+    entry = vllm_entry("v", e.url).replace("}", ", api_key_file: vllm.key}")
+    inv = str(write_inventory(tmp_path, [entry], adapter_dirs))
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    (tmp_path / "vllm.key").write_text(KEY + "\n")  # beside the inventory; the newline is not part of the key
+    result = run_cli("warm", "r8", "-i", inv, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["results"][0]["action"] == "loaded" and not leaked(result.stdout, result.stderr)
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "vllm.key").write_text(KEY)
+    (tmp_path / "vllm.key").write_text("sk-wrong")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(credentials))  # LoadCredential=vllm.key:/etc/...
+    result = run_cli("warm", "r16", "-i", inv, "--json")
+    assert result.exit_code == 0, result.stderr
+    shown = run_cli("inventory", "show", "-i", inv, "--json")
+    assert json.loads(shown.stdout)["hosts"][0]["engines"][0]["api_key_file"] == "vllm.key"
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [(None, "cannot be read"), ("", "the key alone, on one line"), (f"{KEY}\nsecond", "the key alone, on one line")],
+)
+def test_an_unusable_key_file_is_an_input_error_naming_the_file_not_its_contents(
+    tmp_path: Path, run_cli, adapter_dirs, monkeypatch: pytest.MonkeyPatch, content: str | None, words: str
+) -> None:
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    entry = vllm_entry("v", "http://127.0.0.1:9").replace("}", ", api_key_file: vllm.key}")
+    inv = str(write_inventory(tmp_path, [entry], adapter_dirs))
+    if content is not None:
+        (tmp_path / "vllm.key").write_text(content)
+    result = run_cli("warm", "r8", "-i", inv)
+    assert result.exit_code == 2 and words in result.stderr and str(tmp_path / "vllm.key") in result.stderr
+    assert not leaked(result.stdout, result.stderr) and "Traceback" not in result.stderr
+
+
+def test_api_key_env_and_api_key_file_on_one_engine_are_refused_but_its_own_overrides_an_inherited_one(
+    tmp_path: Path, run_cli, adapter_dirs
+) -> None:
+    both = vllm_entry("v", "http://127.0.0.1:9").replace("}", ", api_key_env: K, api_key_file: k.key}")
+    result = run_cli("inventory", "check", "-i", str(write_inventory(tmp_path, [both], adapter_dirs)))
+    assert result.exit_code == 2 and "both apply" in result.stderr and "api_key_file" in result.stderr
+    own = vllm_entry("v", "http://127.0.0.1:9").replace("}", ", api_key_file: k.key}")
+    inv = write_inventory(tmp_path, [own], adapter_dirs)
+    inv.write_text(
+        inv.read_text().replace("    request_timeout_s: 2\n", "    request_timeout_s: 2\n    api_key_env: K\n")
+    )
+    result = run_cli("inventory", "show", "--json", "-i", str(inv))
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    engine = json.loads(result.stdout)["hosts"][0]["engines"][0]
+    assert (engine["api_key_env"], engine["api_key_file"]) == (None, "k.key")
