@@ -26,6 +26,7 @@ from lorafleet.stopping import Cancelled, Stop
 
 log = logging.getLogger("lorafleet.daemon")
 RECONCILE = "reconcile"
+REFUSED = "refused"  # not sent: the engine's circuit is open, this adapter is backing off, or its queue is full
 MAX_QUEUED = 512  # past this an engine is not keeping up: new work is refused at once, not queued forever
 
 
@@ -93,7 +94,7 @@ class EngineActor:
     def submit(self, work: Work) -> None:
         if self.inbox.qsize() >= MAX_QUEUED:
             self.outbox.put(
-                Done(self.engine.key, work, False, "refused", 0.0, "queue full: the engine is not keeping up")
+                Done(self.engine.key, work, False, REFUSED, 0.0, "queue full: the engine is not keeping up")
             )
             return
         self.inbox.put(work)
@@ -135,7 +136,7 @@ class EngineActor:
         if work.action != RECONCILE:
             refusal = self._refusal(adapter)
             if refusal is not None:
-                return Done(key, work, False, "refused", 0.0, refusal)
+                return Done(key, work, False, REFUSED, 0.0, refusal)
         client.failed = None  # the breaker decides when to try a failing engine again, not the client
         sent = time.monotonic()
         self.busy_since = sent
@@ -225,4 +226,4 @@ def _ms(since: float) -> float:
     return round((time.monotonic() - since) * 1000.0, 1)
 
 
-__all__ = ["RECONCILE", "Done", "EngineActor", "FileCheck", "Work"]
+__all__ = ["RECONCILE", "REFUSED", "Done", "EngineActor", "FileCheck", "Work"]

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
-STATE_VALUES = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}  # the metric's values
 
 
 class CircuitBreaker:
@@ -88,4 +87,4 @@ class AdapterBackoff:
         self.waits.pop(adapter, None)
 
 
-__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "STATE_VALUES", "AdapterBackoff", "CircuitBreaker"]
+__all__ = ["CLOSED", "HALF_OPEN", "OPEN", "AdapterBackoff", "CircuitBreaker"]

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client import Counter
 
+from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import Answer, Counts, Performed, Served, Waited
+from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Served, Waited
 from lorafleet.logs.follow import Checkpoint
-from lorafleet.policy.core import HIT, LATE, UNSERVED
+from lorafleet.policy.core import HIT, LATE, LOAD, TOUCH, UNLOAD, UNSERVED
 from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
 from lorafleet.times import minute_key, utc_text
 
@@ -59,6 +60,9 @@ class Batch:
 
     def empty(self) -> bool:
         return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
+
+
+ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine (not its LRU's, nor forgetting)
 
 
 class Journaling:
@@ -115,7 +119,7 @@ class Journaling:
             o.gpu_hits += served.gpu
             if served.avoided_ms:
                 o.avoided_ms += served.avoided_ms
-                self.metrics.cold_ms_avoided.labels(engine).inc(served.avoided_ms)
+                self.metrics.cold_seconds_avoided.labels(engine).inc(served.avoided_ms / 1000.0)
         elif outcome == LATE:
             o.late += 1
         else:
@@ -126,15 +130,20 @@ class Journaling:
         o.cold_ms += waited.waited_ms
         o.avoided_ms += waited.avoided_ms
         engine = waited.request.engine
-        self.metrics.cold_ms_paid.labels(engine).inc(waited.waited_ms)
+        self.metrics.cold_seconds_paid.labels(engine).inc(waited.waited_ms / 1000.0)
         if waited.avoided_ms:
-            self.metrics.cold_ms_avoided.labels(engine).inc(waited.avoided_ms)
+            self.metrics.cold_seconds_avoided.labels(engine).inc(waited.avoided_ms / 1000.0)
 
     def _performed(self, p: Performed) -> None:
         call = p.call
         adapter, size = call.adapter, self.sizes.get(call.adapter)
         row = ActionRow(self._stamp_of(p.at), self.source, adapter, call.engine, p.answer, p.ok, p.ms, size, p.error)
         self.batch.actions.append(replace(row, reason=call.reason, unused_prefetch=call.unused))
+        if call.action in ENGINE_CALLS:  # sent to the engine (live) or simulated as sent (shadow)
+            result = "ok" if p.ok else ("refused" if p.answer == REFUSED else "failed")
+            self.metrics.actions.labels(call.engine, call.action, result).inc()
+            if p.ok and call.action == LOAD and p.answer in LOAD_ANSWERS and p.ms is not None:
+                self.metrics.load_seconds.labels(call.engine).observe(p.ms / 1000.0)
 
     # --- helpers --------------------------------------------------------------------------------------------
     @staticmethod

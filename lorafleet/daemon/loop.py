@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
-from lorafleet.daemon.breaker import STATE_VALUES
+from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import LOAD_ANSWERS, NOT_REGISTERED, Call, Counts, Session
+from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
@@ -34,7 +34,7 @@ from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.logs.reader import NameResolver
 from lorafleet.logs.stream import EventBatch, LogStream
 from lorafleet.policy.baselines import LruPolicy
-from lorafleet.policy.core import LOAD, PolicyCore
+from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
 from lorafleet.policy.policies import make_policy
@@ -84,7 +84,7 @@ class Daemon:
         self.files_gone: FileCheck = files_gone or (lambda engine, paths: [])
         self.stop = stop or Stop()
         self.reload_requested = reloads or threading.Event()  # set (by SIGHUP): re-read the inventory
-        self.metrics = DaemonMetrics()
+        self.metrics = DaemonMetrics("shadow" if options.shadow else "live")
         self.summary = Summary()
         self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
@@ -118,9 +118,10 @@ class Daemon:
             stream.use(inventory, resolver)
         self.journal.sizes = self.session.core.sizes
         for key, state in self.session.core.book.engines.items():
-            budget = state.budget
-            self.metrics.budget_slots.labels(key).set(-1 if budget.host_slots is None else budget.host_slots)
-            self.metrics.budget_bytes.labels(key).set(-1 if budget.budget_bytes is None else budget.budget_bytes)
+            self.metrics.add_engine(key)
+            self.metrics.set_budget(key, state.budget.host_slots, state.budget.budget_bytes)
+            actor = self.actors.get(key)  # shadow: simulated engines, whose circuits never open
+            self.metrics.set_circuit(key, actor.breaker.state if actor is not None else CLOSED)
 
     def _sync_actors(self) -> None:
         """One actor per inventory engine (none in shadow mode); engines that left the inventory are retired."""
@@ -314,6 +315,8 @@ class Daemon:
         self.metrics.log_lines.labels("ok").inc(batch.lines - batch.bad)
         self.metrics.log_lines.labels("bad").inc(batch.bad)
         self.journal.batch.checkpoints[batch.path] = batch.checkpoint
+        if self.options.shadow and batch.events:  # live measures each call at its sending (see _answered)
+            self.metrics.decision_latency.observe(time.monotonic() - read_at)
 
     def _on_event(self, event: RequestEvent, read_at: float) -> None:
         now = event.time if self.log_now is None else max(event.time, self.log_now)
@@ -355,20 +358,17 @@ class Daemon:
         """An actor's answer: its metrics, then the session (a call's outcome) or a reconcile."""
         actor = self.actors.get(done.engine)
         if actor is not None:
-            self.metrics.circuit.labels(done.engine).set(STATE_VALUES[actor.breaker.state])
+            self.metrics.set_circuit(done.engine, actor.breaker.state)
         work = done.work
-        result = "ok" if done.ok else ("refused" if done.action == "refused" else "failed")
-        self.metrics.actions.labels(done.engine, work.action, result).inc()
         if not done.ok:
             prefix = f"{RECONCILE}: " if work.call is None else ""
             self.journal.error(done.engine, prefix + (done.error or done.action))
         if work.call is None:
+            self.metrics.actions.labels(done.engine, RECONCILE, "ok" if done.ok else "failed").inc()
             self._reconciled(done)
             return
         if done.sent_at is not None:
             self.metrics.decision_latency.observe(max(0.0, done.sent_at - work.queued_at))
-        if done.ok and work.action == LOAD and done.action in LOAD_ANSWERS:
-            self.metrics.load_seconds.labels(done.engine).observe(done.ms / 1000.0)
         calls = self.session.answered(self._now(), work.call, done.action, done.ok, done.ms, done.error)
         self.journal.fold(self.session.take_answers())
         self._send(calls)

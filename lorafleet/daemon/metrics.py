@@ -1,71 +1,135 @@
 """The daemon's Prometheus metrics (prometheus_client, in a registry of its own).
 
 Labels are bounded by the fleet, never by traffic: `engine` (one per inventory engine), `outcome`, `action`,
-`result`, `reason`. Never tenant or adapter, so the series count does not grow with what the logs name.
-Every metric is listed in docs/daemon.md; deploy/grafana-dashboard.json queries only these names.
+`result`, `reason`, `state`, and `mode` on every series (`live`, or `shadow` for what a shadow run simulated, so
+the same dashboard reads both). Never tenant or adapter, so the series count does not grow with what the logs
+name. Base units (seconds, bytes), `_total` counters: `promtool check metrics` finds nothing. Every metric is
+listed in docs/daemon.md; deploy/grafana-dashboard.json queries only these names.
 """
 
 from __future__ import annotations
 
 import logging
+import platform
+from contextlib import suppress
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from lorafleet import __version__
 from lorafleet.errors import InputError
 
 log = logging.getLogger("lorafleet.daemon")
 
 LOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+CIRCUIT_STATES = ("closed", "half-open", "open")  # the breaker's states, one series each (1 = current)
+
+
+class Moded:
+    """A metric whose last label is `mode`, bound to this daemon's: call sites give the other labels only."""
+
+    def __init__(self, metric: Any, mode: str) -> None:
+        self.metric = metric
+        self.mode = mode
+
+    def labels(self, *values: str) -> Any:
+        return self.metric.labels(*values, self.mode)
+
+    def remove(self, *values: str) -> None:
+        with suppress(KeyError):  # never set
+            self.metric.remove(*values, self.mode)
 
 
 class DaemonMetrics:
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "live") -> None:
         r = self.registry = CollectorRegistry()
-        engine = ["engine"]
+        self.mode = mode
 
-        def counter(name: str, doc: str, labels: list[str] = engine) -> Counter:
-            return Counter(name, doc, labels, registry=r)
+        def moded(kind: Any, name: str, doc: str, labels: tuple[str, ...] = ("engine",), **more: Any) -> Moded:
+            return Moded(kind(name, doc, [*labels, "mode"], registry=r, **more), mode)
 
-        def gauge(name: str, doc: str, labels: list[str] = engine) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+        def single(kind: Any, name: str, doc: str, **more: Any) -> Any:
+            return kind(name, doc, ["mode"], registry=r, **more).labels(mode)
 
-        self.requests = counter(
-            "lorafleet_requests", "Adapter requests by outcome (hit, late, miss, unserved)", ["engine", "outcome"]
+        self.requests = moded(
+            Counter,
+            "lorafleet_requests",
+            "Adapter requests by outcome (hit, late, miss, unserved)",
+            ("engine", "outcome"),
         )
-        self.actions = counter(
+        self.actions = moded(
+            Counter,
             "lorafleet_actions",
             "Engine calls: load, touch, unload, reconcile; result ok, failed or refused (circuit open)",
-            ["engine", "action", "result"],
+            ("engine", "action", "result"),
         )
-        self.load_seconds = Histogram(
-            "lorafleet_load_seconds",
-            "Adapter load time as answered by the engine",
-            engine,
-            buckets=LOAD_BUCKETS,
-            registry=r,
+        self.load_seconds = moded(
+            Histogram, "lorafleet_load_seconds", "Adapter load time as answered by the engine", buckets=LOAD_BUCKETS
         )
-        self.cold_ms_avoided = counter("lorafleet_cold_ms_avoided", "Load time requests did not wait (prefetch hits)")
-        self.cold_ms_paid = counter("lorafleet_cold_ms_paid", "Load time requests waited (late and miss)")
-        self.resident = gauge("lorafleet_resident_adapters", "Adapters lorafleet holds resident")
-        self.resident_bytes = gauge("lorafleet_resident_bytes", "Bytes of adapters held resident")
-        self.budget_slots = gauge("lorafleet_budget_slots", "Host-cache adapter slots (-1: no cap)")
-        self.budget_bytes = gauge("lorafleet_budget_bytes", "Adapter byte budget (-1: no cap)")
-        self.circuit = gauge("lorafleet_engine_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open")
-        self.engine_restarts = counter("lorafleet_engine_restarts", "Engines found emptied (restarted) at reconcile")
-        self.vanished = counter("lorafleet_vanished_adapters", "Registered adapters whose files were gone")
-        self.log_lines = counter("lorafleet_log_lines", "Log lines read, by result (ok, bad)", ["result"])
-        self.log_lag_seconds = Gauge("lorafleet_log_lag_seconds", "Wall clock minus the newest line's time", registry=r)
-        self.log_lag_bytes = Gauge("lorafleet_log_lag_bytes", "Bytes written to the logs, not read yet", registry=r)
-        self.decision_latency = Histogram(
+        self.cold_seconds_avoided = moded(
+            Counter, "lorafleet_cold_seconds_avoided", "Load time requests did not wait (prefetch hits)"
+        )
+        self.cold_seconds_paid = moded(Counter, "lorafleet_cold_seconds_paid", "Load time requests waited (late, miss)")
+        self.resident = moded(Gauge, "lorafleet_resident_adapters", "Adapters lorafleet holds resident")
+        self.resident_bytes = moded(Gauge, "lorafleet_resident_bytes", "Bytes of adapters held resident")
+        self.budget_slots = moded(Gauge, "lorafleet_budget_slots", "Host-cache adapter slots (absent: no cap)")
+        self.budget_bytes = moded(Gauge, "lorafleet_budget_bytes", "Adapter byte budget (absent: no cap)")
+        self.circuit = moded(
+            Gauge,
+            "lorafleet_engine_circuit_state",
+            "Circuit breaker: 1 for its current state (closed, half-open, open), 0 for the others",
+            ("engine", "state"),
+        )
+        self.engine_restarts = moded(Counter, "lorafleet_engine_restarts", "Engine restarts seen at reconcile")
+        self.vanished = moded(Counter, "lorafleet_vanished_adapters", "Registered adapters whose files were gone")
+        self.log_lines = moded(Counter, "lorafleet_log_lines", "Log lines read, by result (ok, bad)", ("result",))
+        self.log_lag_seconds = single(Gauge, "lorafleet_log_lag_seconds", "Wall clock minus the newest line's time")
+        self.log_lag_bytes = single(Gauge, "lorafleet_log_lag_bytes", "Bytes written to the logs, not read yet")
+        self.decision_latency = single(
+            Histogram,
             "lorafleet_decision_latency_seconds",
-            "From reading the line that led to an engine call to sending it",
+            "Live: from reading the line that led to an engine call to sending it; shadow: from reading a batch of "
+            "lines to the policy's decisions on it (nothing is sent)",
             buckets=LATENCY_BUCKETS,
+        )
+        self.commits = single(Counter, "lorafleet_journal_commits", "Journal transactions committed")
+        for result in ("ok", "bad"):
+            self.log_lines.labels(result)
+        self.requests.labels("", "unserved")
+        build = Gauge(
+            "lorafleet_build_info",
+            "lorafleet's version and Python's (always 1)",
+            ["version", "python", "mode"],
             registry=r,
         )
-        self.commits = Counter("lorafleet_journal_commits", "Journal transactions committed", registry=r)
+        build.labels(__version__, platform.python_version(), mode).set(1)
         self.server: Any = None
+
+    def add_engine(self, engine: str) -> None:
+        """Every series of an engine, at zero until it happens: a query over a quiet engine (or a shadow run,
+        which never sees a restart) finds zeros, not nothing."""
+        for outcome in ("hit", "late", "miss"):
+            self.requests.labels(engine, outcome)
+        for action in ("load", "touch", "unload", "reconcile"):
+            for result in ("ok", "failed", "refused"):
+                self.actions.labels(engine, action, result)
+        for metric in (self.load_seconds, self.cold_seconds_avoided, self.cold_seconds_paid):
+            metric.labels(engine)
+        for metric in (self.engine_restarts, self.vanished, self.resident, self.resident_bytes):
+            metric.labels(engine)
+
+    def set_circuit(self, engine: str, state: str) -> None:
+        for each in CIRCUIT_STATES:
+            self.circuit.labels(engine, each).set(1 if each == state else 0)
+
+    def set_budget(self, engine: str, slots: int | None, budget_bytes: int | None) -> None:
+        """The budget gauges; a dimension without a cap has no series (never a magic value)."""
+        for gauge, value in ((self.budget_slots, slots), (self.budget_bytes, budget_bytes)):
+            if value is None:
+                gauge.remove(engine)
+            else:
+                gauge.labels(engine).set(value)
 
     def serve(self, address: str) -> str:
         """Start the /metrics endpoint at HOST:PORT (port 0: a free one); returns the address bound."""
@@ -104,4 +168,4 @@ def metric_names() -> list[str]:
     return names
 
 
-__all__ = ["DaemonMetrics", "metric_names"]
+__all__ = ["CIRCUIT_STATES", "DaemonMetrics", "metric_names"]

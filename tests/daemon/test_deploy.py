@@ -107,20 +107,30 @@ def test_systemd_verifies_the_unit_and_rates_its_exposure_at_most_2(tmp_path: Pa
     assert float(exposure.group(1)) <= 2.0, rated.stdout
 
 
-def test_every_dashboard_query_names_an_exported_metric() -> None:
+def test_every_dashboard_query_names_an_exported_metric_and_each_panel_one_unit() -> None:
     dashboard = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
     exported = set(metric_names())
     queried = set()
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             queried |= set(re.findall(r"lorafleet_[a-z_]+", target["expr"]))
+            for variable in ("$instance", "$mode"):  # every query follows the daemon and mode chosen
+                assert variable in target["expr"], (panel["title"], target["expr"])
+        families = {
+            re.sub(r"_(bucket|total)$", "", n)
+            for t in panel["targets"]
+            for n in re.findall(r"lorafleet_\w+", t["expr"])
+        }
+        units = {("seconds" if "seconds" in n else "bytes" if "bytes" in n else "count") for n in families}
+        assert len(units) == 1 or panel["fieldConfig"]["defaults"]["unit"] == "percentunit", (panel["title"], units)
     assert queried and queried <= exported, queried - exported
-    # and the dashboard shows what the issue asks for
     for name in (
         "lorafleet_requests_total",
-        "lorafleet_cold_ms_avoided_total",
+        "lorafleet_cold_seconds_avoided_total",
         "lorafleet_actions_total",
         "lorafleet_log_lag_seconds",
         "lorafleet_engine_circuit_state",
     ):
         assert name in queried
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "instance", "mode", "engine"} <= variables

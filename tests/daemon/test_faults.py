@@ -23,6 +23,12 @@ def daemon_once(inventory: Path, state: Path, *args: str, timeout: float = 120.0
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(inventory.parent))
 
 
+def holds_lock(state: Path, pid: int) -> bool:
+    """Whether process `pid` holds the state file's lock (its lock file names the holder)."""
+    lock = state.with_name(state.name + ".lock")
+    return lock.exists() and lock.read_text().startswith(f"pid {pid} ")
+
+
 def journaled_requests(state: Path) -> int:
     with sqlite3.connect(state) as c:
         return c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups").fetchone()[0]
@@ -187,7 +193,7 @@ def test_one_adapter_whose_files_are_missing_does_not_block_its_engine(
     for i in range(30):
         append_line(tmp_path / "access.jsonl", log_line(f"a{i % 3}", engine="h/e0"))
         time.sleep(0.1)
-        assert 'lorafleet_engine_circuit_state{engine="h/e0"} 2.0' not in metrics_text(port)
+        assert 'lorafleet_engine_circuit_state{engine="h/e0",mode="live",state="open"} 1.0' not in metrics_text(port)
     wait_for(lambda: {"a1", "a2"} <= set(engine.state.registry), what=f"the healthy adapters loaded\n{daemon.log()}")
     code, _ = daemon.stop()
     assert code == 0
@@ -384,14 +390,18 @@ def test_twenty_kills_with_both_rotations_and_a_standby_takeover_lose_and_repeat
                 written += 1
 
     def counted() -> bool:
-        return db.exists() and journaled_requests(db) == written
+        try:
+            return db.exists() and journaled_requests(db) == written
+        except sqlite3.OperationalError:  # the daemon is still creating its tables
+            return False
 
     for round_ in range(20):
         daemon = daemon_process(inv, db, "--shadow", "--from-start", "--metrics-addr", "off")
-        wait_for(lambda d=daemon: "following" in d.log(), what="the daemon to start")  # type: ignore[misc]
         if round_ == 10:  # a standby beside it takes over when it is killed
+            # (once the daemon holds the lock: started together, either may take it first)
+            wait_for(lambda d=daemon: holds_lock(db, d.proc.pid), what="the daemon to take the lock", log=daemon.log)
             standby = daemon_process(inv, db, "--shadow", "--from-start", "--metrics-addr", "off", "--standby")
-            wait_for(lambda s=standby: "standby:" in s.log(), what="the standby to wait")  # type: ignore[misc]
+            wait_for(lambda s=standby: "standby:" in s.log(), what="the standby to wait", log=standby.log)
             write(50)
             daemon.proc.send_signal(signal.SIGKILL)
             daemon.proc.wait()

@@ -99,7 +99,7 @@ def test_vanished_adapter_files_are_unregistered(tmp_path, emulators, daemon_pro
 
     def counted() -> bool:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        return 'lorafleet_vanished_adapters_total{engine="h/e0"} 1.0' in text
+        return 'lorafleet_vanished_adapters_total{engine="h/e0",mode="live"} 1.0' in text
 
     wait_for(counted, timeout=5, what="the vanished adapter counted")
     assert "files are gone" in daemon.log()
@@ -119,14 +119,17 @@ def test_an_engine_failing_then_recovering_opens_and_closes_its_breaker(tmp_path
     def metrics() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
-    wait_for(lambda: 'lorafleet_engine_circuit_state{engine="h/e0"} 2.0' in metrics(), what="the breaker open")
+    wait_for(
+        lambda: 'lorafleet_engine_circuit_state{engine="h/e0",mode="live",state="open"} 1.0' in metrics(),
+        what="the breaker open",
+    )
     engine.state.faults.clear()
     time.sleep(0.1)
     for i in range(4, 8):
         append(tmp_path / "access.jsonl", log_line(f"a{i}"))
         time.sleep(0.3)
     wait_for(
-        lambda: 'lorafleet_engine_circuit_state{engine="h/e0"} 0.0' in metrics(),
+        lambda: 'lorafleet_engine_circuit_state{engine="h/e0",mode="live",state="closed"} 1.0' in metrics(),
         timeout=15,
         what=f"the breaker closed\n{daemon.log()}",
     )
@@ -167,11 +170,13 @@ def test_a_vllm_engines_running_adapters_are_adopted_at_reconcile(tmp_path, emul
     def resident() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
 
-    reconciled = 'lorafleet_actions_total{action="reconcile",engine="h/e0",result="ok"}'
-    wait_for(lambda: reconciled in resident(), what="a reconcile", log=daemon.log)
+    reconciled = 'lorafleet_actions_total{action="reconcile",engine="h/e0",mode="live",result="ok"} '
+    wait_for(lambda: f"{reconciled}0.0" not in resident() and reconciled in resident(), what="a reconcile")
     append(tmp_path / "access.jsonl", log_line("a2", engine="h/e0"))
     wait_for(
-        lambda: 'lorafleet_requests_total{engine="h/e0",outcome="hit"} 1.0' in resident(), what="a hit", log=resident
+        lambda: 'lorafleet_requests_total{engine="h/e0",mode="live",outcome="hit"} 1.0' in resident(),
+        what="a hit",
+        log=resident,
     )
     assert daemon.stop()[0] == 0
 
