@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
-from lorafleet.policy.policies import BASELINES  # noqa: E402
+from lorafleet.drive.policies import BASELINES  # noqa: E402
 from lorafleet.replay.driver import PolicyResult, simulate  # noqa: E402
 
 SEEDS = {"tune": TUNE2, "report": REPORT2}

@@ -11,10 +11,18 @@ from typing import Any
 
 import click
 
-from lorafleet.cli.options import SPAN, UtcLines, complete_policies, global_options, json_option, settings
+from lorafleet.cli.options import (
+    SPAN,
+    UtcLines,
+    complete_policies,
+    global_options,
+    json_option,
+    settings,
+    touch_budget_option,
+)
 from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.cli.signals import stop_and_reload_on_signals
-from lorafleet.policy.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
+from lorafleet.drive.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
 from lorafleet.times import utc_text
 
 
@@ -75,6 +83,7 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     help="The policy to run live.",
 )
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), help="Start from this plan file.")
+@touch_budget_option
 @click.option(
     "--log",
     "logs",
@@ -125,6 +134,7 @@ def daemon(
     from_start: bool,
     policy: str,
     plan_path: str | None,
+    touch_budget: float,
     logs: tuple[str, ...],
     reconcile_every: float,
     retention: float,
@@ -151,7 +161,7 @@ def daemon(
     plan = read_plan(plan_path, inv) if plan_path else None
     address = None if metrics_addr == "off" else metrics_addr
     options = DaemonOptions(policy, shadow, once, from_start, plan, logs, reconcile_every, retention / 86400.0)
-    options = dataclasses.replace(options, metrics_addr=address)
+    options = dataclasses.replace(options, metrics_addr=address, touch_budget=touch_budget)
     stop = Stop()
     reload_requested = threading.Event()  # SIGHUP sets it; the daemon's loop reads it
     stop_and_reload_on_signals(stop.set, reload_requested.set)

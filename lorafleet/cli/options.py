@@ -163,6 +163,19 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON with a stable shape instead of tables.")(f)
 
 
+def touch_budget_option(f: F) -> F:
+    from lorafleet.policy.core import TOUCH_BUDGET
+
+    return click.option(
+        "--touch-budget",
+        type=click.FloatRange(min=0.0),
+        default=TOUCH_BUDGET,
+        show_default=True,
+        help="Touches (1-token requests that steer vLLM's own LRU) each engine may be sent per adapter request "
+        "it serves; an eviction needing more takes what the engine would evict alone. 0: none, but for pins.",
+    )(f)
+
+
 def _inventory_for_completion(ctx: click.Context) -> Inventory | None:
     """The current inventory (-i, LORAFLEET_INVENTORY or ./lorafleet.yaml), or None: a Tab never fails."""
     try:
@@ -187,7 +200,7 @@ def complete_engines(ctx: click.Context, param: click.Parameter, incomplete: str
 
 def complete_policies(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Policy names for a comma-separated list: the part after the last comma is completed."""
-    from lorafleet.policy.policies import POLICY_NAMES
+    from lorafleet.drive.policies import POLICY_NAMES
 
     done, _, last = incomplete.rpartition(",")
     prefix = f"{done}," if done else ""

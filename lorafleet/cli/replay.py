@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import complete_policies, global_options, json_option, settings
+from lorafleet.cli.options import complete_policies, global_options, json_option, settings, touch_budget_option
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json
+from lorafleet.drive.policies import POLICY_NAMES
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_requests
 from lorafleet.logs.records import LogTally
 from lorafleet.plan.planfile import read_plan
-from lorafleet.policy.policies import POLICY_NAMES
 from lorafleet.replay.driver import PolicyResult
 from lorafleet.replay.driver import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
@@ -58,8 +58,15 @@ def parse_policies(value: str) -> list[str]:
     type=click.Path(exists=True, dir_okay=False),
     help="Start the lorafleet policy from this residency plan (lorafleet plan --out).",
 )
+@touch_budget_option
 def replay(
-    as_json: bool, logs: tuple[str, ...], policies: str, log_format: str | None, wide: bool, plan_file: str | None
+    as_json: bool,
+    logs: tuple[str, ...],
+    policies: str,
+    log_format: str | None,
+    wide: bool,
+    plan_file: str | None,
+    touch_budget: float,
 ) -> None:
     """Replay access LOGS through the policy core with simulated engines.
 
@@ -78,7 +85,7 @@ def replay(
             done[policy] = index
 
         plan = read_plan(plan_file, inv).placements if plan_file else ()
-        results = run_replay(inv, events, names, progress=step, plan=plan)
+        results = run_replay(inv, events, names, progress=step, plan=plan, touch_budget=touch_budget)
     if as_json:
         print_json(shapes.replay(results, tally))
         return
@@ -99,6 +106,7 @@ REPLAY_COLUMNS = [
     Column("prefetched", wide=True, legend="loads issued ahead of demand"),
     Column("wasted", wide=True, legend="prefetched adapters evicted before any request used them"),
     Column("touches", wide=True, legend="1-token requests that make a vLLM engine's own LRU evict the policy's choice"),
+    Column("per request", wide=True, legend="touches per adapter request (at most --touch-budget)"),
     Column("over budget", wide=True, legend="times an engine held more than its budget (always 0)"),
     Column("loader busy", wide=True, legend="share of the time each engine's loader was loading"),
     Column("headroom", legend="share of the lru-to-oracle hit-ratio gap a policy captures"),
@@ -128,6 +136,7 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
                 "prefetched": f"{r.prefetch_loads:,}",
                 "wasted": f"{r.wasted_prefetches:,}",
                 "touches": f"{r.touches:,}",
+                "per request": f"{r.touches / r.requests:.3f}" if r.requests else "0",
                 "over budget": str(r.budget_violations),
                 "loader busy": f"{r.loader_utilization:.1%}",
                 "headroom": "-" if r.headroom is None else f"{r.headroom:.0%}",

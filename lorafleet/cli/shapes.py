@@ -153,7 +153,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     """`replay --json`: `{"policies": [{"policy", "requests", "hits", "late", "misses", "hit_ratio", "gpu_hits",
     "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads", "prefetch_used",
     "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
-    "unloads"}], "log": {"lines",
+    "touches_per_request", "unloads"}], "log": {"lines",
     "adapter_requests", "base_requests", "unknown_requests", "bad_lines", "bad_reasons"}}`."""
     return {
         "policies": [
@@ -178,6 +178,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
                 "unserved": r.unserved,
                 "headroom_captured": _round(r.headroom),
                 "touches": r.touches,
+                "touches_per_request": round(r.touches / r.requests, 6) if r.requests else 0.0,
                 "unloads": r.unloads,
             }
             for r in results

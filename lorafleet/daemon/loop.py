@@ -26,6 +26,7 @@ from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Wor
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.errors import InputError, OperationError
@@ -34,10 +35,9 @@ from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.logs.reader import NameResolver
 from lorafleet.logs.stream import EventBatch, LogStream
 from lorafleet.policy.baselines import LruPolicy
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
-from lorafleet.policy.policies import make_policy
 from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
 from lorafleet.store.journal import commit_or_drop, prune, read_checkpoints
@@ -61,6 +61,7 @@ class DaemonOptions:
     commit_every_lines: int = 10_000  # bounds what a batch holds in memory (and what a crash makes re-read)
     settle_s: float = 30.0  # --once: the longest wait for engine calls still in flight at the end
     metrics_addr: str | None = None
+    touch_budget: float = TOUCH_BUDGET  # touches per adapter request each engine serves (policy/core.py)
 
 
 class Daemon:
@@ -96,7 +97,7 @@ class Daemon:
         self._seen_action = store.last_action_id()  # warm's and unload's rows after this one are news
         self.inventory = inventory
         placements = options.plan.placements if options.plan else ()
-        core = PolicyCore(inventory, make_policy(options.policy, plan=placements))
+        core = PolicyCore(inventory, make_policy(options.policy, plan=placements), touch_budget=options.touch_budget)
         self.session = Session(core, options.shadow, self.summary, placements)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
         # policy is that baseline itself: its own counts are the figure).

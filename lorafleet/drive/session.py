@@ -164,6 +164,8 @@ class Session:
         self.disowned: dict[str, set[str]] = {}  # live, per engine: unloads and touches it answered "no such adapter"
         self.loaded_since: dict[str, set[str]] = {}  # live, per engine: loads answered since the last reconcile
         self.started = False
+        self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
+        self.last_engine: str | None = None  # where the last request was served
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -183,13 +185,16 @@ class Session:
         self.answers = []
         return answers
 
-    def request(self, event: RequestEvent) -> list[Call]:
+    def request(self, event: RequestEvent, engine: str | None = None) -> list[Call]:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
-        its wait and the decisions it leads to. Returns the engine calls to make (none when simulated)."""
+        its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
+        where another session routed it (an expert's copy of the fleet serves it where the live one does)."""
         now = self._at(event.time)
         core = self.core
         calls = self.advance(now) if self._due(now) else _NO_CALLS
-        engine = core.route(event)
+        if engine is None:
+            engine = core.route(event)
+        self.last_engine = engine
         outcome, decisions = core.on_request(now, event, engine)
         if outcome == UNSERVED or engine is None:
             self.counts.unserved += 1
@@ -358,15 +363,7 @@ class Session:
     def replace_inventory(self, inventory: Inventory) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
         policy (bound to the new core) and the counts carry over."""
-        old = self.core
-        new = PolicyCore(inventory, old.policy)
-        new.demand = old.demand
-        for key, state in old.book.engines.items():
-            if key in new.book.engines and new.book.engines[key].budget == state.budget:
-                new.book.engines[key] = state
-        new.loading_reason = {k: v for k, v in old.loading_reason.items() if k[0] in new.book.engines}
-        new.claimed = {k for k in old.claimed if k[0] in new.book.engines}
-        new.unavailable = {k for k in old.unavailable if k[0] in new.book.engines}
+        new = self.core.rebuilt(inventory)
         self.core = new
         if self.sim is not None:
             budgets = {key: state.budget for key, state in new.book.engines.items()}
@@ -487,6 +484,8 @@ class Session:
         engines, every touch and unload, and the loads queued); the rest become calls for the driver."""
         if not decisions:
             return _NO_CALLS
+        if self.decided is not None:
+            self.decided += decisions
         sim, counts = self.sim, self.counts
         journal = self.answers is not None
         book = self.core.book.engines

@@ -46,6 +46,15 @@ class Policy:
     def start(self, now: float) -> list[Decision]:
         return []
 
+    def route(self, event: RequestEvent) -> str | None:
+        """The engine for a request the log does not place, when the policy has its own rule (else None: the
+        core's placement rule)."""
+        return None
+
+    def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
+        """A request routed to `engine` is about to be classified (for policies that must see it first; none
+        decides here)."""
+
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         return list(state.resident)
 
@@ -66,9 +75,24 @@ class Policy:
         return []
 
 
+TOUCH_BUDGET = 0.1  # touches allowed per adapter request an engine serves, by default
+
+
 class PolicyCore:
-    def __init__(self, inventory: Inventory, policy: Policy, half_life: float | None = None) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        policy: Policy,
+        half_life: float | None = None,
+        touch_budget: float = TOUCH_BUDGET,
+    ) -> None:
+        """`touch_budget`: touches (1-token requests, real work on a GPU) each engine may be sent per adapter
+        request it serves; an eviction that would need more than the engine has earned takes the engine's own
+        least recently used instead (budget 0: what the engine does alone, but for pins)."""
         self.inventory = inventory
+        self.touch_budget = touch_budget
+        # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
+        self.touch_credit: dict[str, float] = {}
         self.book = ResidencyBook.from_inventory(inventory)
         self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
         engines = inventory.engines
@@ -88,6 +112,20 @@ class PolicyCore:
         self.policy = policy
         policy.bind(self)
 
+    def rebuilt(self, inventory: Inventory) -> PolicyCore:
+        """This core on a new inventory: engines that stayed with the same budget keep their book; the demand
+        model and the policy (bound to the new core) carry over."""
+        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget)
+        new.demand = self.demand
+        new.touch_credit = {k: v for k, v in self.touch_credit.items() if k in new.book.engines}
+        for key, state in self.book.engines.items():
+            if key in new.book.engines and new.book.engines[key].budget == state.budget:
+                new.book.engines[key] = state
+        new.loading_reason = {k: v for k, v in self.loading_reason.items() if k[0] in new.book.engines}
+        new.claimed = {k for k in self.claimed if k[0] in new.book.engines}
+        new.unavailable = {k for k in self.unavailable if k[0] in new.book.engines}
+        return new
+
     # --- driver interface ---------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
         return self.policy.start(now)
@@ -101,7 +139,8 @@ class PolicyCore:
         engine = event.engine
         if engine is not None and engine in self.pools.get(adapter, ()):
             return engine
-        return self.place(adapter)
+        chosen = self.policy.route(event)
+        return chosen if chosen is not None else self.place(adapter)
 
     def place(self, adapter: str) -> str | None:
         """The engine the placement rule picks among those that can serve the adapter."""
@@ -114,10 +153,15 @@ class PolicyCore:
         assert adapter is not None
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
+        self.policy.on_arrival(now, event, engine)
         self.used_prefetch = False
         if engine is None:
             return UNSERVED, self.policy.on_request(now, event, None, UNSERVED)
         state = self.book.engines[engine]
+        credit = self.touch_credit.get(engine, 0.0)
+        cap = float(state.budget.slot_cap)  # at most one turnover of the slots' worth is banked
+        if credit < cap:
+            self.touch_credit[engine] = min(cap, credit + self.touch_budget)
         decisions: list[Decision] = []
         if adapter in state.resident:
             outcome = HIT
@@ -172,7 +216,12 @@ class PolicyCore:
         if state.holds(adapter) or (engine, adapter) in self.unavailable:
             return []
         size = self.sizes[adapter]
-        victims = [] if state.has_room(size) else state.victims_for(size, victim_order())
+        if state.has_room(size):
+            victims: list[str] | None = []
+        elif not state.profile.unload_frees and self.touch_credit.get(engine, 0.0) < 1.0:
+            victims = state.victims_for(size, list(state.resident))  # no touch affordable: the engine's own choice
+        else:
+            victims = state.victims_for(size, victim_order())
         if victims is None:
             return []
         decisions = []
@@ -180,6 +229,18 @@ class PolicyCore:
         # only evicts its own least recently used, so the adapters older than the victims are touched first, and
         # the eviction itself is the engine's: no call.
         kept = state.keep_for(victims)
+        if kept:
+            credit = self.touch_credit.get(engine, 0.0)
+            if len(kept) > credit:
+                # Over budget: the policy's preference among what the credit can reach (evicting the n-th least
+                # recently used takes n - 1 touches), then the engine's own order; pins are kept at any cost.
+                resident = list(state.resident)
+                reach = set(resident[: max(0, int(credit)) + 1])
+                order = dict.fromkeys([*(a for a in victim_order() if a in reach), *resident])
+                affordable = state.victims_for(size, order)
+                if affordable is not None:
+                    victims, kept = affordable, state.keep_for(affordable)
+            self.touch_credit[engine] = credit - len(kept)
         if kept:
             state.keep_all(kept)
             decisions += [Decision(TOUCH, engine, a, adapter) for a in kept]

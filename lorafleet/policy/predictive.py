@@ -86,6 +86,7 @@ class LorafleetPolicy(Policy):
         self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
         self.completed: dict[str, int] = {}  # loads completed per engine: how fast its loader turns over
         self.seq = 0
+        self.muted: set[str] = set()  # base models whose pool follows another expert (leader.py): learn only
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -332,6 +333,8 @@ class LorafleetPolicy(Policy):
     def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
         core = self.core
         state = core.book.engines[target]
+        if state.base_model in self.muted:
+            return []
         if state.holds(candidate):
             return []
         if state.has_room(core.sizes[candidate]):

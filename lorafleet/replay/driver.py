@@ -14,15 +14,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lorafleet.drive.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
 from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
-from lorafleet.policy.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
 
 
 @dataclass(slots=True)
@@ -66,10 +66,11 @@ class Simulation:
         events: Sequence[RequestEvent],
         variant: int = 0,
         plan: Sequence[Placement] = (),
+        touch_budget: float = TOUCH_BUDGET,
     ) -> None:
         self.events = events
         self.result = PolicyResult(policy=policy, engines=len(inventory.engines))
-        core = PolicyCore(inventory, make_policy(policy, events, variant, plan))
+        core = PolicyCore(inventory, make_policy(policy, events, variant, plan), touch_budget=touch_budget)
         self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
@@ -105,6 +106,7 @@ def replay(
     policies: Sequence[str],
     progress: Callable[[str, int], None] | None = None,
     plan: Sequence[Placement] = (),
+    touch_budget: float = TOUCH_BUDGET,
 ) -> list[PolicyResult]:
     """Run each policy over the same events from empty engines (lorafleet from `plan`, when given); the oracle
     last, so it can count the others' schedules among its own. Each result's headroom is set once lru and the
@@ -112,7 +114,8 @@ def replay(
     results: dict[str, PolicyResult] = {}
     for name in sorted(policies, key=lambda n: n == "oracle"):
         callback = (lambda i, n=name: progress(n, i)) if progress is not None else None
-        results[name] = simulate(inventory, name, events, callback, plan, known=list(results.values()))
+        known = list(results.values())
+        results[name] = simulate(inventory, name, events, callback, plan, known=known, touch_budget=touch_budget)
     lru, oracle = results.get("lru"), results.get("oracle")
     if lru is not None and oracle is not None:
         for r in results.values():
@@ -127,17 +130,26 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     plan: Sequence[Placement] = (),
     known: Sequence[PolicyResult] = (),
+    touch_budget: float = TOUCH_BUDGET,
 ) -> PolicyResult:
     """One policy over the events. The oracle is the best schedule it knows (most hits, then least waiting):
     its own offline schedules, and every online policy's — each of those is a schedule the same engines carry
     out, so a controller that knows the future can do at least as well. So the oracle bounds every policy by
-    construction; `known` passes results already computed on the same events (and plan), to reuse them."""
+    construction; `known` passes results already computed on the same events (and plan, and touch budget), to
+    reuse them. Every policy, the oracle's schedules included, keeps to the same `touch_budget`."""
     if policy != "oracle":
-        return Simulation(inventory, policy, events, plan=plan).run(progress)
-    runs = [Simulation(inventory, policy, events, v).run(progress) for v in range(len(ORACLE_VARIANTS))]
+        return Simulation(inventory, policy, events, plan=plan, touch_budget=touch_budget).run(progress)
+    runs = [
+        Simulation(inventory, policy, events, v, touch_budget=touch_budget).run(progress)
+        for v in range(len(ORACLE_VARIANTS))
+    ]
     have = {r.policy for r in known}
     runs += list(known)
-    runs += [Simulation(inventory, p, events, plan=plan).run() for p in ONLINE_POLICIES if p not in have]
+    runs += [
+        Simulation(inventory, p, events, plan=plan, touch_budget=touch_budget).run()
+        for p in ONLINE_POLICIES
+        if p not in have
+    ]
     best = max(runs, key=lambda r: (r.hits, -r.cold_ms_total))
     return dataclasses.replace(best, policy="oracle", wall_s=sum(r.wall_s for r in runs))
 

@@ -155,7 +155,7 @@ def test_the_oracle_evicts_what_is_needed_furthest_away(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
     events = stream([3, 0, 1, 2, 0])  # after the first request: a0 next, then a1, then a2
     oracle = OraclePolicy(events)
-    core = PolicyCore(inv, oracle)
+    core = PolicyCore(inv, oracle, touch_budget=math.inf)  # the rule itself: every touch it needs
     state = core.book["h/e0"]
     for adapter in ("a0", "a1", "a2"):
         state.admit(adapter, 1)
@@ -304,9 +304,9 @@ def test_promoting_the_load_in_progress_changes_nothing() -> None:
 
 
 def test_an_eviction_is_an_unload_call_on_sglang_only_and_a_bypassed_miss_counts_once(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import make_policy
     from lorafleet.drive.session import Session
     from lorafleet.policy.core import UNLOAD, PolicyCore
-    from lorafleet.policy.policies import make_policy
 
     engines = [
         {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1},
@@ -332,8 +332,8 @@ def test_an_eviction_is_an_unload_call_on_sglang_only_and_a_bypassed_miss_counts
 
 
 def test_a_prefetch_used_counts_once(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import make_policy
     from lorafleet.policy.core import PolicyCore
-    from lorafleet.policy.policies import make_policy
 
     inv = make_inventory(tmp_path, adapters=2)
     core = PolicyCore(inv, make_policy("lru"))
@@ -347,8 +347,8 @@ def test_a_prefetch_used_counts_once(tmp_path: Path) -> None:
 
 
 def test_a_request_naming_no_engine_is_routed_by_placement(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import make_policy
     from lorafleet.policy.core import PolicyCore
-    from lorafleet.policy.policies import make_policy
 
     inv = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}] * 2)
     core = PolicyCore(inv, make_policy("lru"))
@@ -359,8 +359,8 @@ def test_a_request_naming_no_engine_is_routed_by_placement(tmp_path: Path) -> No
 
 
 def test_the_fleets_demand_half_life_is_eight_turnovers_and_at_least_100(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import make_policy
     from lorafleet.policy.core import PolicyCore
-    from lorafleet.policy.policies import make_policy
 
     small = make_inventory(tmp_path, adapters=2, name="small.yaml")  # 3 slots
     big = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 4, "max_cpu_loras": 20}] * 2)
@@ -369,9 +369,9 @@ def test_the_fleets_demand_half_life_is_eight_turnovers_and_at_least_100(tmp_pat
 
 
 def test_the_oracle_starts_with_the_first_requests_adapter_and_skips_unservable_ones(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import make_policy
     from lorafleet.policy.core import PolicyCore
     from lorafleet.policy.oracle import OraclePolicy
-    from lorafleet.policy.policies import make_policy
 
     inv = make_inventory(tmp_path, adapters=3, ranks=[8, 128, 8])  # a1's rank is above the engine's maximum
     events = stream([1, 2, 0], gap_s=10.0)

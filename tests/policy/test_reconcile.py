@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import Session
 from lorafleet.policy.core import PolicyCore
-from lorafleet.policy.policies import make_policy
 from tests.policy.builders import make_inventory
 
 SGLANG = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}]

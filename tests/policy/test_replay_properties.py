@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet.policy.policies import POLICY_NAMES
+from lorafleet.drive.policies import POLICY_NAMES
 from lorafleet.replay.driver import Simulation, replay, simulate
 from tests.policy.builders import make_inventory, stream
 

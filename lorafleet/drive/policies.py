@@ -1,13 +1,15 @@
 """The registry of policies: every name `replay` (and the daemon) accepts, and how to make one.
 
 lru is what the engines do alone; lfu, arc, wtinylfu and markov are strong baselines (policy/baselines.py);
-lorafleet is ours (policy/lorafleet.py); oracle sees the future and runs in replay only (policy/oracle.py).
+lorafleet is ours: it follows whichever of those and its own predictor (policy/predictive.py) has been doing
+best (policy/leader.py); oracle sees the future and runs in replay only (policy/oracle.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy
 from lorafleet.policy.core import Policy
 from lorafleet.policy.events import RequestEvent
@@ -21,7 +23,7 @@ _ONLINE: dict[str, Callable[[], Policy]] = {
     "arc": ArcPolicy,
     "wtinylfu": WTinyLfuPolicy,
     "markov": MarkovPolicy,
-    "lorafleet": LorafleetPolicy,
+    "lorafleet": LeaderPolicy,
 }
 ONLINE_POLICIES = tuple(_ONLINE)  # the ones the daemon can run
 POLICY_NAMES = (*ONLINE_POLICIES, "oracle")
@@ -36,7 +38,7 @@ def make_policy(
     if name == "oracle":
         return OraclePolicy(events, **ORACLE_VARIANTS[variant])
     if name == "lorafleet":
-        return LorafleetPolicy(plan)
+        return LeaderPolicy(plan)
     factory = _ONLINE.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
@@ -49,6 +51,7 @@ __all__ = [
     "ORACLE_VARIANTS",
     "POLICY_NAMES",
     "ArcPolicy",
+    "LeaderPolicy",
     "LfuPolicy",
     "LorafleetPolicy",
     "LruPolicy",

@@ -1,0 +1,333 @@
+"""The `lorafleet` policy: follow, per base-model pool, whichever whole policy has been doing best lately.
+
+Every shipped baseline (lru — the engines alone —, lfu, arc, wtinylfu, markov) and lorafleet's own predictor
+(policy/predictive.py) runs in shadow, each in its own session on its own simulated copy of the fleet (the replay
+kernel: its own core, book, loaders and load times, so a shadow's figures are exactly what replaying that policy
+gives). Each request scores every expert by whether it was a hit on its copy; `Standings` keeps, per pool, the
+decayed count of requests each expert hit and another missed, pair by pair (LeCaR's regret, CACHEUS' experts,
+settled on whole policies rather than eviction orders alone).
+
+The live decisions follow one expert, the leader. The predictor also runs live: while it leads, the live
+decisions are its own. While another expert leads, the live engines imitate it: a request the log does not place
+goes where the leader routed it, room is made by evicting first what the leader does not hold (least recently
+used first), and the leader's prefetches are made live — so the live engines converge on the leader's contents,
+engine by engine. The leader changes only when a challenger's record against it is ahead by more than `z`
+standard deviations of the requests the two differed on, plus `margin` requests; never on a request the leader
+hit.
+
+The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
+most (a) the hysteresis — z·√d + margin requests per memory window, for the d requests the two differed on —,
+(b) for each change of leader, the misses while the contents converge (at most one turnover of the engines'
+slots), and (c) nothing else: imitating the leader from a converged state is exact (tests/policy/test_leader.py).
+Touches count against the core's touch budget in every expert alike, so each is judged as the engines would
+carry it out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from lorafleet.drive.session import Session
+from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
+from lorafleet.policy.core import DEMAND, LOAD, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.placement import Placement
+from lorafleet.policy.predictive import LorafleetPolicy
+from lorafleet.policy.residency import EngineResidency
+
+PREDICTIVE = "predictive"  # lorafleet's own predictor, as an expert
+
+
+def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], Policy]], ...]:
+    """The experts: lorafleet's predictor first (followed until another proves better), then every baseline."""
+    return (
+        (PREDICTIVE, lambda: LorafleetPolicy(plan)),
+        ("lru", LruPolicy),
+        ("lfu", LfuPolicy),
+        ("arc", ArcPolicy),
+        ("wtinylfu", WTinyLfuPolicy),
+        ("markov", MarkovPolicy),
+    )
+
+
+class Standings:
+    """Pairwise records of n experts over the recent past, and which one is followed.
+
+    `beats[i][j]` is the decayed count of requests expert i hit and expert j missed; every request's weight is
+    the previous one's divided by `keep`, so old requests fade without touching every cell each time.
+    """
+
+    __slots__ = ("beats", "changes", "keep", "leader", "margin", "n", "weight", "z")
+
+    def __init__(self, n: int, memory: float, z: float, margin: float, leader: int = 0) -> None:
+        self.n = n
+        self.keep = 1.0 - 1.0 / max(2.0, memory)
+        self.z = z
+        self.margin = margin
+        self.weight = 1.0
+        self.beats = [[0.0] * n for _ in range(n)]
+        self.leader = leader
+        self.changes = 0
+
+    def record(self, hits: Sequence[bool]) -> bool:
+        """One request's outcome per expert; True when the leader changed."""
+        self.weight /= self.keep
+        weight = self.weight
+        winners = [i for i, hit in enumerate(hits) if hit]
+        if not winners or len(winners) == self.n:
+            return False
+        beats = self.beats
+        losers = [i for i, hit in enumerate(hits) if not hit]
+        for i in winners:
+            row = beats[i]
+            for j in losers:
+                row[j] += weight
+        if weight > 1e150:
+            self._rescale()
+        leader = self.leader
+        if hits[leader]:
+            return False  # a request the leader hit never makes another one the leader
+        best, _ = self.best_challenger()
+        if best is None or not self.clear(best, leader):
+            return False
+        self.leader = best
+        self.changes += 1
+        return True
+
+    def best_challenger(self) -> tuple[int | None, float]:
+        """The expert furthest ahead of the leader (in requests, decayed), and by how much."""
+        leader, beats = self.leader, self.beats
+        best, lead = None, 0.0
+        for i in range(self.n):
+            if i != leader:
+                ahead = beats[i][leader] - beats[leader][i]
+                if ahead > lead:
+                    best, lead = i, ahead
+        return best, lead / self.weight
+
+    def clear(self, i: int, j: int) -> bool:
+        """Whether i's record against j is a clear lead: more than z standard deviations of the requests they
+        differed on (a fair coin's spread), plus the margin."""
+        won, lost = self.beats[i][j] / self.weight, self.beats[j][i] / self.weight
+        return won - lost > self.z * math.sqrt(won + lost) + self.margin
+
+    def _rescale(self) -> None:
+        scale = 1.0 / self.weight
+        for row in self.beats:
+            for j in range(self.n):
+                row[j] *= scale
+        self.weight = 1.0
+
+
+class _Shadow:
+    """One expert's copy of the fleet: its own core, book and simulated engines (the replay kernel's)."""
+
+    __slots__ = ("counts", "name", "session")
+
+    def __init__(self, name: str, session: Session) -> None:
+        self.name = name
+        self.session = session
+        self.counts = session.counts
+
+    def mirrorable(self) -> list[Decision]:
+        """The loads ahead of demand it decided since last asked (a leader's are made live)."""
+        decided = self.session.decided
+        if not decided:
+            return []
+        self.session.decided = []
+        return [d for d in decided if d.action == LOAD and d.reason != DEMAND]
+
+
+class LeaderPolicy(Policy):
+    """Follow the whole-policy expert with the clearest recent lead, per base-model pool (module docstring).
+
+    The first expert, lorafleet's own predictor, also runs live (`own`, bound to the live core): while it leads,
+    its decisions are the live ones exactly; while another expert leads it keeps learning and prefetches nothing.
+    `experts` replaces the experts (tests), the first still run live."""
+
+    name = "lorafleet"
+    honours_pins = True
+    observes_demand = True  # the live predictor's demand model is the live core's
+    memory = 16.0  # the standings remember this many turnovers of the pool's slots (in requests) ...
+    min_memory = 500.0  # ... and at least this many requests
+    z = 2.0  # a challenger must lead by z standard deviations (five challengers: a few lucky runs do not count)
+    margin = 2.0  # ... and by this many requests
+
+    def __init__(
+        self,
+        plan: Sequence[Placement] = (),
+        experts: Sequence[tuple[str, Callable[[], Policy]]] | None = None,
+    ) -> None:
+        self.plan = tuple(plan)
+        self.factories = tuple(experts) if experts is not None else default_experts(self.plan)
+        self.own = self.factories[0][1]()  # the first expert also runs live, on the live core
+        self.names = tuple(name for name, _ in self.factories)
+        self.shadows: list[_Shadow] = []
+        self.standings: dict[str, Standings] = {}  # base model -> the pool's standings
+        self.mirrored: list[Decision] = []  # the leader's prefetches for the request being classified
+        self._observed: RequestEvent | None = None  # the request the experts have just served
+        self._hits: list[bool] = []  # ... whether it was a hit, per expert
+        self._routed: list[str | None] = []  # ... the engine each routed it to
+
+    def bind(self, core: PolicyCore) -> None:
+        super().bind(core)
+        self.own.bind(core)
+        inventory = core.inventory
+        if not self.shadows:
+            budget = core.touch_budget
+            for name, make in self.factories:
+                session = Session(PolicyCore(inventory, make(), touch_budget=budget), simulate=True, answers=False)
+                session.decided = []
+                self.shadows.append(_Shadow(name, session))
+            self._hits = [False] * len(self.shadows)
+            self._routed = [None] * len(self.shadows)
+        else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
+            for shadow in self.shadows:
+                shadow.session.replace_inventory(inventory)
+        slots: dict[str, int] = {}
+        for state in core.book.engines.values():
+            slots[state.base_model] = slots.get(state.base_model, 0) + capacity(state)
+        for model, n in slots.items():
+            if model not in self.standings:
+                memory = max(self.min_memory, self.memory * n)
+                self.standings[model] = Standings(len(self.shadows), memory, self.z, self.margin)
+
+    # --- which expert -------------------------------------------------------------------------------------
+    def leader_of(self, base_model: str) -> str:
+        """The name of the expert followed on a base model's pool."""
+        standings = self.standings.get(base_model)
+        return self.names[standings.leader if standings is not None else 0]
+
+    def _own_leads(self, base_model: str) -> bool:
+        standings = self.standings.get(base_model)
+        return standings is None or standings.leader == 0
+
+    def _leader_state(self, state: EngineResidency) -> EngineResidency | None:
+        standings = self.standings.get(state.base_model)
+        index = standings.leader if standings is not None else 0
+        return self.shadows[index].session.core.book.engines.get(state.key)
+
+    # --- the live decisions -------------------------------------------------------------------------------
+    def start(self, now: float) -> list[Decision]:
+        """Every expert starts on its copy; live, the predictor's start (the plan, pins, workflow heads) is made:
+        the admin's plan and pins hold whichever expert is followed."""
+        for shadow in self.shadows:
+            shadow.session.start(now)
+            shadow.mirrorable()
+        return self.own.start(now)
+
+    def route(self, event: RequestEvent) -> str | None:
+        """Every expert serves the request on its copy, routed as it would route it; live, a request the log
+        does not place goes where the leader sent it (so contents converge engine by engine), or, while the
+        predictor leads, where the core's rule sends it (None)."""
+        self._observe(event)
+        model = self._model(event)
+        standings = self.standings.get(model) if model is not None else None
+        if standings is None or standings.leader == 0:
+            return None
+        return self._routed[standings.leader]
+
+    def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
+        """Before the live core classifies a request: the experts' outcomes score them (the leader's book
+        already shows what it evicted for it, so the live eviction can follow)."""
+        if self._observed is not event:
+            self._observe(event)
+        self._observed = None
+        model = self._model(event)
+        standings = self.standings.get(model) if model is not None else None
+        leader = standings.leader if standings is not None else 0
+        self.mirrored = self.shadows[leader].mirrorable() if leader else []
+        for shadow in self.shadows:
+            shadow.session.decided = []
+        if engine is None or standings is None or model is None:
+            return
+        if standings.record(self._hits):
+            muted: set[str] = getattr(self.own, "muted", set())  # a predictor learns on, prefetching nothing
+            if standings.leader == 0:
+                muted.discard(model)
+            else:
+                muted.add(model)
+
+    def _model(self, event: RequestEvent) -> str | None:
+        adapter = self.core.inventory.adapters.get(event.adapter or "")
+        return adapter.base_model if adapter is not None else None
+
+    def _observe(self, event: RequestEvent) -> None:
+        """Each expert's session takes the request: where it routed it, and whether it was a hit there."""
+        hits, routed = self._hits, self._routed
+        for i, shadow in enumerate(self.shadows):
+            before = shadow.counts.hits
+            session = shadow.session
+            session.request(event)
+            hits[i] = shadow.counts.hits > before
+            routed[i] = session.last_engine
+        self._observed = event
+
+    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
+        """The predictor's order while it leads; otherwise live residents the leader does not hold go first
+        (least recently used first), then the rest by recency: the live engine converges on the leader's."""
+        if self._own_leads(state.base_model):
+            return self.own.victim_order(state, now)
+        ahead = self._leader_state(state)
+        if ahead is None:
+            return list(state.resident)
+        held = ahead.resident
+        return [a for a in state.resident if a not in held] + [a for a in state.resident if a in held]
+
+    def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
+        decisions = self.own.on_request(now, event, engine, outcome)  # learns always; acts while it leads
+        mirrored, self.mirrored = self.mirrored, []
+        return decisions + self._mirror(now, mirrored) if mirrored else decisions
+
+    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
+        return self.own.on_load_done(now, engine, adapter)
+
+    def on_evicted(self, now: float, engine: str, adapter: str) -> None:
+        self.own.on_evicted(now, engine, adapter)
+
+    def next_wakeup(self) -> float | None:
+        wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
+        own = self.own.next_wakeup()
+        if own is not None:
+            wakeups.append(own)
+        return min(wakeups) if wakeups else None
+
+    def tick(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        own = self.own.next_wakeup()
+        if own is not None and own <= now:
+            decisions += self.own.tick(now)
+        for index, shadow in enumerate(self.shadows):
+            wakeup = shadow.session.core.next_wakeup()
+            if wakeup is None or wakeup > now:
+                continue
+            shadow.session.advance(now)
+            loads = shadow.mirrorable()
+            if index:
+                decisions += self._mirror(now, [d for d in loads if self._leads(shadow, d.engine)])
+        return decisions
+
+    def _leads(self, shadow: _Shadow, engine: str) -> bool:
+        state = self.core.book.engines.get(engine)
+        return state is not None and self.leader_of(state.base_model) == shadow.name
+
+    def _mirror(self, now: float, loads: list[Decision]) -> list[Decision]:
+        """The leader's prefetches, made live where the room comes from adapters the leader does not hold."""
+        decisions: list[Decision] = []
+        core = self.core
+        for d in loads:
+            state = core.book.engines.get(d.engine)
+            if state is None or state.holds(d.adapter):
+                continue
+            ahead = self._leader_state(state)
+            held = ahead.resident if ahead is not None else {}
+
+            def spare(state: EngineResidency = state, held: dict[str, None] = held) -> Iterator[str]:
+                return (a for a in list(state.resident) if a not in held)
+
+            decisions += core.load(now, d.engine, d.adapter, PREFETCH, spare)
+        return decisions
+
+
+__all__ = ["PREDICTIVE", "LeaderPolicy", "Standings", "default_experts"]

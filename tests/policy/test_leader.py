@@ -1,0 +1,248 @@
+"""The lorafleet policy follows the whole-policy expert with a clear recent lead (drive/leader.py): each rule
+pinned, and the touch budget every policy keeps to (policy/core.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+from lorafleet.drive.leader import LeaderPolicy, Standings
+from lorafleet.drive.session import Session
+from lorafleet.policy.baselines import LfuPolicy, LruPolicy, MarkovPolicy
+from lorafleet.policy.core import Policy, PolicyCore
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.predictive import LorafleetPolicy
+from lorafleet.policy.residency import EngineResidency
+from lorafleet.replay.driver import Simulation
+from tests.policy.builders import make_inventory, stream
+
+FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+FOUR_SGLANG = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}]  # evicts by unloading: no touches
+
+
+class MruPolicy(Policy):
+    """A deliberately bad expert: evicts the most recently used."""
+
+    name = "mru"
+
+    def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
+        return list(reversed(state.resident))
+
+
+def run(policy: Policy, inventory, events: list[RequestEvent], touch_budget: float = 0.1):  # type: ignore[no-untyped-def]
+    core = PolicyCore(inventory, policy, touch_budget=touch_budget)
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)
+    session.finish()
+    return session.counts
+
+
+def loop_then_scan(n: int = 600) -> list[int]:
+    """A working set of 4 in turn (LRU keeps it whole on 4 slots; MRU thrashes), with a rare stray."""
+    rng = random.Random(7)
+    return [rng.randrange(4, 12) if rng.random() < 0.05 else i % 4 for i in range(n)]
+
+
+# --- the standings ------------------------------------------------------------------------------------------
+def test_a_challenger_takes_the_lead_only_past_z_deviations_plus_the_margin() -> None:
+    standings = Standings(2, memory=1e9, z=2.0, margin=2.0)
+    changed = [standings.record([False, True]) for _ in range(6)]
+    # After k requests only the challenger hit, its lead is k: not yet clear while k <= 2·sqrt(k) + 2 ...
+    assert not any(changed[:5])
+    more = [standings.record([False, True]) for _ in range(6)]
+    assert any(more) and standings.leader == 1 and standings.changes == 1
+    # k = 8 is the first with k > 2·sqrt(k) + 2 (8 > 7.66; 7 > 7.29 fails): exactly then
+    fresh = Standings(2, memory=1e9, z=2.0, margin=2.0)
+    flips = [fresh.record([False, True]) for _ in range(9)]
+    assert flips.index(True) == 7
+
+
+def test_a_request_the_leader_hit_never_changes_the_leader() -> None:
+    standings = Standings(2, memory=1e9, z=0.0, margin=0.0)
+    standings.beats[1][0] = 100.0  # far ahead already
+    assert not standings.record([True, False]) and standings.leader == 0
+    assert standings.record([False, True]) and standings.leader == 1
+
+
+def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
+    standings = Standings(3, memory=1e9, z=0.0, margin=0.0)
+    for _ in range(50):
+        standings.record([True, True, True])
+        standings.record([False, False, False])
+    assert standings.beats == [[0.0] * 3 for _ in range(3)] and standings.leader == 0
+
+
+def test_old_evidence_fades_so_a_past_lead_does_not_hold_for_ever() -> None:
+    standings = Standings(2, memory=50, z=1.0, margin=0.0)
+    for _ in range(200):
+        standings.record([True, False])  # the leader was far better ...
+    for _ in range(200):
+        standings.record([False, True])  # ... and is now far worse
+    assert standings.leader == 1
+    remembered = Standings(2, memory=1e9, z=1.0, margin=0.0)
+    for _ in range(200):
+        remembered.record([True, False])
+    for _ in range(200):
+        remembered.record([False, True])
+    assert remembered.leader == 0  # with no fading, 200 old wins still cancel 200 new ones
+
+
+def test_weights_rescale_without_changing_the_standings() -> None:
+    standings = Standings(2, memory=2.0, z=0.0, margin=0.0)
+    for _ in range(600):  # the weight doubles per request: rescaled long before it overflows
+        standings.record([True, False])
+    assert math.isfinite(standings.weight) and standings.leader == 0
+    assert standings.beats[0][1] / standings.weight > 1.0
+
+
+# --- following ----------------------------------------------------------------------------------------------
+def test_a_bad_first_expert_is_dropped_for_the_one_doing_better(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR_SGLANG, zero_load=True)
+    events = stream(loop_then_scan())
+    policy = LeaderPolicy(experts=[("mru", MruPolicy), ("lru", LruPolicy)])
+    followed = run(policy, inv, events)
+    alone = run(LruPolicy(), inv, events)
+    bad = run(MruPolicy(), inv, events)
+    assert policy.leader_of("m") == "lru"
+    assert bad.hits < alone.hits * 0.8
+    assert followed.hits >= alone.hits - 4 * 4  # a few turnovers of the 4 slots, while the lead was proven
+
+
+def test_the_first_expert_is_the_live_policy_while_it_leads(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = stream(loop_then_scan())
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("mru", MruPolicy)])
+    followed = run(policy, inv, events)
+    alone = run(LruPolicy(), inv, events)
+    assert policy.leader_of("m") == "lru"
+    assert (followed.hits, followed.loads, followed.touches) == (alone.hits, alone.loads, alone.touches)
+
+
+def test_imitating_a_leader_from_the_start_is_exact(tmp_path: Path) -> None:
+    """Forced to follow lru from the first request (z infinite: the leader never changes), on two engines with
+    their own routing, the live engines do exactly what lru does alone: same routing, same contents."""
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3},
+    ]
+    inv = make_inventory(tmp_path, adapters=14, engines=engines)
+    rng = random.Random(3)
+    events = stream([min(13, int(rng.expovariate(0.3))) for _ in range(800)], gap_s=0.05)
+    policy = LeaderPolicy(experts=[("mru", MruPolicy), ("lru", LruPolicy)])
+    policy.z = math.inf
+    core = PolicyCore(inv, policy)
+    for standings in policy.standings.values():
+        standings.leader = 1
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)
+    session.finish()
+    alone = run(LruPolicy(), inv, events)
+    assert (session.counts.hits, session.counts.late, session.counts.loads) == (alone.hits, alone.late, alone.loads)
+    assert session.counts.touches == 0
+
+
+def test_the_leaders_prefetches_are_made_live(tmp_path: Path) -> None:
+    """A tenant's fixed cycle a0 → a1 → … → a5 on 4 slots: lru always misses; markov prefetches the next. With
+    markov leading, the live engine prefetches too and hits like markov."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    events = stream([i % 6 for i in range(600)], gap_s=1.0)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("markov", MarkovPolicy)])
+    followed = run(policy, inv, events)
+    markov = run(MarkovPolicy(), inv, events)
+    lru = run(LruPolicy(), inv, events)
+    assert lru.hits == 0 and markov.hits > 500
+    assert policy.leader_of("m") == "markov"
+    assert followed.prefetch_loads > 400 and followed.hits >= markov.hits - 30
+
+
+def test_the_predictor_learns_while_another_leads_and_prefetches_nothing(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = stream(loop_then_scan())
+    policy = LeaderPolicy(experts=[("predictive", LorafleetPolicy), ("lru", LruPolicy)])
+    policy.z = math.inf  # lru leads throughout
+    core = PolicyCore(inv, policy)
+    for standings in policy.standings.values():
+        standings.leader = 1
+    policy.own.muted.add("m")  # type: ignore[attr-defined]
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)
+    assert session.counts.prefetch_loads == 0
+    own = policy.own
+    assert isinstance(own, LorafleetPolicy) and own.trust  # it scored its predictions all along
+
+
+def test_the_default_experts_are_the_predictor_then_every_baseline(tmp_path: Path) -> None:
+    from lorafleet.drive.policies import BASELINES
+
+    policy = LeaderPolicy()
+    assert policy.names == ("predictive", *BASELINES)
+    PolicyCore(make_inventory(tmp_path), policy)
+    assert isinstance(policy.own, LorafleetPolicy)
+
+
+# --- the touch budget ---------------------------------------------------------------------------------------
+def zipf_events(n: int = 1500, adapters: int = 12) -> list[RequestEvent]:
+    rng = random.Random(11)
+    weights = [1.0 / (k + 1) for k in range(adapters)]
+    return stream(rng.choices(range(adapters), weights=weights, k=n), gap_s=0.2)
+
+
+def test_touches_stay_within_the_budget_per_request_served(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = zipf_events()
+    free = run(LfuPolicy(), inv, events, touch_budget=math.inf)
+    budgeted = run(LfuPolicy(), inv, events, touch_budget=0.1)
+    assert free.touches > 0.3 * free.requests  # lfu's order needs many touches on vLLM ...
+    assert budgeted.touches <= 0.1 * budgeted.requests  # ... the budget: earned before spent
+
+
+def test_with_no_budget_a_policy_evicts_as_the_engine_does_alone(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = zipf_events()
+    lru = run(LruPolicy(), inv, events)
+    for policy in (LfuPolicy(), LeaderPolicy()):
+        counts = run(policy, inv, events, touch_budget=0.0)
+        assert counts.touches == 0
+    lfu = run(LfuPolicy(), inv, events, touch_budget=0.0)
+    assert lfu.hits == lru.hits  # only the engine's own order is affordable
+
+
+def test_over_budget_the_policys_preference_among_affordable_victims_is_kept(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    core = PolicyCore(inv, LruPolicy(), touch_budget=0.0)
+    state = core.book.engines["h/e0"]
+    for a in ("a0", "a1", "a2", "a3"):
+        state.admit(a, core.sizes[a])
+    core.touch_credit["h/e0"] = 1.0  # one touch: the second oldest is within reach, the third is not
+    decisions = core.load(0.0, "h/e0", "a4", "demand", lambda: ["a2", "a1", "a0"])
+    evicted = [d.adapter for d in decisions if d.action == "evict"]
+    touched = [d.adapter for d in decisions if d.action == "touch"]
+    assert evicted == ["a1"] and touched == ["a0"] and core.touch_credit["h/e0"] == 0.0
+
+
+def test_touch_budget_is_earned_per_request_and_banked_up_to_one_turnover(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    core = PolicyCore(inv, LruPolicy(), touch_budget=0.5)
+    core.touch_credit["h/e0"] = 0.0
+    for event in stream([0, 0, 0, 0]):
+        core.on_request(event.time, event, "h/e0")
+    assert core.touch_credit["h/e0"] == 2.0
+    for event in stream([0] * 40):
+        core.on_request(event.time, event, "h/e0")
+    assert core.touch_credit["h/e0"] == 4.0  # 4 slots' worth at most
+
+
+def test_replay_keeps_every_policy_within_the_budget(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = zipf_events()
+    for name in ("lfu", "arc", "wtinylfu", "lorafleet"):
+        result = Simulation(inv, name, events, touch_budget=0.05).run()
+        assert result.touches <= 0.05 * result.requests, name
