@@ -62,8 +62,8 @@ ENGINE_COLUMNS = [
 ]
 DISCOVERY_COLUMNS = [
     Column("group", "left"),
-    Column("namespace", "left"),
-    Column("selector", "left"),
+    Column("namespace", "left", wide=True),
+    Column("selector", "left", wide=True),
     Column("port", "left", wide=True),
     Column("kind", "left"),
     Column("base model", "left", wide=True),

@@ -76,6 +76,10 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
             }
             for a in inv.adapters.values()
         ],
+        "tenants": [
+            {"name": t.name, "tier": t.tier, "pinned": list(t.pinned), "workflows": [list(w) for w in t.workflows]}
+            for t in inv.tenants.values()
+        ],
         "discovery": [
             {
                 "name": g.name,
@@ -87,10 +91,6 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
                 "base_model": g.template.base_model,
             }
             for g in inv.discovery
-        ],
-        "tenants": [
-            {"name": t.name, "tier": t.tier, "pinned": list(t.pinned), "workflows": [list(w) for w in t.workflows]}
-            for t in inv.tenants.values()
         ],
         "warnings": list(inv.warnings),
     }
