@@ -113,6 +113,7 @@ def test_a_410_lists_again_and_loses_or_doubles_nothing(
     discovery = Discovery()
     discovery.configure(inv)
     try:
+        wait_until(lambda: kube.count("watch") >= 2)  # both groups watching: the expiry ends their watches
         lists = kube.count("list")
         kube.expire(http=http)  # the open watches end with ERROR 410; resuming from their version is refused
         kube.put(endpoint_slice("vllm-b", [("vllm-1", "10.0.0.2"), ("vllm-0", "10.0.0.1")], 8000))  # vllm-0 twice
