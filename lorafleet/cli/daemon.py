@@ -144,8 +144,10 @@ def daemon(
 ) -> None:
     """Follow the gateway's access logs, warm adapters ahead of demand, journal every decision.
 
-    Runs until SIGTERM or Ctrl-C (exit 0 after a final checkpoint); SIGHUP reloads the inventory (a broken one
-    is reported and the old one kept). Every outcome and action goes to the state database's journal; a crash
+    Runs until SIGTERM or Ctrl-C (exit 0 after a final checkpoint); SIGHUP, or a change to the inventory's files
+    (a ConfigMap update), reloads the inventory (a broken one is reported and the old one kept). Engines of the
+    inventory's discovery groups are found on Kubernetes and follow its pods. The metrics address also serves
+    /ready (the loop advances) and /healthz. Every outcome and action goes to the state database's journal; a crash
     neither loses nor double-counts a log line. --shadow sends nothing and journals what would have happened.
     """
     from lorafleet.daemon.lock import hold_state
@@ -177,7 +179,21 @@ def daemon(
 
         return load_inventory(s.inventory_path)
 
-    runner = Daemon(inv, store, options, reload, files_gone=checker.missing, stop=stop, reloads=reload_requested)
+    from lorafleet.inventory.loader import inventory_stamp
+
+    def stamp() -> object:
+        return inventory_stamp(s.inventory_path)
+
+    runner = Daemon(
+        inv,
+        store,
+        options,
+        reload,
+        files_gone=checker.missing,
+        stop=stop,
+        reloads=reload_requested,
+        inventory_stamp=stamp,
+    )
     try:
         summary = runner.run()
     finally:

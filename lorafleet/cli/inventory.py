@@ -60,6 +60,15 @@ ENGINE_COLUMNS = [
     Column("budget"),
     Column("url", "left", wide=True),
 ]
+DISCOVERY_COLUMNS = [
+    Column("group", "left"),
+    Column("namespace", "left", wide=True),
+    Column("selector", "left", wide=True),
+    Column("port", "left", wide=True),
+    Column("kind", "left"),
+    Column("base model", "left", wide=True),
+    Column("engines", legend="found now (--discover lists them)"),
+]
 ADAPTER_COLUMNS = [
     Column("adapter", "left"),
     Column("base model", "left"),
@@ -75,9 +84,23 @@ ADAPTER_COLUMNS = [
 @global_options(with_env=False, state=False)
 @json_option
 @click.option("--wide", is_flag=True, help="Show every column (the default tables fit 80 columns).")
-def show(as_json: bool, wide: bool) -> None:
-    """Show hosts, engines and adapters (with size and its source) as tables."""
+@click.option(
+    "--discover",
+    is_flag=True,
+    help="Also list the discovery groups' engines: one Kubernetes API list per group (otherwise nothing is asked).",
+)
+def show(as_json: bool, wide: bool, discover: bool) -> None:
+    """Show hosts, engines and adapters (with size and its source) as tables.
+
+    Engines of the inventory's discovery groups are found on Kubernetes at run time: the groups are listed, and
+    with --discover their engines now, as hosts named after the groups (engines GROUP/POD).
+    """
     inv = settings().load_inventory()
+    if discover and inv.discovery:
+        from lorafleet.engines.kubernetes import discover_once
+        from lorafleet.inventory.model import with_discovered
+
+        inv = with_discovered(inv, discover_once(inv))
     if as_json:
         print_json(shapes.inventory_show(inv))
         return
@@ -122,7 +145,21 @@ def show(as_json: bool, wide: bool) -> None:
                 "tenants": ", ".join(ad.tenants) or "-",
             }
         )
-    for report in (hosts, engines, adapters):
+    groups = Report("Discovery groups (engines found on Kubernetes)", DISCOVERY_COLUMNS, wide)
+    for g in inv.discovery:
+        found = inv.host(g.name) if discover else None
+        groups.add(
+            {
+                "group": g.name,
+                "namespace": g.namespace or "(the daemon's)",
+                "selector": g.selector,
+                "port": f"{g.scheme}:{g.port}",
+                "kind": g.template.kind,
+                "base model": g.template.base_model,
+                "engines": str(len(found.engines)) if found is not None else "--discover",
+            }
+        )
+    for report in (hosts, engines, groups, adapters) if inv.discovery else (hosts, engines, adapters):
         out.print(report.table)
         out.print()
     if not wide:

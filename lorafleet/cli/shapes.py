@@ -42,8 +42,9 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
     "region", "site", "instance_type", "gpu", "gpus", "engines": [{"name", "key", "kind", "url", "base_model", "gpus",
     "gpu_slots", "host_slots", "max_lora_rank", "lora_budget_bytes", "api_key_env", "api_key_file", "load_model"}]}],
     "base_models", "adapters": [{"id", "base_model", "rank", "target_modules", "path", "tenants", "size_bytes",
-    "size_source"}], "tenants": [{"name", "tier", "pinned", "workflows"}], "warnings"}` — hosts after range
-    expansion."""
+    "size_source"}], "tenants": [{"name", "tier", "pinned", "workflows"}], "discovery": [{"name", "namespace",
+    "selector", "port", "scheme", "kind", "base_model"}], "warnings"}` — hosts after range expansion; with
+    --discover, each discovery group is also a host holding the engines found."""
     return {
         "fleet": inv.fleet,
         "sources": list(inv.sources),
@@ -78,6 +79,18 @@ def inventory_show(inv: Inventory) -> dict[str, Any]:
         "tenants": [
             {"name": t.name, "tier": t.tier, "pinned": list(t.pinned), "workflows": [list(w) for w in t.workflows]}
             for t in inv.tenants.values()
+        ],
+        "discovery": [
+            {
+                "name": g.name,
+                "namespace": g.namespace,
+                "selector": g.selector,
+                "port": g.port,
+                "scheme": g.scheme,
+                "kind": g.template.kind,
+                "base_model": g.template.base_model,
+            }
+            for g in inv.discovery
         ],
         "warnings": list(inv.warnings),
     }

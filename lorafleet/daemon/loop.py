@@ -15,6 +15,7 @@ request is lost or counted twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -29,9 +30,10 @@ from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
+from lorafleet.engines.kubernetes import Discovery
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
-from lorafleet.inventory.model import Engine, Inventory
+from lorafleet.inventory.model import Engine, Inventory, with_discovered
 from lorafleet.logs.reader import NameResolver
 from lorafleet.logs.stream import EventBatch, LogStream
 from lorafleet.policy.baselines import LruPolicy
@@ -62,6 +64,8 @@ class DaemonOptions:
     settle_s: float = 30.0  # --once: the longest wait for engine calls still in flight at the end
     metrics_addr: str | None = None
     touch_budget: float = TOUCH_BUDGET  # touches per adapter request each engine serves (policy/core.py)
+    watch_inventory_s: float = 1.0  # how often the inventory file is looked at (a ConfigMap update reloads it)
+    ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
 
 
 class Daemon:
@@ -75,6 +79,8 @@ class Daemon:
         files_gone: FileCheck | None = None,
         stop: Stop | None = None,
         reloads: threading.Event | None = None,
+        discovery: Discovery | None = None,
+        inventory_stamp: Callable[[], object] | None = None,
     ) -> None:
         if options.policy == "oracle":
             raise ValueError("the oracle needs the future: replay only")
@@ -85,7 +91,16 @@ class Daemon:
         self.files_gone: FileCheck = files_gone or (lambda engine, paths: [])
         self.stop = stop or Stop()
         self.reload_requested = reloads or threading.Event()  # set (by SIGHUP): re-read the inventory
-        self.metrics = DaemonMetrics("shadow" if options.shadow else "live")
+        self.metrics = DaemonMetrics("shadow" if options.shadow else "live", options.ready_stale_s)
+        # Engines found on Kubernetes join the inventory's own: the inventory as written is `base`, the one in use
+        # is it with what discovery found (one rule, `_adopt`, for a reload, a file change and a pod's coming).
+        self.discovery = discovery or Discovery()
+        self.discovery.configure(inventory)  # InputError at start: a broken API access is bad input
+        self.base = inventory
+        self._discovered = self.discovery.version
+        inventory = with_discovered(inventory, self.discovery.found())
+        self.inventory_stamp = inventory_stamp
+        self._stamp = inventory_stamp() if inventory_stamp is not None else None
         self.summary = Summary()
         self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
@@ -124,18 +139,22 @@ class Daemon:
             actor = self.actors.get(key)  # shadow: simulated engines, whose circuits never open
             self.metrics.set_circuit(key, actor.breaker.state if actor is not None else CLOSED)
 
-    def _sync_actors(self) -> None:
-        """One actor per inventory engine (none in shadow mode); engines that left the inventory are retired."""
+    def _sync_actors(self, reconcile: bool = False) -> None:
+        """One actor per inventory engine (none in shadow mode): engines that left the inventory are retired, and
+        so is the actor of an engine whose settings changed (a pod back at another address); with `reconcile`,
+        each new actor first reads its engine's registry, before any call the session sends it."""
         if self.options.shadow:
             return
         engines = {e.key: e for e in self.inventory.engines}
-        for key in [k for k in self.actors if k not in engines]:
+        for key in [k for k, a in self.actors.items() if not _same(engines.get(k), a.engine)]:
             self.actors.pop(key).retire()
         for key, engine in engines.items():
             if key not in self.actors:
                 actor = EngineActor(engine, self.client_factory, self.outbox, self.stop, self.files_gone)
                 self.actors[key] = actor
                 actor.start()
+                if reconcile:
+                    actor.submit(Work(RECONCILE, watch=self._watched(key)))
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> Summary:
@@ -144,6 +163,7 @@ class Daemon:
             bound = self.metrics.serve(options.metrics_addr)
             log.info("metrics on http://%s/metrics", bound)
         try:
+            self.metrics.beat()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
@@ -211,7 +231,9 @@ class Daemon:
         next_reconcile = self._next_reconcile
         next_commit = time.monotonic() + options.commit_every_s
         next_prune = 0.0
+        next_look = time.monotonic() + options.watch_inventory_s
         while not self.stop.is_set():
+            self.metrics.beat()
             if not self.session.started and not read and not options.once:
                 self._send(self.session.start(time.time()))  # nothing to catch up on: start on the wall clock
                 self.journal.fold(self.session.take_answers())
@@ -238,9 +260,14 @@ class Daemon:
                 return
             if not read and self.stop.wait(options.poll_s):
                 return
+            if self.inventory_stamp is not None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + options.watch_inventory_s
+                self._look_at_inventory()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self._reload()
+            if self.discovery.version != self._discovered:
+                self._adopt(self.base)
             read = self._read_logs()
 
     def _finish(self) -> None:
@@ -258,6 +285,8 @@ class Daemon:
             self.baseline.finish()
         self.summary.unknown_names = _merged(stream.unknown_names for stream in self.streams)
         self.stop.set()
+        self.metrics.stopped()
+        self.discovery.close()
         deadline = time.monotonic() + 1.0
         for actor in self.actors.values():
             actor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -423,23 +452,58 @@ class Daemon:
         return tuple((a, adapters[a].path) for a in self.session.lost(engine) if a in adapters)
 
     # --- inventory reload, journal ----------------------------------------------------------------------------
+    def _look_at_inventory(self) -> None:
+        """Reload when the inventory's files changed: Kubernetes updates a ConfigMap volume by swapping its
+        `..data` link, which the stamp (each file's resolved path and status) sees like an edit in place."""
+        assert self.inventory_stamp is not None
+        try:
+            stamp = self.inventory_stamp()
+        except Exception as exc:  # a file gone for a moment (mid-swap): looked at again next time
+            log.debug("inventory not readable now: %s", exc)
+            return
+        if stamp != self._stamp:
+            self._stamp = stamp
+            log.info("the inventory's files changed: reloading")
+            self._reload()
+
     def _reload(self) -> None:
         if self.reload_inventory is None:
             return
         try:
             inventory = self.reload_inventory()
+            self.discovery.configure(inventory)
         except InputError as exc:
             message = "inventory reload failed, keeping the one in use: " + "; ".join(exc.lines())
             log.error("%s", message)
             self.journal.error("daemon", message)
             return
+        self._adopt(inventory)
+        log.info("inventory reloaded: %d engines, %d adapters", len(self.inventory.engines), len(inventory.adapters))
+
+    def _adopt(self, base: Inventory) -> None:
+        """The one way the engines in use change — SIGHUP, a changed inventory file, pods found or gone on
+        Kubernetes: the inventory as written plus what discovery found now replaces the one in use. Engines that
+        stay with the same budget keep their book; new ones start their actor (which reconciles first), gone
+        ones are retired; the demand model and the policy carry over."""
+        self._discovered = self.discovery.version
+        inventory = with_discovered(base, self.discovery.found())
+        before = {e.key for e in self.inventory.engines}
+        after = {e.key for e in inventory.engines}
+        self.base = base
         self.inventory = inventory
         self.session.replace_inventory(inventory)
         if self.baseline is not None:
             self.baseline.replace_inventory(inventory)
         self._use(inventory)
-        self._sync_actors()
-        log.info("inventory reloaded: %d engines, %d adapters", len(inventory.engines), len(inventory.adapters))
+        self._sync_actors(reconcile=True)
+        if before != after:
+            added, gone = sorted(after - before), sorted(before - after)
+            log.info(
+                "engines: %d in use; added %s; retired %s",
+                len(after),
+                ", ".join(added) or "none",
+                ", ".join(gone) or "none",
+            )
 
     def _commit(self) -> None:
         if self.journal.batch.empty():
@@ -466,6 +530,11 @@ class Daemon:
         dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff))
         if dropped:
             log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
+
+
+def _same(engine: Engine | None, running: Engine) -> bool:
+    """Whether an actor still serves this engine: the same settings (where it was written down aside)."""
+    return engine is not None and dataclasses.replace(engine, source=running.source) == running
 
 
 def _merged(counts: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import logging
 import platform
+import socket
+import threading
+import time
+from collections.abc import Callable
 from contextlib import suppress
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from lorafleet import __version__
 from lorafleet.errors import InputError
@@ -42,9 +48,11 @@ class Moded:
 
 
 class DaemonMetrics:
-    def __init__(self, mode: str = "live") -> None:
+    def __init__(self, mode: str = "live", ready_stale_s: float = 30.0) -> None:
         r = self.registry = CollectorRegistry()
         self.mode = mode
+        self.ready_stale_s = ready_stale_s
+        self.beat_at: float | None = None  # monotonic time the loop last went round; None: not started, or stopped
 
         def moded(kind: Any, name: str, doc: str, labels: tuple[str, ...] = ("engine",), **more: Any) -> Moded:
             return Moded(kind(name, doc, [*labels, "mode"], registry=r, **more), mode)
@@ -131,22 +139,54 @@ class DaemonMetrics:
             else:
                 gauge.labels(engine).set(value)
 
+    def beat(self) -> None:
+        """The loop went round: what /ready reads."""
+        self.beat_at = time.monotonic()
+
+    def stopped(self) -> None:
+        self.beat_at = None
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready while the loop goes round: not before its first pass, not when it has been stuck for
+        `ready_stale_s` (a hung engine occupies only its actor, so this is the loop itself), not once stopping."""
+        if self.beat_at is None:
+            return False, "not running"
+        stale = time.monotonic() - self.beat_at
+        if stale > self.ready_stale_s:
+            return False, f"the loop has not advanced for {stale:.0f} s"
+        return True, "ok"
+
+    def app(self) -> Callable[[dict[str, Any], Callable[..., Any]], list[bytes]]:
+        """The HTTP endpoints: /metrics (Prometheus), /ready (readiness: the loop advances), /healthz (liveness:
+        the process serves)."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start: Callable[..., Any]) -> list[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path in ("/ready", "/healthz"):
+                ok, why = self.ready() if path == "/ready" else (True, "ok")
+                start("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+                return [why.encode() + b"\n"]
+            return list(metrics(environ, start))
+
+        return app
+
     def serve(self, address: str) -> str:
-        """Start the /metrics endpoint at HOST:PORT (port 0: a free one); returns the address bound."""
+        """Start the HTTP endpoints at HOST:PORT (port 0: a free one); returns the address bound."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
+        server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
         try:
-            started = start_http_server(int(port), addr=host, registry=self.registry)
-        except (OSError, ValueError) as exc:  # busy, not an address of this host, not a port
+            server = make_server(host, int(port), self.app(), server_class, handler_class=_QuietHandler)
+        except (OSError, ValueError, OverflowError) as exc:  # busy, not an address of this host, not a port
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise InputError(
                 f"--metrics-addr {address}: cannot serve there: {reason}",
                 hint="choose a free port (0: any free one), or --metrics-addr off",
             ) from exc
-        server = started[0] if isinstance(started, tuple) else None
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         self.server = server
-        bound = server.server_address[1] if server is not None else int(port)
-        return f"{host}:{bound}"
+        return f"{host}:{server.server_address[1]}"
 
     def close(self) -> None:
         if self.server is not None:
@@ -166,6 +206,19 @@ def metric_names() -> list[str]:
         else:
             names.append(family.name)
     return names
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds the daemon's exit
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not the daemon's log
+        pass
 
 
 __all__ = ["CIRCUIT_STATES", "DaemonMetrics", "metric_names"]

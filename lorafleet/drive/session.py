@@ -367,7 +367,7 @@ class Session:
         self.core = new
         if self.sim is not None:
             budgets = {key: state.budget for key, state in new.book.engines.items()}
-            self.sim.replace_engines(new.load_ms, budgets)
+            self.sim.replace_engines(new.load_ms, budgets, new.sizes)
 
     def holdings(self) -> list[tuple[str, int, int]]:
         """(engine, adapters resident, their bytes) for every engine, as the book has them."""

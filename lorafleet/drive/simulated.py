@@ -52,11 +52,17 @@ class SimulatedEngines:
         self.violations = 0
         self.replace_engines(loads, budgets)
 
-    def replace_engines(self, loads: Mapping[str, LoadModel], budgets: Mapping[str, Budget]) -> None:
-        """A new inventory: engines that stay keep their loader and holdings; new ones start empty."""
-        self.loaders = {k: self.loaders[k] if k in self.loaders else _Loader(load) for k, load in loads.items()}
+    def replace_engines(
+        self, loads: Mapping[str, LoadModel], budgets: Mapping[str, Budget], sizes: Mapping[str, int] | None = None
+    ) -> None:
+        """A new inventory: engines that stay with the same budget keep their loader and holdings (as the book
+        keeps theirs); new ones, and those whose budget changed, start empty; the adapters are the new ones'."""
+        same = {k for k in loads if k in self.loaders and self.budgets.get(k) == budgets[k]}
+        self.loaders = {k: self.loaders[k] if k in same else _Loader(load) for k, load in loads.items()}
+        self.held = {k: self.held[k] if k in same else {} for k in loads}
         self.budgets = dict(budgets)
-        self.held = {k: self.held.get(k, {}) for k in loads}
+        if sizes is not None:
+            self.sizes = sizes
 
     def apply(self, now: float, decisions: Iterable[Decision]) -> None:
         for d in decisions:

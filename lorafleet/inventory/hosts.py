@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -236,17 +236,36 @@ def _engine(
     if entry is None:
         return None
     m, got = entry
-    tuning = inherit(settings, {k: v for k, v in got.items() if k in schema.TUNING.names})
     if any(k not in got for k in ("name", "kind", "url", "base_model")):
         return None
+    engine = make_engine(c, m, path, got, settings, base_models, host, got["name"], spot.location())
+    url = _render_url(c, m, path, got["url"], host, address)
+    if engine is None or url is None:
+        return None
+    return replace(engine, url=url)
+
+
+def make_engine(
+    c: Checker,
+    m: LDict,
+    path: str,
+    got: dict[str, Any],
+    settings: dict[str, Any],
+    base_models: dict[str, BaseModel],
+    host: str,
+    name: str,
+    source: Location,
+) -> Engine | None:
+    """An engine from its read fields (`kind`, `base_model`, budgets, tuning) and the settings it inherits, or
+    None when a rule is broken (each reported). The URL is left empty: listed engines render theirs, discovered
+    ones get the endpoint's."""
+    tuning = inherit(settings, {k: v for k, v in got.items() if k in schema.TUNING.names})
     ok = True
     if got["base_model"] not in base_models:
         known = ", ".join(sorted(base_models)) or "none defined"
         message = f"{got['base_model']!r} is not a base model in this inventory (known: {known})"
         c.add(m, "base_model", join(path, "base_model"), message)
         ok = False
-    url = _render_url(c, m, path, got["url"], host, address)
-    ok = ok and url is not None
     slots = _slots(c, m, path, got, settings, tuning)
     if not ok or slots is None:
         return None
@@ -261,9 +280,9 @@ def _engine(
     budget = tuning.get("lora_budget_mb")
     return Engine(
         host=host,
-        name=got["name"],
+        name=name,
         kind=got["kind"],
-        url=url or "",
+        url="",
         base_model=got["base_model"],
         gpus=tuple(got.get("gpus", ())),
         gpu_slots=gpu_slots,
@@ -274,7 +293,7 @@ def _engine(
         api_key_file=tuning.get("api_key_file"),
         load=LoadModel(**{k: tuning[k] for k in LOAD_KEYS if k in tuning}),
         request_timeout_s=tuning.get("request_timeout_s", schema.TUNING.defaults()["request_timeout_s"]),
-        source=spot.location(),
+        source=source,
         **_call_limits(tuning),
     )
 

@@ -14,11 +14,12 @@ from pathlib import Path
 from lorafleet.errors import InputError, InventoryError, Problem
 from lorafleet.inventory import schema
 from lorafleet.inventory.adapters import declared_adapters, read_adapters, read_base_models, read_tenants
+from lorafleet.inventory.discovery import read_discovery
 from lorafleet.inventory.fields import INVALID, Checker, describe
 from lorafleet.inventory.gateway import read_gateway
 from lorafleet.inventory.hosts import Spot, read_hosts, read_settings
 from lorafleet.inventory.merge import merge_documents
-from lorafleet.inventory.model import Adapter, Host, Inventory
+from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.inventory.yamlsource import LDict, load_yaml
 from lorafleet.units import plural
 
@@ -39,6 +40,18 @@ def inventory_files(path: str | Path) -> list[Path]:
         f"inventory {str(root)!r} not found",
         hint="pass -i FILE, set LORAFLEET_INVENTORY, or create ./lorafleet.yaml (see inventories/)",
     )
+
+
+def inventory_stamp(path: str | Path) -> tuple[tuple[str, str, int, int, int], ...]:
+    """What changes when the inventory's files do: each file's resolved path, inode, size and mtime. A ConfigMap
+    volume is updated by pointing its `..data` link at a new folder, so the resolved path and inode change
+    while the path read stays the same; an edit in place changes the size or mtime; a folder's new file shows."""
+    out = []
+    for file in inventory_files(path):
+        real = file.resolve()
+        status = real.stat()
+        out.append((str(file), str(real), status.st_ino, status.st_size, status.st_mtime_ns))
+    return tuple(out)
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -80,6 +93,7 @@ def resolve(c: Checker, doc: LDict, files: list[str]) -> Inventory:
     tenants_raw = doc.get("tenants")
     tenant_names = set(tenants_raw) if isinstance(tenants_raw, dict) else None
     hosts = read_hosts(c, doc, defaults, base_models)
+    discovery, kube = read_discovery(c, doc, defaults, base_models, {h.name for h in hosts})
     adapters = read_adapters(c, doc, base_models, tenant_names)
     tenants = read_tenants(c, doc, declared_adapters(doc) | set(adapters))
     logs = read_gateway(c, doc)
@@ -91,14 +105,18 @@ def resolve(c: Checker, doc: LDict, files: list[str]) -> Inventory:
         adapters=adapters,
         tenants=tenants,
         gateway_logs=tuple(logs),
-        warnings=tuple(cross_warnings(hosts, adapters)),
+        warnings=tuple(
+            cross_warnings([*(e for h in hosts for e in h.engines), *(g.template for g in discovery)], adapters)
+        ),
+        discovery=discovery,
+        kube=kube,
     )
 
 
-def cross_warnings(hosts: list[Host], adapters: dict[str, Adapter]) -> list[str]:
-    """Adapters no engine can ever serve: valid, but worth saying."""
+def cross_warnings(engines: list[Engine], adapters: dict[str, Adapter]) -> list[str]:
+    """Adapters no engine can ever serve (listed or discovered): valid, but worth saying."""
     top_rank: dict[str, float] = {}  # base model -> the highest rank an engine of it accepts
-    for engine in (e for h in hosts for e in h.engines):
+    for engine in engines:
         rank = math.inf if engine.max_lora_rank is None else engine.max_lora_rank
         top_rank[engine.base_model] = max(rank, top_rank.get(engine.base_model, 0))
     warnings = []

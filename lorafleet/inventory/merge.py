@@ -1,7 +1,7 @@
 """Merging a folder of inventory files into one document, keeping every value's file and line.
 
-Lists concatenate, equal defaults agree, gateway logs concatenate; anything else defined twice is a conflict
-that names both places.
+Lists concatenate, equal defaults agree, gateway logs and discovery groups concatenate; anything else defined
+twice is a conflict that names both places.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def merge_documents(checker: Checker, docs: list[LDict]) -> LDict:
 def _merge_mapping(checker: Checker, have: LDict, value: LDict, section: str) -> None:
     for sub, sub_value in value.items():
         mine = have.get(sub)
-        if section == "gateway" and sub == "logs" and isinstance(mine, LList) and isinstance(sub_value, LList):
+        lists = (section, sub) in (("gateway", "logs"), ("discovery", "groups"))
+        if lists and isinstance(mine, LList) and isinstance(sub_value, LList):
             _extend(mine, sub_value)
             continue
         if sub in have and not (section == "defaults" and mine == sub_value):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from lorafleet.errors import Location
 from lorafleet.kinds import EngineKind, kind_of
@@ -169,6 +170,35 @@ class LogSource:
 
 
 @dataclass(frozen=True)
+class EngineGroup:
+    """Engines found on Kubernetes rather than listed: the ready endpoints of the EndpointSlices that match a
+    label selector in a namespace. Each becomes `template` with the pod's name and the endpoint's URL; the
+    fleet-wide key is `NAME/POD`, so a pod that moves between groups is retired from one and added to the other."""
+
+    name: str  # the engines' host part
+    namespace: str | None  # None: the daemon's own (the service account's, or the kubeconfig context's)
+    selector: str  # a Kubernetes label selector (`app=vllm,tier in (a,b)`)
+    port: int | str  # a number, or the name of a port the slices list
+    scheme: str  # http or https
+    template: Engine  # every setting of the group's engines; name and url are filled per endpoint
+    source: Location
+
+    def engine(self, pod: str, address: str, port: int) -> Engine:
+        """The engine one ready endpoint is (an IPv6 address is bracketed in its URL)."""
+        host = f"[{address}]" if ":" in address else address
+        return replace(self.template, name=pod, url=f"{self.scheme}://{host}:{port}")
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """How lorafleet reaches the Kubernetes API: a kubeconfig file (and context), or, when none is named, the
+    pod's service account (in-cluster)."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
     fleet: str | None
     sources: tuple[str, ...]
@@ -178,6 +208,8 @@ class Inventory:
     tenants: dict[str, Tenant]
     gateway_logs: tuple[LogSource, ...]
     warnings: tuple[str, ...] = field(default=())
+    discovery: tuple[EngineGroup, ...] = ()  # engine groups found on Kubernetes (not in `hosts` until found)
+    kube: KubeAccess = field(default_factory=KubeAccess)
 
     @property
     def engines(self) -> tuple[Engine, ...]:
@@ -188,3 +220,35 @@ class Inventory:
 
     def host(self, name: str) -> Host | None:
         return next((h for h in self.hosts if h.name == name), None)
+
+
+def with_discovered(inventory: Inventory, found: Mapping[str, Sequence[Engine]]) -> Inventory:
+    """The inventory with each discovery group's engines found so far, as one host per group (provider
+    kubernetes). A pod two groups both found is kept in the first group only: one pod, one engine."""
+    hosts: list[Host] = []
+    claimed: set[tuple[str | None, str]] = set()
+    for group in inventory.discovery:
+        engines = []
+        for engine in found.get(group.name, ()):
+            if (group.namespace, engine.name) not in claimed:
+                claimed.add((group.namespace, engine.name))
+                engines.append(engine)
+        hosts.append(
+            Host(
+                name=group.name,
+                provider="kubernetes",
+                connection="local",
+                address=group.name,
+                gpus=None,
+                gpu_model=None,
+                region=None,
+                site=None,
+                instance_type=None,
+                group=None,
+                ssh=SshSettings(),
+                nvidia_smi="nvidia-smi",
+                engines=tuple(engines),
+                source=group.source,
+            )
+        )
+    return replace(inventory, hosts=inventory.hosts + tuple(hosts))

@@ -186,7 +186,18 @@ def proxy_url() -> Reader:
 TOP = Section(
     tuple(
         Field(name)
-        for name in ("version", "fleet", "defaults", "base_models", "groups", "hosts", "adapters", "tenants", "gateway")
+        for name in (
+            "version",
+            "fleet",
+            "defaults",
+            "base_models",
+            "groups",
+            "hosts",
+            "discovery",
+            "adapters",
+            "tenants",
+            "gateway",
+        )
     )
 )
 
@@ -306,4 +317,22 @@ LOG_SOURCE = Section(
 )
 LOG_FIELDS = Section(
     tuple(Field(k, text()) for k in ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model"))
+)
+
+# Engines found on Kubernetes: the API's access, then per group where to look and what each engine found is.
+DISCOVERY = Section((Field("kubeconfig", text()), Field("context", text()), Field("groups", required=True)), FORBIDDEN)
+DISCOVERY_GROUP = Section(
+    (
+        Field("name", text(NAME_RE, "a valid group name (letters, digits, . _ -)"), required=True),
+        Field("namespace", text(re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"), "a Kubernetes namespace")),
+        Field("selector", required=True),
+        Field("port", required=True),
+        Field("scheme", choice(("http", "https"), "scheme"), default="http"),
+        Field("kind", choice(ENGINE_KINDS, "engine kind"), required=True),
+        Field("base_model", text(), required=True),
+        *TUNING.fields,
+        *(Field(k, integer(minimum=1)) for k in slot_keys()),
+    ),
+    FORBIDDEN,
+    hints={"url": "discovered engines take the endpoint's address: set port (and scheme) instead of url"},
 )

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -22,18 +23,81 @@ from tests.conftest import ROOT
 DEPLOY = ROOT / "deploy"
 
 
+SUPPORTED_KUBERNETES = [f"1.{minor}.0" for minor in range(29, 38)]  # the releases the manifests are checked for
+
+
+def manifests() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()) if d]
+
+
 def test_the_kubernetes_example_is_a_deployment_with_a_valid_inventory(tmp_path: Path) -> None:
-    docs = list(yaml.safe_load_all((DEPLOY / "kubernetes.yaml").read_text()))
-    kinds = {d["kind"]: d for d in docs}
+    kinds = {d["kind"]: d for d in manifests()}
     assert {"ConfigMap", "Deployment"} <= set(kinds)
     deployment = kinds["Deployment"]["spec"]
     assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"  # one journal writer
-    container = deployment["template"]["spec"]["containers"][0]
+    pod = deployment["template"]["spec"]
+    container = pod["containers"][0]
     assert container["args"][0] == "daemon"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     inventory = tmp_path / "lorafleet.yaml"
     inventory.write_text(kinds["ConfigMap"]["data"]["lorafleet.yaml"])
-    inv = load_inventory(inventory)
-    assert len(inv.engines) == 2 and inv.gateway_logs
+    inv = load_inventory(inventory)  # offline: the discovery section is read, nothing is asked
+    assert inv.discovery and inv.gateway_logs and not inv.engines
+
+
+def test_the_service_account_may_read_endpointslices_and_nothing_else() -> None:
+    docs = manifests()
+    kinds = {d["kind"]: d for d in docs}
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    account = kinds["ServiceAccount"]["metadata"]["name"]
+    assert pod["serviceAccountName"] == account and pod.get("automountServiceAccountToken", True)
+    role, binding = kinds["Role"], kinds["RoleBinding"]
+    assert role["rules"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account}]
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+
+
+def test_the_manifests_define_every_volume_they_mount() -> None:
+    docs = manifests()
+    defined = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for container in pod["containers"]:
+        for mount in container["volumeMounts"]:
+            assert mount["name"] in volumes, mount
+    for volume in volumes.values():
+        if "persistentVolumeClaim" in volume:
+            assert ("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]) in defined, volume
+        if "configMap" in volume:
+            assert ("ConfigMap", volume["configMap"]["name"]) in defined, volume
+
+
+@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES)
+def test_the_manifests_validate_against_each_supported_kubernetes(version: str) -> None:
+    """Strict schemas (an unknown field is an error) of every release the package ships that we support.
+    kubernetes-validate is a test dependency; skipped when absent, unless LORAFLEET_REQUIRE_KUBERNETES_VALIDATE=1
+    (CI sets it)."""
+    try:
+        import kubernetes_validate
+        from kubernetes_validate.utils import all_versions
+    except ImportError:
+        if os.environ.get("LORAFLEET_REQUIRE_KUBERNETES_VALIDATE") == "1":
+            pytest.fail("kubernetes-validate is required here but not installed (pip install -e '.[test]')")
+        pytest.skip("kubernetes-validate is not installed")
+    if version not in all_versions():
+        if os.environ.get("LORAFLEET_REQUIRE_KUBERNETES_VALIDATE") == "1":
+            pytest.fail(f"this kubernetes-validate has no schemas for {version}")
+        pytest.skip(f"this kubernetes-validate has no schemas for {version}")
+    for doc in manifests():
+        kubernetes_validate.validate(doc, version, strict=True)  # raises ValidationError naming the field
 
 
 def unit_lines() -> dict[str, list[str]]:

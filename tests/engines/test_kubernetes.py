@@ -1,0 +1,202 @@
+"""Discovery against a loopback server speaking the Kubernetes list/watch protocol for EndpointSlices, through
+the real client (engines/kubernetes.py): pods added, removed and relabelled show within one watch event, a 410
+(as an ERROR event or as the HTTP status) recovers by listing again, bookmarks move the watch on, the selector
+filters, and no engine is ever lost or doubled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lorafleet.engines.kubernetes import Discovery, KubeError, SliceApi, api_access, discover_once, in_cluster
+from lorafleet.errors import InputError
+from lorafleet.inventory import load_inventory
+from lorafleet.inventory.model import Inventory, KubeAccess, with_discovered
+from tests.kube_server import TOKEN, FakeKube, endpoint_slice
+
+INVENTORY = """
+base_models:
+  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}
+discovery:
+  kubeconfig: kubeconfig
+  groups:
+    - {name: pool, namespace: inference, selector: {kubernetes.io/service-name: vllm}, port: http, kind: vllm,
+       base_model: m, max_loras: 2, max_cpu_loras: 4}
+    - {name: canary, namespace: inference, selector: "kubernetes.io/service-name=vllm-canary", port: 9000,
+       kind: sglang, base_model: m}
+adapters:
+  - {id: a0, base_model: m, path: /adapters/a0, rank: 8}
+"""
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    server = FakeKube()
+    yield server
+    server.stop()
+
+
+def inventory(tmp_path: Path, kube: FakeKube, text: str = INVENTORY) -> Inventory:
+    kube.kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    return load_inventory(path)
+
+
+def engines(discovery: Discovery, inv: Inventory) -> dict[str, str]:
+    """Engine key → URL, as the daemon would use them; fails on a doubled key."""
+    keys = [(e.key, e.url) for e in with_discovered(inv, discovery.found()).engines]
+    assert len({k for k, _ in keys}) == len(keys), keys
+    return dict(keys)
+
+
+def after_one_event(discovery: Discovery, change: Callable[[], object], timeout: float = 5.0) -> None:
+    """Make one change and wait for discovery to take it up (its version moves)."""
+    seen = discovery.version
+    change()
+    deadline = time.monotonic() + timeout
+    while discovery.version == seen:
+        assert time.monotonic() < deadline, "the change was not taken up"
+        time.sleep(0.01)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_pods_coming_going_and_relabelled_are_the_engines_after_each_event(tmp_path: Path, kube: FakeKube) -> None:
+    kube.put(endpoint_slice("vllm-a", [("vllm-0", "10.0.0.1"), ("vllm-1", "10.0.0.2")], 8000))
+    kube.put(endpoint_slice("other", [("web-0", "10.0.9.9")], 80, labels={"kubernetes.io/service-name": "web"}))
+    inv = inventory(tmp_path, kube)
+    discovery = Discovery()
+    discovery.configure(inv)
+    try:
+        assert engines(discovery, inv) == {"pool/vllm-0": "http://10.0.0.1:8000", "pool/vllm-1": "http://10.0.0.2:8000"}
+        # a pod added to the slice (a scale-up)
+        pods = [("vllm-0", "10.0.0.1"), ("vllm-1", "10.0.0.2"), ("vllm-2", "10.0.0.3")]
+        after_one_event(discovery, lambda: kube.put(endpoint_slice("vllm-a", pods, 8000)))
+        assert set(engines(discovery, inv)) == {"pool/vllm-0", "pool/vllm-1", "pool/vllm-2"}
+        # a pod not ready (starting, or failing its probe) and one terminating serve nothing
+        pods = [("vllm-0", "10.0.0.1", {"ready": False}), ("vllm-1", "10.0.0.2", {"terminating": True, "ready": False})]
+        after_one_event(discovery, lambda: kube.put(endpoint_slice("vllm-a", [*pods, ("vllm-2", "10.0.0.3")], 8000)))
+        assert set(engines(discovery, inv)) == {"pool/vllm-2"}
+        # the pod relabelled into the canary Service: retired from one group, added to the other, never both
+        canary = {"kubernetes.io/service-name": "vllm-canary"}
+        after_one_event(discovery, lambda: kube.put(endpoint_slice("vllm-a", [], 8000)))
+        after_one_event(discovery, lambda: kube.put(endpoint_slice("c", [("vllm-2", "10.0.0.3")], 9000, canary)))
+        assert engines(discovery, inv) == {"canary/vllm-2": "http://10.0.0.3:9000"}
+        # a slice whose labels stop matching the selector is a DELETED for the watch
+        moved = endpoint_slice("c", [("vllm-2", "10.0.0.3")], 9000, {"kubernetes.io/service-name": "retired"})
+        after_one_event(discovery, lambda: kube.put(moved))
+        assert engines(discovery, inv) == {}
+        after_one_event(discovery, lambda: kube.put(endpoint_slice("b", [("vllm-7", "10.0.0.7")], 8000)))
+        after_one_event(discovery, lambda: kube.delete("b"))
+        assert engines(discovery, inv) == {}
+        assert kube.count("list") == 2  # one per group: events alone kept them current
+        assert "web-0" not in str(engines(discovery, inv))
+    finally:
+        discovery.close()
+
+
+@pytest.mark.parametrize("http", [False, True], ids=["error-event", "http-410"])
+def test_a_410_lists_again_and_loses_or_doubles_nothing(
+    tmp_path: Path, kube: FakeKube, http: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube.put(endpoint_slice("vllm-a", [("vllm-0", "10.0.0.1")], 8000))
+    inv = inventory(tmp_path, kube)
+    discovery = Discovery()
+    discovery.configure(inv)
+    try:
+        wait_until(lambda: kube.count("watch") >= 2)  # both groups watching: the expiry ends their watches
+        lists = kube.count("list")
+        kube.expire(http=http)  # the open watches end with ERROR 410; resuming from their version is refused
+        kube.put(endpoint_slice("vllm-b", [("vllm-1", "10.0.0.2"), ("vllm-0", "10.0.0.1")], 8000))  # vllm-0 twice
+        wait_until(lambda: "pool/vllm-1" in engines(discovery, inv))
+        assert kube.count("list") > lists
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]  # a 410 is no failure: no back-off
+        assert engines(discovery, inv) == {"pool/vllm-0": "http://10.0.0.1:8000", "pool/vllm-1": "http://10.0.0.2:8000"}
+        after_one_event(discovery, lambda: kube.delete("vllm-b"))  # and the new watch goes on
+        assert set(engines(discovery, inv)) == {"pool/vllm-0"}  # still in vllm-a
+    finally:
+        discovery.close()
+
+
+def test_bookmarks_carry_the_watch_past_other_namespaces_changes(tmp_path: Path, kube: FakeKube) -> None:
+    kube.put(endpoint_slice("vllm-a", [("vllm-0", "10.0.0.1")], 8000))
+    inv = inventory(tmp_path, kube)
+    discovery = Discovery(api=lambda access: SliceApi(access, watch_s=1))  # the server ends each watch after 1 s
+    discovery.configure(inv)
+    try:
+        listed_at = kube.version
+        for i in range(5):
+            kube.put(endpoint_slice(f"x{i}", [], 1), namespace="elsewhere")
+        newest = kube.version
+
+        def resumed_past() -> bool:
+            return any(int(r.split()[2]) >= newest for r in kube.requests if r.startswith("watch inference"))
+
+        wait_until(resumed_past, timeout=6)
+        assert newest > listed_at and kube.count("list") == 2  # resumed from the bookmark, never re-listed
+    finally:
+        discovery.close()
+
+
+def test_lists_are_read_page_by_page(tmp_path: Path, kube: FakeKube) -> None:
+    for i in range(5):
+        kube.put(endpoint_slice(f"s{i}", [(f"vllm-{i}", f"10.0.0.{i + 1}")], 8000))
+    inv = inventory(tmp_path, kube)
+    access = api_access(inv.kube)
+    items, version = SliceApi(access, page=2).list("inference", "kubernetes.io/service-name=vllm")
+    assert len(items) == 5 and version == str(kube.version)
+
+
+def test_a_refused_token_is_an_error_that_never_shows_it(tmp_path: Path, kube: FakeKube) -> None:
+    inv = inventory(tmp_path, kube)
+    kube.kubeconfig(tmp_path / "kubeconfig", token="wrong-token-abcdefghijklmnop")
+    inv = load_inventory(tmp_path / "inv.yaml")
+    with pytest.raises(KubeError) as raised:
+        discover_once(inv)
+    assert "401" in raised.value.message and "wrong-token" not in raised.value.message
+    assert "wrong-token" not in repr(api_access(inv.kube))
+
+
+def test_in_cluster_access_verifies_tls_with_the_service_accounts_ca(tmp_path: Path) -> None:
+    kube = FakeKube(tls_dir=tmp_path / "tls")
+    try:
+        kube.put(endpoint_slice("vllm-a", [("vllm-0", "10.0.0.1")], 8000), namespace="serving")
+        account = tmp_path / "serviceaccount"
+        account.mkdir()
+        (account / "token").write_text(TOKEN + "\n")
+        assert kube.ca is not None
+        (account / "ca.crt").write_bytes(kube.ca.read_bytes())
+        (account / "namespace").write_text("serving")
+        env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(kube.port)}
+        access = in_cluster(account, env)
+        assert access.namespace == "serving" and TOKEN not in repr(access)
+        items, _ = SliceApi(access).list("serving", "kubernetes.io/service-name=vllm")
+        assert [i["metadata"]["name"] for i in items] == ["vllm-a"]
+        # a kubeconfig naming no CA for this server: the system's CAs do not know it, and nothing is sent
+        config = tmp_path / "kubeconfig"
+        kube.kubeconfig(config)
+        config.write_text(config.read_text().replace(f', "certificate-authority": "{kube.ca}"', ""))
+        (tmp_path / "inv.yaml").write_text(INVENTORY)
+        sent = len(kube.requests)
+        with pytest.raises(KubeError, match="CERTIFICATE_VERIFY_FAILED"):
+            discover_once(load_inventory(tmp_path / "inv.yaml"))
+        assert len(kube.requests) == sent
+    finally:
+        kube.stop()
+
+
+def test_no_cluster_and_no_kubeconfig_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no Kubernetes API"):
+        api_access(KubeAccess(), tmp_path / "none", {"HOME": str(tmp_path), "KUBECONFIG": ""})
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1"}
+    with pytest.raises(InputError, match="service account"):
+        api_access(KubeAccess(), tmp_path / "none", env)
