@@ -47,8 +47,10 @@ def rss_mb(pid: int) -> float:
 
 
 def journaled(state: Path) -> int:
+    """Requests in the journal: the hourly sums, which keep what the minute detail's retention drops."""
     with sqlite3.connect(state) as c:
-        return int(c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups").fetchone()[0])
+        found = c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups_hourly WHERE dim = 'all'").fetchone()
+        return int(found[0])
 
 
 def metric(port: int, name: str) -> float:
@@ -141,12 +143,13 @@ def main() -> None:
         s.stop()
     elapsed = time.monotonic() - started
     count = journaled(state)
-    size = sum(p.stat().st_size for p in work.glob("state.db*"))
+    size = state.stat().st_size
+    wal = sum(p.stat().st_size for p in work.glob("state.db-*"))  # the write-ahead log: at most ~4 MB, any size
     text = (work / "daemon.log").read_text()
     print(f"{args.hours} simulated hours in {elapsed:.0f} s; daemon exit {code}")
     print(f"requests written {written:,}, journaled {count:,} ({'every one once' if count == written else 'DIFFER'})")
     print(f"RSS after the first day {rss_day:.1f} MB, at the end {rss_end:.1f} MB ({rss_end - rss_day:+.1f} MB)")
-    print(f"journal {size / 1e6:.1f} MB: {size / max(1, count) * 1e6 / 1e6:.1f} MB per million requests")
+    print(f"journal {size / 1e6:.1f} MB: {size / max(1, count):.1f} MB per million requests (+ WAL {wal / 1e6:.1f} MB)")
     print(f"engine restarts seen {restarts:.0f} of {restarts_made}, vanished adapters seen {vanished:.0f} of 1")
     print(f"tracebacks in the daemon's log: {text.count('Traceback')}")
     if os.environ.get("SOAK_TRACE"):

@@ -90,27 +90,9 @@ def main() -> None:
                     f"stats --since {label:>3} --by {by:<7}: {time.perf_counter() - t0:6.2f} s "
                     f"({overall.requests:,} requests)"
                 )
-        day = q.window_of(end - 3600.0, end)
-        month = q.window_of(end - 30 * 86400.0, end)
-        for sql, args_ in (
-            (
-                "SELECT SUM(requests) FROM rollups WHERE minute >= ? AND minute < ?",
-                [day.since_minute, day.until_minute],
-            ),
-            (
-                "SELECT key, SUM(requests) FROM rollups_hourly WHERE dim = 'engine' AND hour >= ? AND hour < ? "
-                "GROUP BY key",
-                [month.since_hour, month.until_hour],
-            ),
-            (
-                "SELECT action, SUM(count) FROM actions_hourly WHERE dim = 'all' AND hour >= ? AND hour < ? "
-                "GROUP BY action",
-                [month.since_hour, month.until_hour],
-            ),
-            ("SELECT engine, ms FROM loads WHERE at >= ? AND at < ?", [day.since_at, day.until_at]),
-        ):
-            plan = store.db.execute("EXPLAIN QUERY PLAN " + sql, args_).fetchall()
-            print(f"plan: {sql[:70]}… -> {'; '.join(r[-1] for r in plan)}")
+        for label, span, by in (("1h", 3600.0, "engine"), ("30d", 30 * 86400.0, "engine")):
+            for sql, plan in q.query_plans(store, end - span, end, by):
+                print(f"plan ({label}): {sql}\n  -> {plan}")
     shutil.rmtree(work, ignore_errors=True)
 
 

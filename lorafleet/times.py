@@ -77,6 +77,16 @@ def minute_key_at_or_after(epoch: float) -> str:
     return minute_key(-(-epoch // 60.0) * 60.0)
 
 
+def minute_of(stamp: str) -> str:
+    """The UTC minute key ('YYYY-MM-DDTHH:MMZ') of a `utc_text` time."""
+    return stamp[:16] + "Z"
+
+
+def minute_start_text(minute: str) -> str:
+    """The `utc_text` time a minute key starts at: actions and minutes compare as text."""
+    return minute[:16] + ":00.000Z"
+
+
 def hour_key(stamp: str) -> str:
     """The UTC hour ('YYYY-MM-DDTHH:00Z') of a minute key or a `utc_text` time."""
     return stamp[:13] + ":00Z"
@@ -110,6 +120,8 @@ __all__ = [
     "minute_epoch",
     "minute_key",
     "minute_key_at_or_after",
+    "minute_of",
+    "minute_start_text",
     "parse_moment",
     "parse_span",
     "parse_utc_text",

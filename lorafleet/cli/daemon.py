@@ -108,6 +108,14 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     help="Keep journal rows this long (24h, 14d, 1d12h).",
 )
 @click.option(
+    "--minute-retention",
+    type=SPAN,
+    default="2d",
+    show_default=True,
+    metavar="SPAN",
+    help="Keep per-minute detail this long; hourly sums keep the rest of --retention.",
+)
+@click.option(
     "--metrics-addr",
     default="127.0.0.1:9464",
     show_default=True,
@@ -138,6 +146,7 @@ def daemon(
     logs: tuple[str, ...],
     reconcile_every: float,
     retention: float,
+    minute_retention: float,
     metrics_addr: str,
     log_format: str,
     standby: bool,
@@ -163,7 +172,12 @@ def daemon(
     plan = read_plan(plan_path, inv) if plan_path else None
     address = None if metrics_addr == "off" else metrics_addr
     options = DaemonOptions(policy, shadow, once, from_start, plan, logs, reconcile_every, retention / 86400.0)
-    options = dataclasses.replace(options, metrics_addr=address, touch_budget=touch_budget)
+    options = dataclasses.replace(
+        options,
+        metrics_addr=address,
+        touch_budget=touch_budget,
+        minute_retention_days=minute_retention / 86400.0,
+    )
     stop = Stop()
     reload_requested = threading.Event()  # SIGHUP sets it; the daemon's loop reads it
     stop_and_reload_on_signals(stop.set, reload_requested.set)

@@ -387,7 +387,9 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
 
 def stats_loads(lines: list[ActionRow]) -> dict[str, Any]:
     """`stats loads --json`: `{"actions": [{"at", "source", "engine", "adapter", "action", "ok", "ms", "reason",
-    "error", "unused_prefetch"}]}` — oldest first; `source` is warm, daemon or daemon-shadow."""
+    "error", "unused_prefetch", "count"}]}` — oldest first; `source` is warm, daemon or daemon-shadow; `count`
+    above 1: that many alike actions counted in the minute starting at `at` (touches, evictions by the engine's
+    LRU, shadow's simulated actions are counted, not listed)."""
     return {
         "actions": [
             {
@@ -401,6 +403,7 @@ def stats_loads(lines: list[ActionRow]) -> dict[str, Any]:
                 "reason": a.reason,
                 "error": a.error,
                 "unused_prefetch": a.unused_prefetch,
+                "count": a.count,
             }
             for a in lines
         ]

@@ -91,7 +91,9 @@ def _check_names(store: Any, engine: str | None, adapter: str | None) -> None:
     ):
         if not name:
             continue
-        journaled = [row[0] for row in store.db.execute(f"SELECT DISTINCT {column} FROM loads")]
+        journaled = [
+            row[0] for row in store.db.execute(f"SELECT {column} FROM loads UNION SELECT {column} FROM actions_minutes")
+        ]
         names = list(dict.fromkeys([*known, *journaled]))
         if name not in names:
             raise InputError(
@@ -266,7 +268,12 @@ def _watch(store: Any, since: float, until: float, by: str, top: int, wide: bool
 def loads(
     as_json: bool, since: float, until: float, engine: str | None, adapter: str | None, limit: int, wide: bool
 ) -> None:
-    """The journal of loads, touches, unloads and evictions: who (warm, daemon), why, how long, what came of it."""
+    """The journal of loads, touches, unloads and evictions: who (warm, daemon), why, how long, what came of it.
+
+    Loads, unloads and failed calls are listed one by one; touches, evictions by vLLM's own LRU and everything
+    --shadow simulated are counted per minute (shown at the minute's start as ×N) while the daemon keeps the
+    minute detail (--minute-retention).
+    """
     from lorafleet.cli import shapes
     from lorafleet.store import stats as q
 
@@ -301,7 +308,8 @@ def loads(
                 "time": line.at[11:19],
                 "engine": safe(line.engine),
                 "adapter": safe(line.adapter),
-                "action": line.action if line.ok else f"{line.action} ✗",
+                "action": (line.action if line.ok else f"{line.action} ✗")
+                + (f" ×{line.count}" if line.count > 1 else ""),
                 "why": line.reason or "-",
                 "ms": "" if line.ms is None else f"{line.ms:.0f}",
                 "by": line.source,

@@ -17,6 +17,7 @@ from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Served, Waited
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.policy.core import HIT, LATE, LOAD, TOUCH, UNLOAD, UNSERVED
+from lorafleet.store.db import SHADOW_SOURCE
 from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
 from lorafleet.times import minute_key, utc_text
 
@@ -73,7 +74,7 @@ class Journaling:
     def __init__(self, metrics: DaemonMetrics, shadow: bool, clock: Callable[[], str]) -> None:
         self.metrics = metrics
         self.shadow = shadow
-        self.source = "daemon-shadow" if shadow else "daemon"
+        self.source = SHADOW_SOURCE if shadow else "daemon"
         self.clock = clock  # the store's: UTC ISO-8601 now
         self.sizes: Mapping[str, int] = {}
         self.batch = Batch()

@@ -58,6 +58,7 @@ class DaemonOptions:
     logs: tuple[str, ...] = ()  # instead of the inventory's gateway.logs
     reconcile_every_s: float = 30.0
     retention_days: float = 14.0
+    minute_retention_days: float = 2.0  # minute detail; the hourly rows keep the rest of `retention_days`
     poll_s: float = 0.025  # an idle poll is a stat per file: cheap, and it bounds the decision latency
     commit_every_s: float = 1.0
     commit_every_lines: int = 10_000  # bounds what a batch holds in memory (and what a crash makes re-read)
@@ -230,7 +231,7 @@ class Daemon:
         options = self.options
         next_reconcile = self._next_reconcile
         next_commit = time.monotonic() + options.commit_every_s
-        next_prune = 0.0
+        next_prune, pruned_log_hour = 0.0, None
         next_look = time.monotonic() + options.watch_inventory_s
         while not self.stop.is_set():
             self.metrics.beat()
@@ -253,9 +254,10 @@ class Daemon:
             if now >= next_commit or self.journal.batch.lines >= options.commit_every_lines:
                 self._commit()
                 next_commit = now + options.commit_every_s
-            if now >= next_prune:
+            log_hour = None if self.log_now is None else int(self.log_now // 3600.0)
+            if now >= next_prune or log_hour != pruned_log_hour:  # every hour, of the wall clock or the log's
                 self._prune()
-                next_prune = now + 3600.0
+                next_prune, pruned_log_hour = now + 3600.0, log_hour
             if options.once and not read:
                 return
             if not read and self.stop.wait(options.poll_s):
@@ -522,14 +524,24 @@ class Daemon:
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's
-        history, and the shadow actions dated in it, are kept while they are being read."""
-        keep_s = self.options.retention_days * 86400.0
+        history, and the shadow actions dated in it, are kept while they are being read. The minute detail goes
+        after `minute_retention_days` of log time, so only once a line has been read: a first run over an old log
+        keeps the minutes it reads."""
+        options = self.options
         wall = time.time()
         newest = min(wall, self.log_now) if self.log_now is not None else wall
-        cutoff = newest - keep_s
-        dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff))
+        cutoff = newest - options.retention_days * 86400.0
+        detail = None
+        if self.log_now is not None:
+            detail = minute_key(max(cutoff, newest - options.minute_retention_days * 86400.0))
+        dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff), detail)
         if dropped:
-            log.info("retention: dropped %d journal rows older than %g days", dropped, self.options.retention_days)
+            log.info(
+                "retention: dropped %d journal rows (minutes older than %g days, the rest older than %g days)",
+                dropped,
+                min(options.minute_retention_days, options.retention_days),
+                options.retention_days,
+            )
 
 
 def _same(engine: Engine | None, running: Engine) -> bool:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lorafleet.errors import InputError
 from lorafleet.store.migrations import MIGRATIONS, statements
-from lorafleet.times import hour_key, utc_now_text
+from lorafleet.times import hour_key, minute_of, minute_start_text, utc_now_text
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -33,7 +33,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 @dataclass(frozen=True, slots=True)
 class ActionRow:
     """One action on an engine, as the journal holds it: a load, touch, unload or eviction by warm, unload or the
-    daemon (or, in shadow mode, what the daemon would have done), and what came of it."""
+    daemon (or, in shadow mode, what the daemon would have done), and what came of it. Read back from the minute
+    counts (`counted_only`), one stands for `count` alike actions in the minute `at` starts."""
 
     at: str  # UTC ISO-8601 (times.utc_text)
     source: str  # warm, unload, daemon, daemon-shadow
@@ -46,6 +47,20 @@ class ActionRow:
     error: str | None
     reason: str | None = None  # plan, prefetch, demand, keep, reconcile (daemon rows)
     unused_prefetch: bool = False  # an eviction of a prefetch no request used
+    count: int = 1
+
+
+SHADOW_SOURCE = "daemon-shadow"  # what shadow mode simulated: nothing happened to any engine
+COUNTED_ACTIONS = ("touched", "evicted")  # done, they change nothing an engine holds by a call of their own
+
+
+def counted_only(a: ActionRow) -> bool:
+    """The journal's one rule for rows: a row for each action an admin audits — a load or unload an engine did,
+    a call that failed or was refused, a book entry a reconcile forgot — and only a count per minute (and hour)
+    for the rest: touches (a 1-token request that changes nothing held), evictions by vLLM's own LRU (no call;
+    the load that caused one has its row) and everything shadow mode simulated. A busy fleet makes touches and
+    simulated actions by the million; a row each was most of the journal."""
+    return a.source == SHADOW_SOURCE or (a.ok and a.action in COUNTED_ACTIONS)
 
 
 ACTION_COLUMNS = "at, source, adapter, engine, action, ok, ms, size_bytes, error, reason, unused_prefetch"
@@ -57,19 +72,31 @@ def _columns(a: ActionRow) -> tuple[object, ...]:
 
 
 def write_actions(db: sqlite3.Connection, rows: Sequence[ActionRow]) -> None:
-    """Action rows and their hourly counts per engine and adapter, inside the caller's transaction: the one
-    writer of both, so `stats` counts the same actions over any window."""
+    """Actions, inside the caller's transaction: a row each for those an admin audits, a count per minute for
+    the rest (`counted_only`), and hourly counts per engine and adapter of all of them — the one writer of the
+    three, so `stats` counts the same actions over any window whichever way each was kept."""
     db.executemany(
         f"INSERT INTO loads ({ACTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [_columns(a) for a in rows],
+        [_columns(a) for a in rows if not counted_only(a)],
     )
+    minutes: dict[tuple[str, str, str, str, str, str, int, int], int] = {}
     counts: dict[tuple[str, str, str, str, str, int], list[int]] = {}
     for a in rows:
+        reason, ok, unused = a.reason or "", int(a.ok), int(a.unused_prefetch)
+        if counted_only(a):
+            key = (minute_of(a.at), a.source, a.engine, a.adapter, a.action, reason, ok, unused)
+            minutes[key] = minutes.get(key, 0) + a.count
         hour = hour_key(a.at)
-        for dim, key in (("all", ""), ("engine", a.engine), ("adapter", a.adapter)):
-            cell = counts.setdefault((dim, hour, key, a.action, a.reason or "", int(a.ok)), [0, 0])
-            cell[0] += 1
-            cell[1] += int(a.unused_prefetch)
+        for dim, name in (("all", ""), ("engine", a.engine), ("adapter", a.adapter)):
+            cell = counts.setdefault((dim, hour, name, a.action, reason, ok), [0, 0])
+            cell[0] += a.count
+            cell[1] += unused * a.count
+    db.executemany(
+        "INSERT INTO actions_minutes (minute, source, engine, adapter, action, reason, ok, unused, count) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (minute, source, engine, adapter, action, reason, ok, unused) "
+        "DO UPDATE SET count = count + excluded.count",
+        [(*key, n) for key, n in minutes.items()],
+    )
     db.executemany(
         "INSERT INTO actions_hourly (dim, hour, key, action, reason, ok, count, unused) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (dim, hour, key, action, reason, ok) DO UPDATE SET "
@@ -81,6 +108,30 @@ def write_actions(db: sqlite3.Connection, rows: Sequence[ActionRow]) -> None:
 def read_actions(db: sqlite3.Connection, where: str = "", args: Sequence[object] = ()) -> list[ActionRow]:
     rows = db.execute(f"SELECT {ACTION_COLUMNS} FROM loads{where}", args)
     return [ActionRow(r[0], r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7], r[8], r[9], bool(r[10])) for r in rows]
+
+
+def read_counted(db: sqlite3.Connection, where: str = "", args: Sequence[object] = ()) -> list[ActionRow]:
+    """The minute counts as actions: one per minute and kind, dated at the minute's start, `count` of them."""
+    rows = db.execute(
+        f"SELECT minute, source, adapter, engine, action, ok, reason, unused, count FROM actions_minutes{where}", args
+    )
+    return [
+        ActionRow(
+            minute_start_text(r[0]),
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            bool(r[5]),
+            None,
+            None,
+            None,
+            r[6] or None,
+            bool(r[7]),
+            r[8],
+        )
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True)
@@ -189,7 +240,7 @@ class Store:
         return [NoticedAction(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5])) for r in rows]
 
     def loads(self, engine: str | None = None) -> list[ActionRow]:
-        """Every action row (of one engine), oldest first."""
+        """Every action row (of one engine), oldest first: the actions the journal lists (`counted_only`)."""
         if engine:
             return read_actions(self.db, " WHERE engine = ? ORDER BY id", (engine,))
         return read_actions(self.db, " ORDER BY id")

@@ -153,13 +153,16 @@ def read_checkpoints(store: Store) -> list[Checkpoint]:
     return [Checkpoint(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6])) for row in rows]
 
 
-def prune(store: Store, before_minute: str, before_at: str) -> int:
+def prune(store: Store, before_minute: str, before_at: str, detail_before: str | None = None) -> int:
     """Retention: drop rollups and log counts of minutes before `before_minute`, actions and errors before
-    `before_at`; returns the rows dropped."""
+    `before_at`, and the minute detail (rollups, action counts) before `detail_before`, whose hours the hourly
+    rows keep; `stats` reads windows before that from the hourly rows. Returns the rows dropped."""
+    detail = max(before_minute, detail_before or before_minute)
     dropped = 0
     with store.transaction() as db:
         for sql, arg in (
-            ("DELETE FROM rollups WHERE minute < ?", before_minute),
+            ("DELETE FROM rollups WHERE minute < ?", detail),
+            ("DELETE FROM actions_minutes WHERE minute < ?", detail),
             ("DELETE FROM rollups_hourly WHERE hour < ?", hour_key(before_minute)),
             ("DELETE FROM actions_hourly WHERE hour < ?", hour_key(before_at)),
             ("DELETE FROM log_minutes WHERE minute < ?", before_minute),
@@ -167,6 +170,12 @@ def prune(store: Store, before_minute: str, before_at: str) -> int:
             ("DELETE FROM errors WHERE at < ?", before_at),
         ):
             dropped += db.execute(sql, (arg,)).rowcount
+        if detail_before is not None:
+            db.execute(
+                "INSERT INTO minute_detail (id, since) VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET "
+                "since = max(since, excluded.since)",
+                (detail,),
+            )
     return dropped
 
 

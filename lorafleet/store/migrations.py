@@ -158,6 +158,57 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE checkpoints ADD COLUMN skipping INTEGER NOT NULL DEFAULT 0;  -- inside a counted over-long line
         """,
     ),
+    (
+        "008_compact_journal",
+        """
+        -- A journal sized for years: rows only for what an admin audits (loads, unloads, failures, what a reconcile
+        -- forgot), the rest counted per minute; minute rows keyed without a rowid; no index that no query uses.
+        CREATE TABLE rollups_compact (
+            minute TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            requests INTEGER NOT NULL,
+            hits INTEGER NOT NULL,
+            late INTEGER NOT NULL,
+            misses INTEGER NOT NULL,
+            gpu_hits INTEGER NOT NULL,
+            prefetch_hits INTEGER NOT NULL,
+            cold_ms REAL NOT NULL,
+            avoided_ms REAL NOT NULL,
+            PRIMARY KEY (minute, tenant, adapter, engine)
+        ) WITHOUT ROWID;
+        INSERT INTO rollups_compact SELECT minute, tenant, adapter, engine, requests, hits, late, misses, gpu_hits,
+            prefetch_hits, cold_ms, avoided_ms FROM rollups;
+        DROP TABLE rollups;                  -- and its index rollups_engine (no stats query reads it)
+        ALTER TABLE rollups_compact RENAME TO rollups;
+        DROP INDEX loads_engine_adapter;     -- no query reads it (docs/benchmarks.md has the plans)
+        CREATE TABLE actions_minutes (
+            minute TEXT NOT NULL,            -- UTC 'YYYY-MM-DDTHH:MMZ' the actions happened in
+            source TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            adapter TEXT NOT NULL,
+            action TEXT NOT NULL,
+            reason TEXT NOT NULL,            -- '' when none
+            ok INTEGER NOT NULL,
+            unused INTEGER NOT NULL,         -- 1: evictions of prefetches no request used
+            count INTEGER NOT NULL,
+            PRIMARY KEY (minute, source, engine, adapter, action, reason, ok, unused)
+        ) WITHOUT ROWID;
+        -- The rule as of this migration (store/db.py `counted_only`): touches and evictions by the engine's LRU
+        -- done, and everything shadow mode simulated, are counted, not listed.
+        INSERT INTO actions_minutes
+            SELECT substr(at, 1, 16) || 'Z', source, engine, adapter, action, COALESCE(reason, ''), ok,
+                   unused_prefetch, COUNT(*)
+            FROM loads WHERE source = 'daemon-shadow' OR (ok AND action IN ('touched', 'evicted'))
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8;
+        DELETE FROM loads WHERE source = 'daemon-shadow' OR (ok AND action IN ('touched', 'evicted'));
+        CREATE TABLE minute_detail (
+            id INTEGER PRIMARY KEY CHECK (id = 0),
+            since TEXT NOT NULL              -- minute rows before this minute were dropped (hourly rows remain)
+        );
+        """,
+    ),
 )
 
 

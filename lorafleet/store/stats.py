@@ -1,10 +1,12 @@
 """Read the journal for `lorafleet stats`: totals, breakdowns, hit-ratio series and the action log.
 
-Windows are half-open, [since, until), on the requests' UTC minutes (rollups) and on the actions' UTC times
-(`loads.at`). A window longer than HOURLY_AFTER_S is widened to whole hours and read from the hourly tables
-(`rollups_hourly`, `actions_hourly`, written in the same transactions as the minute rows), so 30 days cost 720
-rows per key rather than 43,200; `--by minute` always reads minutes. Every query is one range scan of a primary
-key or index (docs/benchmarks.md has the plans).
+Windows are half-open, [since, until), on UTC minutes: the requests' (rollups) and the actions' (the rows in
+`loads` by their time, the counted ones in `actions_minutes`), so a window's actions are those of the minutes
+its requests are counted in; `stats loads` lists actions by their exact times. A window longer than
+HOURLY_AFTER_S, or one reaching back before the minute detail the daemon keeps (`minute_detail`), is widened to
+whole hours and read from the hourly tables (`rollups_hourly`, `actions_hourly`, written in the same
+transactions as the minute rows), so 30 days cost 720 rows per key rather than 43,200; `--by minute` always
+reads minutes. Every query is one range scan of a primary key or index (docs/benchmarks.md has the plans).
 """
 
 from __future__ import annotations
@@ -14,9 +16,16 @@ import math
 from dataclasses import dataclass, field
 
 from lorafleet.measures import nearest_rank
-from lorafleet.store.db import ActionRow, Store, read_actions
+from lorafleet.store.db import ActionRow, Store, read_actions, read_counted
 from lorafleet.store.journal import ROLLUP_FIELDS, Outcomes
-from lorafleet.times import hour_key, minute_epoch, minute_key_at_or_after, parse_utc_text, utc_text
+from lorafleet.times import (
+    hour_key,
+    minute_epoch,
+    minute_key_at_or_after,
+    minute_start_text,
+    parse_utc_text,
+    utc_text,
+)
 
 LOAD_ANSWERS = ("loaded", "reloaded")  # the answers of a load that was done (the session's LOAD_ANSWERS)
 
@@ -46,6 +55,11 @@ class Window:
     @property
     def until_hour(self) -> str:
         return hour_key(self.until_minute)
+
+    @property
+    def minute_bounds_at(self) -> list[str]:
+        """The window's minutes as bounds on action times: [first minute's start, first excluded one's)."""
+        return [minute_start_text(self.since_minute), minute_start_text(self.until_minute)]
 
 
 @dataclass
@@ -159,7 +173,7 @@ class StatsReport:
 
 
 def report(store: Store, since: float, until: float, by: str, buckets: int) -> StatsReport:
-    window = window_of(since, until, by)
+    window = window_of(since, until, by, detail_since(store))
     rows, series = sliced(store, window, by, buckets)  # sums and trends in one pass
     series[""] = hit_series(store, window, None, buckets).get("", [None] * buckets)
     overall, actions = totals(store, window), action_totals(store, window)
@@ -176,17 +190,31 @@ def hit_series(store: Store, window: Window, by: str | None, buckets: int) -> di
 def action_totals(store: Store, window: Window) -> ActionTotals:
     """Counts of the window's actions; load times (p50, p99 per engine) from at most its last day of loads."""
     out = ActionTotals()
-    args = [window.since_at, window.until_at]
     if window.hourly:
+        hours = [window.since_hour, window.until_hour]
         grouped = store.db.execute(
             "SELECT action, reason, ok, SUM(count), SUM(unused) FROM actions_hourly "
             "WHERE dim = 'all' AND hour >= ? AND hour < ? GROUP BY action, reason, ok",
-            [window.since_hour, window.until_hour],
+            hours,
+        )
+        refused = store.db.execute(
+            "SELECT DISTINCT key FROM actions_hourly WHERE dim = 'engine' AND hour >= ? AND hour < ? "
+            "AND action = 'refused'",
+            hours,
         )
     else:
+        args = [*window.minute_bounds_at, window.since_minute, window.until_minute]
         grouped = store.db.execute(
-            "SELECT action, reason, ok, COUNT(*), SUM(unused_prefetch) FROM loads WHERE at >= ? AND at < ? "
-            "GROUP BY action, reason, ok",
+            "SELECT action, reason, ok, SUM(n), SUM(u) FROM ("
+            "SELECT action, COALESCE(reason, '') AS reason, ok, COUNT(*) AS n, SUM(unused_prefetch) AS u FROM loads "
+            "WHERE at >= ? AND at < ? GROUP BY 1, 2, 3 UNION ALL "
+            "SELECT action, reason, ok, SUM(count), SUM(unused * count) FROM actions_minutes "
+            "WHERE minute >= ? AND minute < ? GROUP BY 1, 2, 3) GROUP BY 1, 2, 3",
+            args,
+        )
+        refused = store.db.execute(
+            "SELECT engine FROM loads WHERE at >= ? AND at < ? AND action = 'refused' UNION "
+            "SELECT engine FROM actions_minutes WHERE minute >= ? AND minute < ? AND action = 'refused'",
             args,
         )
     for action, reason, ok, count, unused in grouped:
@@ -203,24 +231,14 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
             out.touches += count
         elif action == "unloaded":
             out.unloads += count
-    refused = (
-        (
-            "SELECT DISTINCT key FROM actions_hourly WHERE dim = 'engine' AND hour >= ? AND hour < ? "
-            "AND action = 'refused'",
-            "hour",
-        )
-        if window.hourly
-        else ("SELECT DISTINCT engine FROM loads WHERE at >= ? AND at < ? AND action = 'refused'", "at")
-    )
-    bounds = [window.since_hour, window.until_hour] if window.hourly else args
-    out.refused_engines = sorted(e for (e,) in store.db.execute(refused[0], bounds))
-    last_day = utc_text(parse_utc_text(window.until_at) - 86400.0)
-    args = [max(window.since_at, last_day), window.until_at]
+    out.refused_engines = sorted(e for (e,) in refused)
+    since_at, until_at = window.minute_bounds_at
+    last_day = utc_text(parse_utc_text(until_at) - 86400.0)
     timings: dict[str, list[float]] = {}
     for engine, ms in store.db.execute(
         "SELECT engine, ms FROM loads WHERE at >= ? AND at < ? AND action = 'loaded' AND ok AND ms IS NOT NULL "
         "AND source != 'daemon-shadow'",
-        args,
+        [max(since_at, last_day), until_at],
     ):
         timings.setdefault(engine, []).append(ms)
     for engine, values in timings.items():
@@ -239,18 +257,21 @@ def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, i
             ["all" if by == "hour" else by, window.since_hour, window.until_hour],
         )
         return {k: (unused or 0, touches or 0) for k, unused, touches in rows}
-    column: str | None = {
-        "adapter": "adapter",
-        "engine": "engine",
-        "minute": "substr(at, 1, 16) || 'Z'",
-        "hour": "substr(at, 1, 13) || ':00Z'",
+    columns: tuple[str, str] | None = {
+        "adapter": ("adapter", "adapter"),
+        "engine": ("engine", "engine"),
+        "minute": ("substr(at, 1, 16) || 'Z'", "minute"),
+        "hour": ("substr(at, 1, 13) || ':00Z'", "substr(minute, 1, 13) || ':00Z'"),
     }.get(by)
-    if column is None:
+    if columns is None:
         return None
     rows = store.db.execute(
-        f"SELECT {column} AS k, SUM(unused_prefetch AND ok), SUM(action = 'touched' AND ok) FROM loads "
-        "WHERE at >= ? AND at < ? GROUP BY k",
-        [window.since_at, window.until_at],
+        f"SELECT k, SUM(u), SUM(t) FROM (SELECT {columns[0]} AS k, SUM(unused_prefetch AND ok) AS u, "
+        "SUM(action = 'touched' AND ok) AS t FROM loads WHERE at >= ? AND at < ? GROUP BY k UNION ALL "
+        f"SELECT {columns[1]} AS k, SUM(CASE WHEN ok THEN unused * count ELSE 0 END), "
+        "SUM(CASE WHEN action = 'touched' AND ok THEN count ELSE 0 END) FROM actions_minutes "
+        "WHERE minute >= ? AND minute < ? GROUP BY k) GROUP BY k",
+        [*window.minute_bounds_at, window.since_minute, window.until_minute],
     )
     return {k: (unused or 0, touches or 0) for k, unused, touches in rows}
 
@@ -258,22 +279,51 @@ def key_actions(store: Store, window: Window, by: str) -> dict[str, tuple[int, i
 def action_log(
     store: Store, window: Window, engine: str | None = None, adapter: str | None = None, limit: int = 100
 ) -> list[ActionRow]:
-    """The newest `limit` actions in the window (oldest first), optionally of one engine and/or adapter."""
-    sql = " WHERE at >= ? AND at < ?"
-    args: list[object] = [window.since_at, window.until_at]
-    if engine:
-        sql += " AND engine = ?"
-        args.append(engine)
-    if adapter:
-        sql += " AND adapter = ?"
-        args.append(adapter)
-    return list(reversed(read_actions(store.db, sql + " ORDER BY at DESC, id DESC LIMIT ?", [*args, limit])))
+    """The newest `limit` actions in the window (oldest first), optionally of one engine and/or adapter: the rows
+    at their times, and the counted actions (`counted_only`) one line per minute and kind, at the minute's start."""
+    rows, minutes = " WHERE at >= ? AND at < ?", " WHERE minute >= ? AND minute < ?"
+    row_args: list[object] = [window.since_at, window.until_at]
+    minute_args: list[object] = [minute_key_at_or_after(parse_utc_text(window.since_at)), window.until_minute]
+    for column, value in (("engine", engine), ("adapter", adapter)):
+        if value:
+            rows += f" AND {column} = ?"
+            minutes += f" AND {column} = ?"
+            row_args.append(value)
+            minute_args.append(value)
+    listed = read_actions(store.db, rows + " ORDER BY at DESC, id DESC LIMIT ?", [*row_args, limit])
+    counted = read_counted(store.db, minutes + " ORDER BY minute DESC LIMIT ?", [*minute_args, limit])
+    newest = sorted([*listed, *counted], key=lambda a: a.at, reverse=True)[:limit]
+    return list(reversed(newest))
 
 
-def window_of(since: float, until: float, by: str | None = None) -> Window:
-    """The minutes that start in [since, until), and the same span for actions. Longer than HOURLY_AFTER_S (and
-    not `by` minute): widened to whole hours, read from the hourly tables."""
-    hourly = until - since > HOURLY_AFTER_S and by != "minute"
+def detail_since(store: Store) -> str | None:
+    """The first minute whose detail the journal still holds, where the daemon dropped older minutes."""
+    found = store.db.execute("SELECT since FROM minute_detail WHERE id = 0").fetchone()
+    return None if found is None else str(found[0])
+
+
+def query_plans(store: Store, since: float, until: float, by: str) -> list[tuple[str, str]]:
+    """Every query `stats` runs over this window (traced as it runs them), with SQLite's plan for it: what
+    docs/benchmarks.md shows and a test holds to index searches."""
+    seen: list[str] = []
+    store.db.set_trace_callback(seen.append)
+    try:
+        report(store, since, until, by, 12)
+    finally:
+        store.db.set_trace_callback(None)
+    out: list[tuple[str, str]] = []
+    for sql in dict.fromkeys(seen):
+        plan = store.db.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+        out.append((sql, "; ".join(r[-1] for r in plan)))
+    return out
+
+
+def window_of(since: float, until: float, by: str | None = None, detail: str | None = None) -> Window:
+    """The minutes that start in [since, until), and the same span for actions. Longer than HOURLY_AFTER_S, or
+    starting before `detail` (the first minute the journal holds in detail), and not `by` minute: widened to
+    whole hours, read from the hourly tables."""
+    starts_before_detail = detail is not None and minute_key_at_or_after(since) < detail
+    hourly = (until - since > HOURLY_AFTER_S or starts_before_detail) and by != "minute"
     if hourly:
         since, until = math.floor(since / 3600.0) * 3600.0, math.ceil(until / 3600.0) * 3600.0
 
@@ -289,8 +339,10 @@ __all__ = [
     "action_log",
     "action_totals",
     "breakdown",
+    "detail_since",
     "hit_series",
     "key_actions",
+    "query_plans",
     "report",
     "sliced",
     "totals",

@@ -83,13 +83,19 @@ def test_a_first_start_without_from_start_reads_from_the_end(tmp_path: Path) -> 
     assert summary.lines == 0
 
 
-def test_actions_are_journaled_with_their_reasons(tmp_path: Path) -> None:
+def test_shadow_actions_are_counted_per_minute_with_their_reasons_not_listed(tmp_path: Path) -> None:
+    """Nothing happened to any engine in shadow mode: its simulated actions are counts per minute, not rows (a
+    deliberate change: they were a row each, most of a shadow journal)."""
     synth = synthesize("workflows", 800, 2, tmp_path / "t")
     summary = run_shadow(synth.inventory_path, tmp_path / "s.db")
     with sqlite3.connect(tmp_path / "s.db") as c:
-        rows = set(c.execute("SELECT source, action, reason FROM loads"))
-        (unused,) = c.execute("SELECT SUM(unused_prefetch) FROM loads").fetchone()
+        assert c.execute("SELECT COUNT(*) FROM loads").fetchone() == (0,)
+        rows = set(c.execute("SELECT source, action, reason FROM actions_minutes"))
+        (unused,) = c.execute("SELECT SUM(unused * count) FROM actions_minutes").fetchone()
+        (loads,) = c.execute("SELECT SUM(count) FROM actions_minutes WHERE action = 'loaded'").fetchone()
+        (evictions,) = c.execute("SELECT SUM(count) FROM actions_minutes WHERE action = 'evicted'").fetchone()
     assert unused == summary.wasted_prefetches > 0
+    assert (loads, evictions) == (summary.loads, summary.evictions)
     assert ("daemon-shadow", "loaded", "demand") in rows
     assert ("daemon-shadow", "loaded", "prefetch") in rows
     assert {r[2] for r in rows} <= {"plan", "prefetch", "demand", "keep", "reconcile", "manual"}
