@@ -27,6 +27,7 @@ from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Wor
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
@@ -42,7 +43,7 @@ from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
 from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
-from lorafleet.store.journal import commit_or_drop, prune, read_checkpoints
+from lorafleet.store.journal import PolicyMemory, commit_or_drop, prune, read_checkpoints, read_memory
 from lorafleet.times import minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
@@ -67,6 +68,7 @@ class DaemonOptions:
     touch_budget: float = TOUCH_BUDGET  # touches per adapter request each engine serves (policy/core.py)
     watch_inventory_s: float = 1.0  # how often the inventory file is looked at (a ConfigMap update reloads it)
     ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
+    memory_every_s: float = 30.0  # how often what the policy learned is journaled (drive/memory.py), at most
 
 
 class Daemon:
@@ -113,7 +115,10 @@ class Daemon:
         self._seen_action = store.last_action_id()  # warm's and unload's rows after this one are news
         self.inventory = inventory
         placements = options.plan.placements if options.plan else ()
-        core = PolicyCore(inventory, make_policy(options.policy, plan=placements), touch_budget=options.touch_budget)
+        core = self._remembered(inventory) or PolicyCore(
+            inventory, make_policy(options.policy, plan=placements), touch_budget=options.touch_budget
+        )
+        self._next_memory = time.monotonic() + options.memory_every_s
         self.session = Session(core, options.shadow, self.summary, placements)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
         # policy is that baseline itself: its own counts are the figure).
@@ -293,7 +298,7 @@ class Daemon:
         for actor in self.actors.values():
             actor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._drain()
-        self._commit()
+        self._commit(final=True)
         self.metrics.close()
         for stream in self.streams:
             stream.close()
@@ -507,15 +512,51 @@ class Daemon:
                 ", ".join(gone) or "none",
             )
 
-    def _commit(self) -> None:
-        if self.journal.batch.empty():
+    def _remembered(self, inventory: Inventory) -> PolicyCore | None:
+        """A core whose policy is what the last run learned (journaled with its checkpoints), when it was learned
+        by this version, policy and inventory (as written: engines discovered come and go); else None."""
+        memory = read_memory(self.store)
+        if memory is None:
+            return None
+        options = self.options
+        try:
+            core = thaw(
+                inventory,
+                memory.state,
+                memory.format,
+                memory.fingerprint,
+                options.policy,
+                options.touch_budget,
+                written=self.base,
+            )
+        except MemoryRefusedError as exc:
+            log.info("what the policy learned before (%s) is not used: %s; it learns again", memory.taken_at, exc)
+            return None
+        log.info("the %s policy goes on from what it had learned by %s", options.policy, memory.taken_at)
+        return core
+
+    def _commit(self, final: bool = False) -> None:
+        """The batch, in one transaction with its checkpoints; every `memory_every_s` (and at the end) what the
+        policy has learned goes with it, so a restart resumes both from the same line."""
+        remember = final or time.monotonic() >= self._next_memory
+        if self.journal.batch.empty() and not (final and self.session.started):
             return
         for engine, resident, used_bytes in self.session.holdings():
             self.metrics.resident.labels(engine).set(resident)
             self.metrics.resident_bytes.labels(engine).set(used_bytes)
+        memory = None
+        if remember and self.session.started:
+            memory = PolicyMemory(FORMAT, fingerprint(self.base), self.options.policy, freeze(self.session.core))
+            self._next_memory = time.monotonic() + self.options.memory_every_s
         batch = self.journal.take()
         dropped = commit_or_drop(
-            self.store, batch.rollups, batch.checkpoints.values(), batch.log_counts, batch.actions, batch.errors
+            self.store,
+            batch.rollups,
+            batch.checkpoints.values(),
+            batch.log_counts,
+            batch.actions,
+            batch.errors,
+            memory,
         )
         if dropped:
             log.error("%d journal rows could not be stored (not UTF-8 text); committed the rest", dropped)

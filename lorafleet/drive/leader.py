@@ -170,6 +170,12 @@ class LeaderPolicy(Policy):
         self._hits: list[bool] = []  # ... whether it was a hit, per expert
         self._routed: list[str | None] = []  # ... the engine each routed it to
 
+    def __getstate__(self) -> dict[str, object]:
+        """What a restart keeps (drive/memory.py): everything but the experts' factories, needed only once."""
+        state = dict(self.__dict__)
+        state["factories"] = ()
+        return state
+
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
         self.own.bind(core)

@@ -92,11 +92,15 @@ class LorafleetPolicy(Policy):
         super().bind(core)
         self.horizon = float(sum(e.slot_cap for e in core.inventory.engines) or 1)
         # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
-        self.quick = AgedCounts(math.log(2) / core.demand.rate * self.quick_memory)
+        # Bound again (a reload, a restart's memory): what it learned stays, for the engines that stayed.
+        if not hasattr(self, "quick"):
+            self.quick = AgedCounts(math.log(2) / core.demand.rate * self.quick_memory)
         # Per engine, which eviction order to follow (value by one of three popularity memories, or recency):
         # experts judged by regret (experts.py).
+        learned: dict[str, EvictionExperts] = getattr(self, "experts", {})
         self.experts = {
-            key: EvictionExperts(capacity(state), self.evidence_memory) for key, state in core.book.engines.items()
+            key: learned.get(key) or EvictionExperts(capacity(state), self.evidence_memory)
+            for key, state in core.book.engines.items()
         }
 
     # scoring ---------------------------------------------------------------------------------------------

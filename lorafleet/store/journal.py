@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.measures import hit_ratio
@@ -66,8 +67,15 @@ def commit_progress(
     log_counts: Mapping[str, tuple[int, int, int]] = {},  # minute read -> (lines, bad, naming unknown adapters)
     actions: Iterable[ActionRow] = (),
     errors: Iterable[tuple[str, str, str]] = (),  # (at, source, message)
+    memory: PolicyMemory | None = None,
 ) -> None:
     with store.transaction() as db:
+        if memory is not None:  # with the checkpoint it goes with: a restart resumes both from the same line
+            db.execute(
+                "INSERT OR REPLACE INTO policy_memory (id, format, fingerprint, policy, taken_at, state) "
+                "VALUES (0, ?, ?, ?, ?, ?)",
+                (memory.format, memory.fingerprint, memory.policy, store.clock(), memory.state),
+            )
         _write_rollups(db, rollups)
         _write_checkpoints(db, checkpoints, store.clock())
         db.executemany(
@@ -86,12 +94,13 @@ def commit_or_drop(
     log_counts: Mapping[str, tuple[int, int, int]],
     actions: list[ActionRow],
     errors: list[tuple[str, str, str]],
+    memory: PolicyMemory | None = None,
 ) -> int:
     """`commit_progress`, and when the batch cannot commit, again without the rows SQLite cannot store (text that
     is not UTF-8), the drop journaled as an error: one bad row never blocks the checkpoints and every other row, so
     a restart does not read the same batch again and fail again. Returns the rows dropped."""
     try:
-        commit_progress(store, rollups, checkpoints, log_counts, actions, errors)
+        commit_progress(store, rollups, checkpoints, log_counts, actions, errors, memory)
         return 0
     except (sqlite3.Error, UnicodeError, ValueError):
         pass
@@ -100,7 +109,7 @@ def commit_or_drop(
     kept_errors = [e for e in errors if _storable(*e)]
     dropped = len(rollups) - len(kept_rollups) + len(actions) - len(kept_actions) + len(errors) - len(kept_errors)
     note = (store.clock(), "daemon", f"{dropped} journal rows could not be stored (not UTF-8 text) and were dropped")
-    commit_progress(store, kept_rollups, checkpoints, log_counts, kept_actions, [*kept_errors, note])
+    commit_progress(store, kept_rollups, checkpoints, log_counts, kept_actions, [*kept_errors, note], memory)
     return dropped
 
 
@@ -144,6 +153,23 @@ def _write_checkpoints(db: sqlite3.Connection, checkpoints: Iterable[Checkpoint]
         "head_hash = excluded.head_hash, skipping = excluded.skipping, updated_at = excluded.updated_at",
         [(c.path, c.device, c.inode, c.offset, c.head_len, c.head_hash, int(c.skipping), now) for c in checkpoints],
     )
+
+
+class PolicyMemory(NamedTuple):
+    """What a policy learned, frozen (drive/memory.py), with what it must match to be used again."""
+
+    format: str
+    fingerprint: str
+    policy: str
+    state: bytes
+    taken_at: str = ""
+
+
+def read_memory(store: Store) -> PolicyMemory | None:
+    row = store.db.execute(
+        "SELECT format, fingerprint, policy, state, taken_at FROM policy_memory WHERE id = 0"
+    ).fetchone()
+    return None if row is None else PolicyMemory(row[0], row[1], row[2], bytes(row[3]), row[4])
 
 
 def read_checkpoints(store: Store) -> list[Checkpoint]:

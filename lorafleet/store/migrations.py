@@ -209,6 +209,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         """,
     ),
+    (
+        "009_policy_memory",
+        """
+        -- What the daemon's policy learned (drive/memory.py), written with a checkpoint, read back at start.
+        CREATE TABLE policy_memory (
+            id INTEGER PRIMARY KEY CHECK (id = 0),
+            format TEXT NOT NULL,            -- lorafleet version and memory format: another one is refused
+            fingerprint TEXT NOT NULL,       -- the inventory it was learned on: another one is refused
+            policy TEXT NOT NULL,
+            taken_at TEXT NOT NULL,          -- UTC, when it was written
+            state BLOB NOT NULL
+        );
+        """,
+    ),
 )
 
 

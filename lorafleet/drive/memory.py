@@ -1,0 +1,92 @@
+"""What a policy has learned, frozen for the journal and thawed at the next start, so a restart (an upgrade, a
+`kill -9`) does not throw away the tenants' sequences, the demand model and the experts' standings.
+
+The frozen form is the policy object and the core's demand model, pickled and compressed. It is read back only
+by a restricted unpickler that builds nothing but lorafleet's own classes and plain containers, so a state file
+that was tampered with cannot run code; and it is used only when it was written by this lorafleet version
+(`FORMAT`) on the same inventory (`fingerprint`: engines, budgets, adapters, tenants) — otherwise it is refused
+and the policy relearns, as on a first start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import zlib
+from typing import Any
+
+from lorafleet import __version__
+from lorafleet.inventory.model import Inventory
+from lorafleet.policy.core import Policy, PolicyCore
+
+FORMAT = f"lorafleet {__version__} memory 1"
+
+# The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
+_SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}
+_SAFE_MODULES = {"collections": {"OrderedDict", "deque", "defaultdict"}, "builtins": _SAFE_BUILTINS}
+
+
+class MemoryRefusedError(ValueError):
+    """A frozen memory that cannot be used here: another version or inventory, or not one at all."""
+
+
+def fingerprint(inventory: Inventory) -> str:
+    """What a learned state depends on: each engine's identity, kind, base model and budgets; the adapters and
+    their base models; the tenants and their declared workflows."""
+    parts = [
+        repr(
+            sorted(
+                (e.key, e.kind, e.base_model, e.gpu_slots, e.host_slots, e.lora_budget_bytes) for e in inventory.engines
+            )
+        ),
+        repr(sorted((a.id, a.base_model, a.size_bytes) for a in inventory.adapters.values())),
+        repr(sorted((t.name, t.workflows) for t in inventory.tenants.values())),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def freeze(core: PolicyCore) -> bytes:
+    """The core's policy (with everything it holds) and demand model, as bytes."""
+    return zlib.compress(pickle.dumps((core.policy, core.demand), protocol=pickle.HIGHEST_PROTOCOL), 6)
+
+
+class _Restricted(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "lorafleet" or module.startswith("lorafleet."):
+            return super().find_class(module, name)
+        if name in _SAFE_MODULES.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a policy's memory")
+
+
+def thaw(
+    inventory: Inventory,
+    state: bytes,
+    format: str,
+    fingerprint_: str,
+    policy_name: str,
+    touch_budget: float,
+    written: Inventory | None = None,
+) -> PolicyCore:
+    """A new core on `inventory` whose policy and demand model are the frozen ones (the policy bound to it, as on
+    a reload). The fingerprint must be that of `written` (the inventory as written, when `inventory` adds engines
+    found at run time). MemoryRefusedError when the memory is another version's, another inventory's or another
+    policy's, or cannot be read."""
+    if format != FORMAT:
+        raise MemoryRefusedError(f"it was written by {format!r}, not {FORMAT!r}")
+    if fingerprint_ != fingerprint(written if written is not None else inventory):
+        raise MemoryRefusedError("it was learned on another inventory")
+    try:
+        policy, demand = _Restricted(io.BytesIO(zlib.decompress(state))).load()
+    except Exception as exc:  # whatever a damaged or foreign blob raises: never a traceback at start
+        raise MemoryRefusedError(f"it cannot be read ({type(exc).__name__})") from None
+    if not isinstance(policy, Policy) or policy.name != policy_name:
+        raise MemoryRefusedError(f"it is another policy's, not {policy_name}'s")
+    core = PolicyCore(inventory, policy, touch_budget=touch_budget)
+    core.demand = demand
+    policy.bind(core)  # bound again with the learned demand model in place
+    return core
+
+
+__all__ = ["FORMAT", "MemoryRefusedError", "fingerprint", "freeze", "thaw"]

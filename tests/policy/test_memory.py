@@ -1,0 +1,126 @@
+"""What a policy learned survives a restart (drive/memory.py), and only where it applies: same version, policy and
+inventory; a foreign or damaged memory is refused cleanly and cannot run code."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+
+from lorafleet.daemon.loop import Daemon, DaemonOptions
+from lorafleet.drive.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
+from lorafleet.drive.policies import make_policy
+from lorafleet.drive.session import Counts, Session
+from lorafleet.inventory import load_inventory
+from lorafleet.policy.core import PolicyCore
+from lorafleet.replay.synth import synthesize
+from lorafleet.store.db import open_store
+from tests.policy.builders import make_inventory, stream
+
+FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+
+
+def run(core: PolicyCore, events) -> Counts:  # type: ignore[no-untyped-def]
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)
+    session.finish()
+    return session.counts
+
+
+def cycle(n: int, start: int = 0) -> list[int]:
+    return [(start + i) % 6 for i in range(n)]  # one tenant's fixed cycle of 6 adapters on 4 slots
+
+
+@pytest.mark.parametrize("policy", ["lorafleet", "markov"])
+def test_a_thawed_policy_goes_on_from_what_it_learned(tmp_path: Path, policy: str) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy(policy))
+    run(learned, stream(cycle(300)))
+    later = [
+        e.__class__(e.time + 1000.0, e.kind, e.adapter, e.tenant, base_model=e.base_model) for e in stream(cycle(12))
+    ]
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), policy, learned.touch_budget)
+    assert thawed.policy is not learned.policy and thawed.policy.core is thawed
+    remembered = run(thawed, later)
+    fresh = run(PolicyCore(inv, make_policy(policy)), later)
+    # Remembered, the next step is prefetched from the first round on; fresh, it is learned in the second at best.
+    assert remembered.hits >= 10 and fresh.hits <= 6
+
+
+def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    core = PolicyCore(inv, make_policy("lorafleet"))
+    run(core, stream(cycle(60)))
+    state, mark = freeze(core), fingerprint(inv)
+    with pytest.raises(MemoryRefusedError, match="written by"):
+        thaw(inv, state, "lorafleet 0.0.1 memory 1", mark, "lorafleet", 0.1)
+    other = make_inventory(tmp_path, adapters=7, engines=FOUR, name="other.yaml")
+    assert fingerprint(other) != mark
+    with pytest.raises(MemoryRefusedError, match="another inventory"):
+        thaw(other, state, FORMAT, mark, "lorafleet", 0.1)
+    with pytest.raises(MemoryRefusedError, match="another policy"):
+        thaw(inv, state, FORMAT, mark, "markov", 0.1)
+    with pytest.raises(MemoryRefusedError, match="cannot be read"):
+        thaw(inv, b"not a memory", FORMAT, mark, "lorafleet", 0.1)
+
+
+class _Boom:
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        import os
+
+        return (os.system, ("touch /tmp/lorafleet-memory-pwned",))
+
+
+def test_a_tampered_memory_cannot_run_code(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    evil = zlib.compress(pickle.dumps((_Boom(), None)))
+    with pytest.raises(MemoryRefusedError, match="cannot be read"):
+        thaw(inv, evil, FORMAT, fingerprint(inv), "lorafleet", 0.1)
+    assert not Path("/tmp/lorafleet-memory-pwned").exists()
+
+
+def shadow(inventory: Path, db: Path) -> object:
+    with open_store(db) as store:
+        opts = DaemonOptions(shadow=True, once=True, from_start=True, retention_days=3650.0)
+        return Daemon(load_inventory(inventory), store, opts).run()
+
+
+def test_the_daemon_journals_what_it_learned_and_goes_on_from_it_after_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    synth = synthesize("workflows", 3000, 2, tmp_path / "t")
+    lines = synth.log_path.read_text().splitlines(keepends=True)
+    results = {}
+    for kept in (True, False):
+        db = tmp_path / f"{kept}.db"
+        synth.log_path.write_text("".join(lines[:2000]))
+        shadow(synth.inventory_path, db)
+        with sqlite3.connect(db) as c:
+            assert c.execute("SELECT policy, format FROM policy_memory").fetchone() == ("lorafleet", FORMAT)
+            if not kept:
+                c.execute("DELETE FROM policy_memory")
+        synth.log_path.write_text("".join(lines))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lorafleet.daemon"):
+            results[kept] = shadow(synth.inventory_path, db)
+        said = "goes on from what it had learned" in caplog.text
+        assert said == kept
+    assert results[True].lines == results[False].lines == 1000  # type: ignore[attr-defined]
+    assert results[True].hits > results[False].hits  # type: ignore[attr-defined]
+
+
+def test_the_daemon_relearns_when_the_inventory_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    synth = synthesize("workflows", 600, 2, tmp_path / "t")
+    db = tmp_path / "s.db"
+    shadow(synth.inventory_path, db)
+    text = synth.inventory_path.read_text()
+    synth.inventory_path.write_text(text.replace("max_cpu_loras: ", "max_cpu_loras: 1", 1))
+    with caplog.at_level(logging.INFO, logger="lorafleet.daemon"):
+        shadow(synth.inventory_path, db)
+    assert "learned on another inventory" in caplog.text and "it learns again" in caplog.text
