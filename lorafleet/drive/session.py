@@ -324,7 +324,7 @@ class Session:
         for adapter, pin in wanted.items():
             if not state.holds(adapter):
                 order = lambda: core.policy.victim_order(state, now)  # noqa: E731
-                decisions += core.load(now, engine, adapter, PLAN, order, pin=pin)
+                decisions += core.load(now, engine, adapter, PLAN, order, pin=pin, complete=True)
         dropped_by_engine = [a for a in gone if a not in vanished]
         dropped = bool(dropped_by_engine or disowned)
         restarted = dropped and (not registry or (bool(survivors) and not survivors & registry))

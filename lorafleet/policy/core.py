@@ -175,7 +175,8 @@ class PolicyCore:
                 self.claimed.add(key)  # claimed: it will not count as an unused prefetch
         else:
             outcome = MISS
-            decisions = self.load(now, engine, adapter, DEMAND, lambda: self.policy.victim_order(state, now))
+            order = lambda: self.policy.victim_order(state, now)  # noqa: E731
+            decisions = self.load(now, engine, adapter, DEMAND, order, complete=True)
             if decisions:
                 state.note_use(adapter)
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
@@ -209,38 +210,51 @@ class PolicyCore:
         reason: str,
         victim_order: Callable[[], Iterable[str]],
         pin: bool = False,
+        complete: bool = False,
     ) -> list[Decision]:
         """Make room (evicting in the order `victim_order()` gives, asked only when room is needed) and start
-        a load; [] when no room can be made."""
+        a load; [] when no room can be made. `complete`: the order ranks every resident (a demand load's), rather
+        than naming only those the policy lets go (a prefetch displaces only what is worth less).
+
+        Touches are budgeted: when the policy's victims would take more touches than the engine's credit, the
+        victims are the policy's preference among what the credit can reach (evicting the n-th least recently
+        used takes n - 1 touches); else a demand load takes what the engine would evict alone, and a prefetch is
+        not made. Pins are kept at any cost."""
         state = self.book.engines[engine]
         if state.holds(adapter) or (engine, adapter) in self.unavailable:
             return []
         size = self.sizes[adapter]
+        kept: list[str] = []
         if state.has_room(size):
             victims: list[str] | None = []
-        elif not state.profile.unload_frees and self.touch_credit.get(engine, 0.0) < 1.0:
-            victims = state.victims_for(size, list(state.resident))  # no touch affordable: the engine's own choice
-        else:
+        elif state.profile.unload_frees:
             victims = state.victims_for(size, victim_order())
+        else:
+            credit = self.touch_credit.get(engine, 0.0)
+            resident = list(state.resident)
+            if complete and credit < 1.0:  # no touch affordable: the engine's own choice (no need to rank)
+                victims = state.victims_for(size, resident)
+            else:
+                allowed = list(victim_order())
+                victims = state.victims_for(size, allowed)
+                if victims is not None and len(state.keep_for(victims)) > credit:
+                    reach = set(resident[: max(0, int(credit)) + 1])
+                    affordable = [a for a in allowed if a in reach]
+                    if complete:  # a demand load must make room: else what the engine would evict alone
+                        victims = state.victims_for(size, dict.fromkeys([*affordable, *resident]))
+                    else:  # a prefetch goes only where the credit pays for it
+                        victims = state.victims_for(size, affordable)
+                        if victims is not None and len(state.keep_for(victims)) > credit:
+                            victims = None
+            if victims is not None:
+                kept = state.keep_for(victims)
+                self.touch_credit[engine] = credit - len(kept)
         if victims is None:
             return []
         decisions = []
         # What each engine kind lets a controller do (kinds.py): SGLang unloads the victims (memory freed); vLLM
         # only evicts its own least recently used, so the adapters older than the victims are touched first, and
         # the eviction itself is the engine's: no call.
-        kept = state.keep_for(victims)
-        if kept:
-            credit = self.touch_credit.get(engine, 0.0)
-            if len(kept) > credit:
-                # Over budget: the policy's preference among what the credit can reach (evicting the n-th least
-                # recently used takes n - 1 touches), then the engine's own order; pins are kept at any cost.
-                resident = list(state.resident)
-                reach = set(resident[: max(0, int(credit)) + 1])
-                order = dict.fromkeys([*(a for a in victim_order() if a in reach), *resident])
-                affordable = state.victims_for(size, order)
-                if affordable is not None:
-                    victims, kept = affordable, state.keep_for(affordable)
-            self.touch_credit[engine] = credit - len(kept)
         if kept:
             state.keep_all(kept)
             decisions += [Decision(TOUCH, engine, a, adapter) for a in kept]

@@ -246,3 +246,17 @@ def test_replay_keeps_every_policy_within_the_budget(tmp_path: Path) -> None:
     for name in ("lfu", "arc", "wtinylfu", "lorafleet"):
         result = Simulation(inv, name, events, touch_budget=0.05).run()
         assert result.touches <= 0.05 * result.requests, name
+
+
+def test_over_budget_a_prefetch_is_not_made_and_a_demand_load_takes_the_engines_own_choice(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    core = PolicyCore(inv, LruPolicy(), touch_budget=0.0)
+    state = core.book.engines["h/e0"]
+    for a in ("a0", "a1", "a2", "a3"):
+        state.admit(a, core.sizes[a])
+    # The prefetch may displace only a2, which takes two touches the engine has not earned: not made at all
+    # (never a victim the policy did not let go, never a touch unpaid for).
+    assert core.load(0.0, "h/e0", "a4", "prefetch", lambda: ["a2"]) == []
+    assert set(state.resident) == {"a0", "a1", "a2", "a3"}
+    decisions = core.load(0.0, "h/e0", "a4", "demand", lambda: ["a2", "a1", "a0", "a3"], complete=True)
+    assert [(d.action, d.adapter) for d in decisions] == [("evict", "a0"), ("load", "a4")]
