@@ -27,7 +27,6 @@ from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Wor
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
 from lorafleet.engines import EngineClient, make_client
@@ -44,6 +43,7 @@ from lorafleet.policy.placement import PlannedResidency
 from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
 from lorafleet.store.journal import PolicyMemory, commit_or_drop, prune, read_checkpoints, read_memory
+from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from lorafleet.times import minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
@@ -68,7 +68,7 @@ class DaemonOptions:
     touch_budget: float = TOUCH_BUDGET  # touches per adapter request each engine serves (policy/core.py)
     watch_inventory_s: float = 1.0  # how often the inventory file is looked at (a ConfigMap update reloads it)
     ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
-    memory_every_s: float = 30.0  # how often what the policy learned is journaled (drive/memory.py), at most
+    memory_every_s: float = 30.0  # how often what the policy learned is journaled (store/memory.py), at most
 
 
 class Daemon:

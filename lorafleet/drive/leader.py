@@ -171,7 +171,7 @@ class LeaderPolicy(Policy):
         self._routed: list[str | None] = []  # ... the engine each routed it to
 
     def __getstate__(self) -> dict[str, object]:
-        """What a restart keeps (drive/memory.py): everything but the experts' factories, needed only once."""
+        """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once."""
         state = dict(self.__dict__)
         state["factories"] = ()
         return state

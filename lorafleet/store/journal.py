@@ -156,7 +156,7 @@ def _write_checkpoints(db: sqlite3.Connection, checkpoints: Iterable[Checkpoint]
 
 
 class PolicyMemory(NamedTuple):
-    """What a policy learned, frozen (drive/memory.py), with what it must match to be used again."""
+    """What a policy learned, frozen (store/memory.py), with what it must match to be used again."""
 
     format: str
     fingerprint: str

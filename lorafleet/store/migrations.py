@@ -212,7 +212,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
         "009_policy_memory",
         """
-        -- What the daemon's policy learned (drive/memory.py), written with a checkpoint, read back at start.
+        -- What the daemon's policy learned (store/memory.py), written with a checkpoint, read back at start.
         CREATE TABLE policy_memory (
             id INTEGER PRIMARY KEY CHECK (id = 0),
             format TEXT NOT NULL,            -- lorafleet version and memory format: another one is refused

@@ -1,4 +1,4 @@
-"""What a policy learned survives a restart (drive/memory.py), and only where it applies: same version, policy and
+"""What a policy learned survives a restart (store/memory.py), and only where it applies: same version, policy and
 inventory; a foreign or damaged memory is refused cleanly and cannot run code."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from lorafleet.daemon.loop import Daemon, DaemonOptions
-from lorafleet.drive.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory import load_inventory
 from lorafleet.policy.core import PolicyCore
 from lorafleet.replay.synth import synthesize
 from lorafleet.store.db import open_store
+from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from tests.policy.builders import make_inventory, stream
 
 FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
