@@ -546,8 +546,11 @@ class Daemon:
             self.metrics.resident_bytes.labels(engine).set(used_bytes)
         memory = None
         if remember and self.session.started:
-            memory = PolicyMemory(FORMAT, fingerprint(self.base), self.options.policy, freeze(self.session.core))
             self._next_memory = time.monotonic() + self.options.memory_every_s
+            try:
+                memory = PolicyMemory(FORMAT, fingerprint(self.base), self.options.policy, freeze(self.session.core))
+            except Exception as exc:  # a memory that cannot be frozen costs the next start its learning, no more
+                self._internal_error("freezing what the policy learned", exc)
         batch = self.journal.take()
         dropped = commit_or_drop(
             self.store,

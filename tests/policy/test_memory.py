@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet.daemon.loop import Daemon, DaemonOptions
-from lorafleet.drive.policies import make_policy
+from lorafleet.drive.policies import ONLINE_POLICIES, make_policy
 from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory import load_inventory
 from lorafleet.policy.core import PolicyCore
@@ -35,6 +35,15 @@ def run(core: PolicyCore, events) -> Counts:  # type: ignore[no-untyped-def]
 
 def cycle(n: int, start: int = 0) -> list[int]:
     return [(start + i) % 6 for i in range(n)]  # one tenant's fixed cycle of 6 adapters on 4 slots
+
+
+@pytest.mark.parametrize("policy", ONLINE_POLICIES)
+def test_every_online_policy_freezes_and_thaws(tmp_path: Path, policy: str) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy(policy))
+    run(learned, stream(cycle(120)))
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), policy, learned.touch_budget)
+    assert type(thawed.policy) is type(learned.policy) and thawed.policy.core is thawed
 
 
 @pytest.mark.parametrize("policy", ["lorafleet", "markov"])
