@@ -88,15 +88,15 @@ class Standings:
         leader = self.leader
         if hits[leader]:
             return False  # a request the leader hit never makes another one the leader
-        best, _ = self.best_challenger()
+        best = self.best_challenger()
         if best is None or not self.clear(best, leader):
             return False
         self.leader = best
         self.changes += 1
         return True
 
-    def best_challenger(self) -> tuple[int | None, float]:
-        """The expert furthest ahead of the leader (in requests, decayed), and by how much."""
+    def best_challenger(self) -> int | None:
+        """The expert furthest ahead of the leader (in decayed requests), if any is ahead."""
         leader, beats = self.leader, self.beats
         best, lead = None, 0.0
         for i in range(self.n):
@@ -104,7 +104,7 @@ class Standings:
                 ahead = beats[i][leader] - beats[leader][i]
                 if ahead > lead:
                     best, lead = i, ahead
-        return best, lead / self.weight
+        return best
 
     def clear(self, i: int, j: int) -> bool:
         """Whether i's record against j is a clear lead: more than z standard deviations of the requests they
@@ -202,17 +202,15 @@ class LeaderPolicy(Policy):
     # --- which expert -------------------------------------------------------------------------------------
     def leader_of(self, base_model: str) -> str:
         """The name of the expert followed on a base model's pool."""
-        standings = self.standings.get(base_model)
-        return self.names[standings.leader if standings is not None else 0]
+        return self.names[self._leader(base_model)]
 
-    def _own_leads(self, base_model: str) -> bool:
-        standings = self.standings.get(base_model)
-        return standings is None or standings.leader == 0
+    def _leader(self, base_model: str | None) -> int:
+        """The index of the expert followed on a pool (0, the predictor, for a pool without standings)."""
+        standings = self.standings.get(base_model) if base_model is not None else None
+        return standings.leader if standings is not None else 0
 
     def _leader_state(self, state: EngineResidency) -> EngineResidency | None:
-        standings = self.standings.get(state.base_model)
-        index = standings.leader if standings is not None else 0
-        return self.shadows[index].session.core.book.engines.get(state.key)
+        return self.shadows[self._leader(state.base_model)].session.core.book.engines.get(state.key)
 
     # --- the live decisions -------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -228,11 +226,8 @@ class LeaderPolicy(Policy):
         does not place goes where the leader sent it (so contents converge engine by engine), or, while the
         predictor leads, where the core's rule sends it (None)."""
         self._observe(event)
-        model = self._model(event)
-        standings = self.standings.get(model) if model is not None else None
-        if standings is None or standings.leader == 0:
-            return None
-        return self._routed[standings.leader]
+        leader = self._leader(self._model(event))
+        return self._routed[leader] if leader else None
 
     def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
         """Before the live core classifies a request: the experts' outcomes score them (the leader's book
@@ -241,11 +236,11 @@ class LeaderPolicy(Policy):
             self._observe(event)
         self._observed = None
         model = self._model(event)
-        standings = self.standings.get(model) if model is not None else None
-        leader = standings.leader if standings is not None else 0
+        leader = self._leader(model)
         self.mirrored = self.shadows[leader].mirrorable() if leader else []
         for shadow in self.shadows:
             shadow.session.decided = []
+        standings = self.standings.get(model) if model is not None else None
         if engine is None or standings is None or model is None:
             return
         if standings.record(self._hits):
@@ -273,7 +268,7 @@ class LeaderPolicy(Policy):
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         """The predictor's order while it leads; otherwise live residents the leader does not hold go first
         (least recently used first), then the rest by recency: the live engine converges on the leader's."""
-        if self._own_leads(state.base_model):
+        if not self._leader(state.base_model):
             return self.own.victim_order(state, now)
         ahead = self._leader_state(state)
         if ahead is None:
@@ -311,12 +306,12 @@ class LeaderPolicy(Policy):
             shadow.session.advance(now)
             loads = shadow.mirrorable()
             if index:
-                decisions += self._mirror(now, [d for d in loads if self._leads(shadow, d.engine)])
+                decisions += self._mirror(now, [d for d in loads if self._leads(index, d.engine)])
         return decisions
 
-    def _leads(self, shadow: _Shadow, engine: str) -> bool:
+    def _leads(self, index: int, engine: str) -> bool:
         state = self.core.book.engines.get(engine)
-        return state is not None and self.leader_of(state.base_model) == shadow.name
+        return state is not None and self._leader(state.base_model) == index
 
     def _mirror(self, now: float, loads: list[Decision]) -> list[Decision]:
         """The leader's prefetches, made live where the room comes from adapters the leader does not hold."""

@@ -9,6 +9,7 @@ the decisions out, on simulated engines or through the daemon's actors, and repo
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -87,8 +88,8 @@ class PolicyCore:
         touch_budget: float = TOUCH_BUDGET,
     ) -> None:
         """`touch_budget`: touches (1-token requests, real work on a GPU) each engine may be sent per adapter
-        request it serves; an eviction that would need more than the engine has earned takes the engine's own
-        least recently used instead (budget 0: what the engine does alone, but for pins)."""
+        request it serves; `load` keeps every eviction within what the engine has earned (budget 0: what the
+        engine does alone, but for pins)."""
         self.inventory = inventory
         self.touch_budget = touch_budget
         # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
@@ -231,24 +232,24 @@ class PolicyCore:
             victims = state.victims_for(size, victim_order())
         else:
             credit = self.touch_credit.get(engine, 0.0)
-            resident = list(state.resident)
             if complete and credit < 1.0:  # no touch affordable: the engine's own choice (no need to rank)
-                victims = state.victims_for(size, resident)
+                victims = state.victims_for(size, state.resident)
             else:
                 allowed = list(victim_order())
                 victims = state.victims_for(size, allowed)
                 if victims is not None and len(state.keep_for(victims)) > credit:
-                    reach = set(resident[: max(0, int(credit)) + 1])
+                    reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
                     affordable = [a for a in allowed if a in reach]
                     if complete:  # a demand load must make room: else what the engine would evict alone
-                        victims = state.victims_for(size, dict.fromkeys([*affordable, *resident]))
+                        victims = state.victims_for(size, dict.fromkeys([*affordable, *state.resident]))
                     else:  # a prefetch goes only where the credit pays for it
                         victims = state.victims_for(size, affordable)
-                        if victims is not None and len(state.keep_for(victims)) > credit:
-                            victims = None
             if victims is not None:
                 kept = state.keep_for(victims)
-                self.touch_credit[engine] = credit - len(kept)
+                if not complete and len(kept) > credit:
+                    victims, kept = None, []
+                else:
+                    self.touch_credit[engine] = credit - len(kept)
         if victims is None:
             return []
         decisions = []

@@ -83,9 +83,8 @@ def thaw(
         raise MemoryRefusedError(f"it cannot be read ({type(exc).__name__})") from None
     if not isinstance(policy, Policy) or policy.name != policy_name:
         raise MemoryRefusedError(f"it is another policy's, not {policy_name}'s")
-    core = PolicyCore(inventory, policy, touch_budget=touch_budget)
-    core.demand = demand
-    policy.bind(core)  # bound again with the learned demand model in place
+    core = PolicyCore(inventory, policy, touch_budget=touch_budget)  # binds it: what it learned stays
+    core.demand = demand  # policies read the demand model through their core
     return core
 
 

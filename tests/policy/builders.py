@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory import Inventory, load_inventory
+from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
@@ -59,3 +61,26 @@ def stream(adapters: list[int], tenants: list[str] | None = None, gap_s: float =
         )
         for i, a in enumerate(adapters)
     ]
+
+
+def run_session(core: PolicyCore, events: list[RequestEvent], finish: bool = True) -> Counts:
+    """The events through a simulated session on `core` (as replay runs it); its counts."""
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)
+    if finish:
+        session.finish()
+    return session.counts
+
+
+def full_engine(tmp: Path, touch_budget: float = 0.0) -> PolicyCore:
+    """One vLLM engine of 4 slots holding a0..a3 (a0 least recently used), an lru core at this touch budget."""
+    from lorafleet.policy.baselines import LruPolicy
+
+    inv = make_inventory(tmp, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}])
+    core = PolicyCore(inv, LruPolicy(), touch_budget=touch_budget)
+    state = core.book.engines["h/e0"]
+    for a in ("a0", "a1", "a2", "a3"):
+        state.admit(a, core.sizes[a])
+    return core

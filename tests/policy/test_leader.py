@@ -9,14 +9,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from lorafleet.drive.leader import LeaderPolicy, Standings
-from lorafleet.drive.session import Session
 from lorafleet.policy.baselines import LfuPolicy, LruPolicy, MarkovPolicy
 from lorafleet.policy.core import Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.predictive import LorafleetPolicy
 from lorafleet.policy.residency import EngineResidency
 from lorafleet.replay.driver import Simulation
-from tests.policy.builders import make_inventory, stream
+from tests.policy.builders import full_engine, make_inventory, run_session, stream
 
 FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
 FOUR_SGLANG = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}]  # evicts by unloading: no touches
@@ -32,13 +31,7 @@ class MruPolicy(Policy):
 
 
 def run(policy: Policy, inventory, events: list[RequestEvent], touch_budget: float = 0.1):  # type: ignore[no-untyped-def]
-    core = PolicyCore(inventory, policy, touch_budget=touch_budget)
-    session = Session(core, simulate=True, answers=False)
-    session.start(events[0].time)
-    for event in events:
-        session.request(event)
-    session.finish()
-    return session.counts
+    return run_session(PolicyCore(inventory, policy, touch_budget=touch_budget), events)
 
 
 def loop_then_scan(n: int = 600) -> list[int]:
@@ -137,14 +130,10 @@ def test_imitating_a_leader_from_the_start_is_exact(tmp_path: Path) -> None:
     core = PolicyCore(inv, policy)
     for standings in policy.standings.values():
         standings.leader = 1
-    session = Session(core, simulate=True, answers=False)
-    session.start(events[0].time)
-    for event in events:
-        session.request(event)
-    session.finish()
+    followed = run_session(core, events)
     alone = run(LruPolicy(), inv, events)
-    assert (session.counts.hits, session.counts.late, session.counts.loads) == (alone.hits, alone.late, alone.loads)
-    assert session.counts.touches == 0
+    assert (followed.hits, followed.late, followed.loads) == (alone.hits, alone.late, alone.loads)
+    assert followed.touches == 0
 
 
 def test_the_leaders_prefetches_are_made_live(tmp_path: Path) -> None:
@@ -170,11 +159,7 @@ def test_the_predictor_learns_while_another_leads_and_prefetches_nothing(tmp_pat
     for standings in policy.standings.values():
         standings.leader = 1
     policy.own.muted.add("m")  # type: ignore[attr-defined]
-    session = Session(core, simulate=True, answers=False)
-    session.start(events[0].time)
-    for event in events:
-        session.request(event)
-    assert session.counts.prefetch_loads == 0
+    assert run_session(core, events, finish=False).prefetch_loads == 0
     own = policy.own
     assert isinstance(own, LorafleetPolicy) and own.trust  # it scored its predictions all along
 
@@ -216,11 +201,7 @@ def test_with_no_budget_a_policy_evicts_as_the_engine_does_alone(tmp_path: Path)
 
 
 def test_over_budget_the_policys_preference_among_affordable_victims_is_kept(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    core = PolicyCore(inv, LruPolicy(), touch_budget=0.0)
-    state = core.book.engines["h/e0"]
-    for a in ("a0", "a1", "a2", "a3"):
-        state.admit(a, core.sizes[a])
+    core = full_engine(tmp_path)
     core.touch_credit["h/e0"] = 1.0  # one touch: the second oldest is within reach, the third is not
     decisions = core.load(0.0, "h/e0", "a4", "demand", lambda: ["a2", "a1", "a0"])
     evicted = [d.adapter for d in decisions if d.action == "evict"]
@@ -249,11 +230,8 @@ def test_replay_keeps_every_policy_within_the_budget(tmp_path: Path) -> None:
 
 
 def test_over_budget_a_prefetch_is_not_made_and_a_demand_load_takes_the_engines_own_choice(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    core = PolicyCore(inv, LruPolicy(), touch_budget=0.0)
+    core = full_engine(tmp_path)
     state = core.book.engines["h/e0"]
-    for a in ("a0", "a1", "a2", "a3"):
-        state.admit(a, core.sizes[a])
     # The prefetch may displace only a2, which takes two touches the engine has not earned: not made at all
     # (never a victim the policy did not let go, never a touch unpaid for).
     assert core.load(0.0, "h/e0", "a4", "prefetch", lambda: ["a2"]) == []

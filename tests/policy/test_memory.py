@@ -13,24 +13,14 @@ import pytest
 
 from lorafleet.daemon.loop import Daemon, DaemonOptions
 from lorafleet.drive.policies import ONLINE_POLICIES, make_policy
-from lorafleet.drive.session import Counts, Session
 from lorafleet.inventory import load_inventory
 from lorafleet.policy.core import PolicyCore
 from lorafleet.replay.synth import synthesize
 from lorafleet.store.db import open_store
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
-from tests.policy.builders import make_inventory, stream
+from tests.policy.builders import make_inventory, run_session, stream
 
 FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
-
-
-def run(core: PolicyCore, events) -> Counts:  # type: ignore[no-untyped-def]
-    session = Session(core, simulate=True, answers=False)
-    session.start(events[0].time)
-    for event in events:
-        session.request(event)
-    session.finish()
-    return session.counts
 
 
 def cycle(n: int, start: int = 0) -> list[int]:
@@ -41,7 +31,7 @@ def cycle(n: int, start: int = 0) -> list[int]:
 def test_every_online_policy_freezes_and_thaws(tmp_path: Path, policy: str) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     learned = PolicyCore(inv, make_policy(policy))
-    run(learned, stream(cycle(120)))
+    run_session(learned, stream(cycle(120)))
     thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), policy, learned.touch_budget)
     assert type(thawed.policy) is type(learned.policy) and thawed.policy.core is thawed
 
@@ -50,14 +40,14 @@ def test_every_online_policy_freezes_and_thaws(tmp_path: Path, policy: str) -> N
 def test_a_thawed_policy_goes_on_from_what_it_learned(tmp_path: Path, policy: str) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     learned = PolicyCore(inv, make_policy(policy))
-    run(learned, stream(cycle(300)))
+    run_session(learned, stream(cycle(300)))
     later = [
         e.__class__(e.time + 1000.0, e.kind, e.adapter, e.tenant, base_model=e.base_model) for e in stream(cycle(12))
     ]
     thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), policy, learned.touch_budget)
     assert thawed.policy is not learned.policy and thawed.policy.core is thawed
-    remembered = run(thawed, later)
-    fresh = run(PolicyCore(inv, make_policy(policy)), later)
+    remembered = run_session(thawed, later)
+    fresh = run_session(PolicyCore(inv, make_policy(policy)), later)
     # Remembered, the next step is prefetched from the first round on; fresh, it is learned in the second at best.
     assert remembered.hits >= 10 and fresh.hits <= 6
 
@@ -65,7 +55,7 @@ def test_a_thawed_policy_goes_on_from_what_it_learned(tmp_path: Path, policy: st
 def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     core = PolicyCore(inv, make_policy("lorafleet"))
-    run(core, stream(cycle(60)))
+    run_session(core, stream(cycle(60)))
     state, mark = freeze(core), fingerprint(inv)
     with pytest.raises(MemoryRefusedError, match="written by"):
         thaw(inv, state, "lorafleet 0.0.1 memory 1", mark, "lorafleet", 0.1)
