@@ -13,6 +13,9 @@ import re
 import time
 from datetime import UTC, datetime
 
+# How often an idle log follower looks for new lines: the lag between a log line's writing and the daemon
+# learning of it, at most (the daemon's default poll; replay's log-only visibility adds it to every line).
+FOLLOW_POLL_S = 0.025
 SPAN_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _MINUTE = "%Y-%m-%dT%H:%MZ"

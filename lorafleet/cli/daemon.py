@@ -59,9 +59,11 @@ def configure_daemon_logging(log_format: str, verbose: int) -> None:
         logger.propagate = False
 
 
-def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if value == "off":
+def check_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or value == "off":
         return value
+    if value.isdigit() and param.name == "hints_addr":
+        value = f"127.0.0.1:{value}"  # a bare port: loopback
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise click.BadParameter(f"{value!r} is not HOST:PORT (or 'off')")
@@ -124,6 +126,14 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str) -> str
     help="Serve Prometheus /metrics here ('off': none; port 0: a free one).",
 )
 @click.option(
+    "--hints-addr",
+    default=None,
+    callback=check_address,
+    metavar="HOST:PORT",
+    help="Take the gateway's start hints here (off by default; a bare PORT: loopback): each request mirrored as it "
+    "starts (deploy/nginx-lorafleet.conf), so it is learned a whole generation before its log line is written.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -148,6 +158,7 @@ def daemon(
     retention: float,
     minute_retention: float,
     metrics_addr: str,
+    hints_addr: str | None,
     log_format: str,
     standby: bool,
 ) -> None:
@@ -175,6 +186,7 @@ def daemon(
     options = dataclasses.replace(
         options,
         metrics_addr=address,
+        hints_addr=None if hints_addr == "off" else hints_addr,
         touch_budget=touch_budget,
         minute_retention_days=minute_retention / 86400.0,
     )

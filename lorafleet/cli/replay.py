@@ -15,7 +15,7 @@ from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_requests
 from lorafleet.logs.records import LogTally
 from lorafleet.plan.planfile import read_plan
-from lorafleet.replay.driver import PolicyResult
+from lorafleet.replay.driver import HINTS, LOG, VISIBILITY, PolicyResult
 from lorafleet.replay.driver import replay as run_replay
 from lorafleet.replay.synth import SHAPES, synthesize, synthesize_for_inventory
 from lorafleet.units import plural
@@ -59,6 +59,15 @@ def parse_policies(value: str) -> list[str]:
     help="Start the lorafleet policy from this residency plan (lorafleet plan --out).",
 )
 @touch_budget_option
+@click.option(
+    "--visibility",
+    type=click.Choice([*VISIBILITY, "both"]),
+    default=LOG,
+    show_default=True,
+    help="When lorafleet learns of each request: from its log line (written at the request's end, plus a "
+    "follower's poll), or from the gateway's start hint (on arrival, `daemon --hints-addr`); both: each policy "
+    "under each. A log without durations gives each request one time, and the two are the same.",
+)
 def replay(
     as_json: bool,
     logs: tuple[str, ...],
@@ -67,25 +76,28 @@ def replay(
     wide: bool,
     plan_file: str | None,
     touch_budget: float,
+    visibility: str,
 ) -> None:
     """Replay access LOGS through the policy core with simulated engines.
 
-    Every policy starts from empty engines and sees the same requests; the table shows what each would give
-    at the inventory's budgets. Nothing is contacted: no engine, no host.
+    Every policy starts from empty engines and sees the same requests, in arrival order (a line's time minus
+    its duration, where the log gives one); the table shows what each would give at the inventory's budgets.
+    Nothing is contacted: no engine, no host.
     """
     names = parse_policies(policies)
+    modes = VISIBILITY if visibility == "both" else (visibility,)
     inv = settings().load_inventory()
     source: LogSource | None = DEFAULT_JSONL if log_format == "jsonl" else None
     events, tally = read_requests(logs, inv, source)
-    with progress_bar("replaying", len(events) * len(names), enabled=not as_json) as advance:
+    with progress_bar("replaying", len(events) * len(names) * len(modes), enabled=not as_json) as advance:
         done: dict[str, int] = {}
 
         def step(policy: str, index: int) -> None:
-            advance(index - done.get(policy, 0))
+            advance(max(0, index - done.get(policy, 0)))
             done[policy] = index
 
         plan = read_plan(plan_file, inv).placements if plan_file else ()
-        results = run_replay(inv, events, names, progress=step, plan=plan, touch_budget=touch_budget)
+        results = run_replay(inv, events, names, progress=step, plan=plan, touch_budget=touch_budget, visibility=modes)
     if as_json:
         print_json(shapes.replay(results, tally))
         return
@@ -114,7 +126,7 @@ REPLAY_COLUMNS = [
 
 
 def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, wide: bool) -> None:
-    by_name = {r.policy: r for r in results}
+    both = len({r.visibility for r in results}) > 1
     engines = plural(len(inv.engines), "engine")
     title = (
         f"Replay of {plural(tally.adapter_requests, 'adapter request')} on {engines} (fleet {inv.fleet or 'unnamed'})"
@@ -123,7 +135,7 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
     for r in results:
         report.add(
             {
-                "policy": r.policy,
+                "policy": f"{r.policy} ({r.visibility})" if both else r.policy,
                 "hit ratio": f"{r.hit_ratio:.1%}",
                 "hits": f"{r.hits:,}",
                 "late": f"{r.late:,}",
@@ -144,10 +156,18 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
         )
     out = console()
     out.print(report.table)
-    conclusion = replay_conclusion(by_name)
-    if conclusion:
-        out.print(conclusion)
+    for mode in dict.fromkeys(r.visibility for r in results):
+        conclusion = replay_conclusion({r.policy: r for r in results if r.visibility == mode})
+        if conclusion:
+            out.print(conclusion[:-1] + f" with {VISIBILITY_TEXT[mode]}." if both else conclusion)
     notes = [plural(tally.lines, "line")]
+    if not tally.timed:
+        notes.append(
+            "no request durations in the log: each line's time taken as the request's arrival and as when "
+            "lorafleet learns of it (log-only and hinted visibility are the same)"
+        )
+    elif tally.timed < tally.adapter_requests + tally.base_requests + tally.unknown_requests:
+        notes.append(f"{plural(tally.timed, 'request')} with a duration (the rest: the line's time taken as both)")
     if tally.base_requests:
         notes.append(f"{plural(tally.base_requests, 'base-model request')} (not counted)")
     if tally.unknown_requests:
@@ -160,6 +180,9 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
         notes.append(f"{plural(unserved, 'request')} no engine can serve (base model or rank)")
     out.print("; ".join(notes))
     out.print(report.legend() + ("" if wide else "; --wide shows every column") + ".", style="dim")
+
+
+VISIBILITY_TEXT = {LOG: "log lines only", HINTS: "start hints"}
 
 
 def replay_conclusion(by_name: dict[str, PolicyResult]) -> str | None:

@@ -163,15 +163,18 @@ def vram(rows: list[HostVram]) -> dict[str, Any]:
 
 
 def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
-    """`replay --json`: `{"policies": [{"policy", "requests", "hits", "late", "misses", "hit_ratio", "gpu_hits",
-    "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads", "prefetch_used",
+    """`replay --json`: `{"policies": [{"policy", "visibility", "requests", "hits", "late", "misses", "hit_ratio",
+    "gpu_hits", "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads",
+    "prefetch_used",
     "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
     "touches_per_request", "unloads"}], "log": {"lines",
-    "adapter_requests", "base_requests", "unknown_requests", "bad_lines", "bad_reasons"}}`."""
+    "adapter_requests", "base_requests", "unknown_requests", "timed_requests", "bad_lines", "bad_reasons"}}`
+    (`timed_requests`: those whose line gave a duration, so their arrival is known apart from their end)."""
     return {
         "policies": [
             {
                 "policy": r.policy,
+                "visibility": r.visibility,
                 "requests": r.requests,
                 "hits": r.hits,
                 "late": r.late,
@@ -201,6 +204,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
             "adapter_requests": tally.adapter_requests,
             "base_requests": tally.base_requests,
             "unknown_requests": tally.unknown_requests,
+            "timed_requests": tally.timed,
             "bad_lines": tally.bad_lines,
             "bad_reasons": dict(sorted(tally.bad_reasons.items())),
         },

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import CLOSED
+from lorafleet.daemon.hints import OUTCOMES, HintIngress, HintJoin, hint_headers
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.policies import make_policy
@@ -34,7 +35,7 @@ from lorafleet.engines.kubernetes import Discovery
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Engine, Inventory, with_discovered
-from lorafleet.logs.reader import NameResolver
+from lorafleet.logs.reader import MAX_NAME_CHARS, NameResolver
 from lorafleet.logs.stream import EventBatch, LogStream
 from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
@@ -44,7 +45,7 @@ from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
 from lorafleet.store.journal import PolicyMemory, commit_or_drop, prune, read_checkpoints, read_memory
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
-from lorafleet.times import minute_key, utc_text
+from lorafleet.times import FOLLOW_POLL_S, minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
 
@@ -60,7 +61,7 @@ class DaemonOptions:
     reconcile_every_s: float = 30.0
     retention_days: float = 14.0
     minute_retention_days: float = 2.0  # minute detail; the hourly rows keep the rest of `retention_days`
-    poll_s: float = 0.025  # an idle poll is a stat per file: cheap, and it bounds the decision latency
+    poll_s: float = FOLLOW_POLL_S  # an idle poll is a stat per file: cheap, and it bounds the decision latency
     commit_every_s: float = 1.0
     commit_every_lines: int = 10_000  # bounds what a batch holds in memory (and what a crash makes re-read)
     settle_s: float = 30.0  # --once: the longest wait for engine calls still in flight at the end
@@ -69,6 +70,7 @@ class DaemonOptions:
     watch_inventory_s: float = 1.0  # how often the inventory file is looked at (a ConfigMap update reloads it)
     ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
     memory_every_s: float = 30.0  # how often what the policy learned is journaled (store/memory.py), at most
+    hints_addr: str | None = None  # where the gateway's start hints are taken (daemon/hints.py); None: off
 
 
 class Daemon:
@@ -107,6 +109,9 @@ class Daemon:
         self.summary = Summary()
         self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
+        self.hints: HintIngress | None = None  # the gateway's start hints, when --hints-addr is on
+        self.joins = HintJoin()  # hints waiting for their log lines
+        self._hints_exported = dict.fromkeys(OUTCOMES, 0)
         self.actors: dict[str, EngineActor] = {}
         self.log_now: float | None = None  # the newest log time the core has seen
         self.log_read_at = 0.0  # monotonic time that line was read
@@ -135,7 +140,7 @@ class Daemon:
 
     def _use(self, inventory: Inventory) -> None:
         """What follows from the inventory in use: the parsers' names, the journal's sizes, the budget gauges."""
-        resolver = NameResolver(inventory)
+        resolver = self.resolver = NameResolver(inventory)
         for stream in self.streams:
             stream.use(inventory, resolver)
         self.journal.sizes = self.session.core.sizes
@@ -168,6 +173,9 @@ class Daemon:
         if options.metrics_addr:
             bound = self.metrics.serve(options.metrics_addr)
             log.info("metrics on http://%s/metrics", bound)
+        if options.hints_addr:
+            self.hints = HintIngress(hint_headers(self.inventory))
+            log.info("taking the gateway's start hints on http://%s", self.hints.serve(options.hints_addr))
         try:
             self.metrics.beat()
             if self.reload_requested.is_set():
@@ -244,6 +252,7 @@ class Daemon:
                 self._send(self.session.start(time.time()))  # nothing to catch up on: start on the wall clock
                 self.journal.fold(self.session.take_answers())
             self._drain()
+            self._take_hints()
             if not options.shadow:
                 self._notice_cli_actions()
             if not options.once:
@@ -300,6 +309,8 @@ class Daemon:
         self._drain()
         self._commit(final=True)
         self.metrics.close()
+        if self.hints is not None:
+            self.hints.close()
         for stream in self.streams:
             stream.close()
 
@@ -355,7 +366,40 @@ class Daemon:
         if self.options.shadow and batch.events:  # live measures each call at its sending (see _answered)
             self.metrics.decision_latency.observe(time.monotonic() - read_at)
 
+    def _take_hints(self) -> None:
+        """Learn from the start hints that came since the last pass (daemon/hints.py); close those whose log
+        lines did not come in time."""
+        ingress = self.hints
+        if ingress is None:
+            return
+        resolver = self.resolver
+        for hint in ingress.take():
+            kind, adapter, base = resolver.model(hint.model)
+            if kind != ADAPTER:
+                ingress.count("unknown")
+                continue
+            tenant = None if hint.tenant is None else hint.tenant[:MAX_NAME_CHARS]
+            request_id = None if hint.request_id is None else hint.request_id[:MAX_NAME_CHARS]
+            event = RequestEvent(hint.at, ADAPTER, adapter, tenant, base_model=base, request_id=request_id)
+            try:
+                session = self.session
+                calls = session.hint(event) if session.started else session.start(event.time) + session.hint(event)
+                self.journal.fold(session.take_answers())
+                self._send(calls, time.monotonic())
+                self.joins.add(event)
+            except Exception as exc:
+                self._internal_error("a hint", exc)
+        ingress.count("unmatched", self.joins.expire(time.time()))
+        exported = self._hints_exported
+        for outcome, n in ingress.counts.items():
+            if n > exported[outcome]:
+                self.metrics.hints.labels(outcome).inc(n - exported[outcome])
+                exported[outcome] = n
+
     def _on_event(self, event: RequestEvent, read_at: float) -> None:
+        if self.hints is not None and self.joins.claim(event):
+            event = dataclasses.replace(event, hinted=True)  # learned from its hint: served, not learned again
+            self.hints.count("joined")
         now = event.time if self.log_now is None else max(event.time, self.log_now)
         self.log_now, self.log_read_at = now, read_at
         session = self.session

@@ -27,6 +27,7 @@ from lorafleet.errors import InputError
 
 log = logging.getLogger("lorafleet.daemon")
 
+HINT_OUTCOMES = ("queued", "dropped", "bad", "unknown", "joined", "unmatched")  # daemon/hints.py's
 LOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 CIRCUIT_STATES = ("closed", "half-open", "open")  # the breaker's states, one series each (1 = current)
@@ -102,8 +103,17 @@ class DaemonMetrics:
             buckets=LATENCY_BUCKETS,
         )
         self.commits = single(Counter, "lorafleet_journal_commits", "Journal transactions committed")
+        self.hints = moded(
+            Counter,
+            "lorafleet_hints",
+            "Start hints from the gateway (--hints-addr) by outcome: queued, dropped (queue full), bad, unknown "
+            "(no adapter of the inventory), joined (to their log line), unmatched (no line came)",
+            ("outcome",),
+        )
         for result in ("ok", "bad"):
             self.log_lines.labels(result)
+        for outcome in HINT_OUTCOMES:
+            self.hints.labels(outcome)
         self.requests.labels("", "unserved")
         build = Gauge(
             "lorafleet_build_info",
@@ -221,4 +231,4 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-__all__ = ["CIRCUIT_STATES", "DaemonMetrics", "metric_names"]
+__all__ = ["CIRCUIT_STATES", "HINT_OUTCOMES", "DaemonMetrics", "metric_names"]

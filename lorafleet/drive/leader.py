@@ -183,7 +183,9 @@ class LeaderPolicy(Policy):
         if not self.shadows:
             budget = core.touch_budget
             for name, make in self.factories:
-                session = Session(PolicyCore(inventory, make(), touch_budget=budget), simulate=True, answers=False)
+                lag = core.visibility_lag  # each expert learns of a request when the live policy would
+                expert = PolicyCore(inventory, make(), touch_budget=budget, visibility_lag=lag)
+                session = Session(expert, simulate=True, answers=False)
                 session.decided = []
                 self.shadows.append(_Shadow(name, session))
             self._hits = [False] * len(self.shadows)
@@ -281,6 +283,18 @@ class LeaderPolicy(Policy):
         mirrored, self.mirrored = self.mirrored, []
         return decisions + self._mirror(now, mirrored) if mirrored else decisions
 
+    def on_hint(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
+        """A request known at its start: every expert learns it on its copy, the predictor live; the leader's
+        prefetches for it are made live, as on a request."""
+        for shadow in self.shadows:
+            shadow.session.hint(event)
+        decisions = self.own.on_hint(now, event, engine, outcome)
+        leader = self._leader(self._model(event))
+        mirrored = self.shadows[leader].mirrorable() if leader else []
+        for shadow in self.shadows:
+            shadow.session.decided = []
+        return decisions + self._mirror(now, mirrored) if mirrored else decisions
+
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return self.own.on_load_done(now, engine, adapter)
 
@@ -288,7 +302,7 @@ class LeaderPolicy(Policy):
         self.own.on_evicted(now, engine, adapter)
 
     def next_wakeup(self) -> float | None:
-        wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
+        wakeups = [w for s in self.shadows if (w := _due(s.session)) is not None]
         own = self.own.next_wakeup()
         if own is not None:
             wakeups.append(own)
@@ -300,7 +314,7 @@ class LeaderPolicy(Policy):
         if own is not None and own <= now:
             decisions += self.own.tick(now)
         for index, shadow in enumerate(self.shadows):
-            wakeup = shadow.session.core.next_wakeup()
+            wakeup = _due(shadow.session)
             if wakeup is None or wakeup > now:
                 continue
             shadow.session.advance(now)
@@ -329,6 +343,14 @@ class LeaderPolicy(Policy):
 
             decisions += core.load(now, d.engine, d.adapter, PREFETCH, spare)
         return decisions
+
+
+def _due(session: Session) -> float | None:
+    """When an expert's copy next decides by itself: its policy's wakeup, or a request it learns late."""
+    wakeup, learning = session.core.next_wakeup(), session.next_learning()
+    if wakeup is None or learning is None:
+        return wakeup if learning is None else learning
+    return min(wakeup, learning)
 
 
 __all__ = ["PREDICTIVE", "LeaderPolicy", "Standings", "default_experts"]

@@ -2,8 +2,12 @@
 
 Replay and the daemon each hand the session requests and (live) the engines' answers; the session is the one
 home of what happens around the core:
-- time order: the policy's wakeups and the loads completing (simulated engines, when they stand in) are merged
-  in time order before each request, so a wakeup sees the engines as they are at its own time;
+- time order: the policy's wakeups, the loads completing (simulated engines, when they stand in) and the
+  requests learned after their arrival are merged in time order before each request, so a wakeup sees the
+  engines as they are at its own time;
+- a request's two times: the engine serves it at its arrival (`RequestEvent.time`), lorafleet learns of it
+  when it can know of it — on arrival (a start hint; `hint` for a hint ahead of its log line), or, with the
+  core's `visibility_lag`, when its log line is written plus the follower's lag (`RequestEvent.seen`);
 - each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
   the load-time model calibrated by the engine's measured loads;
 - the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
@@ -21,6 +25,7 @@ time is passed in, and it never runs backwards (a request older than one already
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -166,6 +171,9 @@ class Session:
         self.started = False
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
+        # requests served but not yet learned: (when learned, order, request, engine, outcome)
+        self.unlearned: list[tuple[float, int, RequestEvent, str | None, str]] = []
+        self._order = 0
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -195,7 +203,15 @@ class Session:
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
-        outcome, decisions = core.on_request(now, event, engine)
+        lag = core.visibility_lag
+        if event.hinted:  # learned from its start hint already
+            outcome, decisions = core.serve(now, event, engine)
+        elif lag is not None and event.seen is not None and event.seen + lag > now:
+            outcome, decisions = core.serve(now, event, engine)
+            self._order += 1
+            heapq.heappush(self.unlearned, (event.seen + lag, self._order, event, engine, outcome))
+        else:
+            outcome, decisions = core.on_request(now, event, engine)
         if outcome == UNSERVED or engine is None:
             self.counts.unserved += 1
             if self.answers is not None:
@@ -207,21 +223,39 @@ class Session:
             calls = calls + more if calls else more
         return calls
 
+    def hint(self, event: RequestEvent) -> list[Call]:
+        """A request starting now, from the gateway's hint: learned at once (`PolicyCore.hint`); its log line,
+        later, is served with `hinted` set and counted then — the log stays the record of what was served."""
+        now = self._at(event.time)
+        calls = self.advance(now) if self._due(now) else _NO_CALLS
+        more = self._carry_out(now, self.core.hint(now, event))
+        return calls + more if calls else more
+
+    def next_learning(self) -> float | None:
+        """When the next request served before lorafleet could know of it is learned, if any is pending."""
+        return self.unlearned[0][0] if self.unlearned else None
+
     def advance(self, until: float) -> list[Call]:
-        """Run the policy's wakeups and the simulated loads' completions in time order up to `until`."""
-        core, sim = self.core, self.sim
+        """Run the policy's wakeups, the simulated loads' completions and the requests learned late in time order
+        up to `until` (at one instant: completions, then learning, then wakeups)."""
+        core, sim, unlearned = self.core, self.sim, self.unlearned
+        inf = float("inf")
         calls: list[Call] = []
         while True:
             wakeup = core.next_wakeup()
-            wake = wakeup if wakeup is not None else float("inf")
-            done = sim.next_done() if sim is not None else float("inf")
-            if done <= wake:
-                if done > until or done == float("inf"):
-                    return calls
+            wake = wakeup if wakeup is not None else inf
+            done = sim.next_done() if sim is not None else inf
+            learn = unlearned[0][0] if unlearned else inf
+            first = min(done, learn, wake)
+            if first > until or first == inf:
+                return calls
+            if done == first:
                 calls += self._completed(sim.pop_done())  # type: ignore[union-attr]
+            elif learn == first:
+                _, _, event, engine, outcome = heapq.heappop(unlearned)
+                self._at(learn)
+                calls += self._carry_out(learn, core.learn(learn, event, engine, outcome))
             else:
-                if wake > until:
-                    return calls
                 self._at(wake)
                 calls += self._carry_out(wake, core.tick(wake))
 
@@ -396,7 +430,11 @@ class Session:
 
     def _due(self, now: float) -> bool:
         wakeup = self.core.next_wakeup()
-        return (wakeup is not None and wakeup <= now) or (self.sim is not None and self.sim.next_done() <= now)
+        return (
+            (wakeup is not None and wakeup <= now)
+            or (self.sim is not None and self.sim.next_done() <= now)
+            or (bool(self.unlearned) and self.unlearned[0][0] <= now)
+        )
 
     def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str) -> None:
         counts, answers, waits = self.counts, self.answers, self.waits

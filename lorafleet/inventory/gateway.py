@@ -12,7 +12,10 @@ from lorafleet.inventory.fields import Checker, describe, join
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.inventory.yamlsource import LDict
 
-NGINX_TIME_VARIABLES = ("time_iso8601", "time_local", "msec")
+NGINX_TIME_VARIABLES = ("time_iso8601", "time_local", "msec")  # each the time the line is written: the end
+# A request's duration, by which its arrival is found from its end: the whole request's, else the upstream's.
+NGINX_DURATION_VARIABLES = ("request_time", "upstream_response_time")
+NGINX_ID_VARIABLES = ("request_id",)
 
 
 def read_gateway(c: Checker, doc: LDict) -> list[LogSource]:
@@ -65,9 +68,14 @@ def _log_source(c: Checker, value: object, logs: list[object], path: str, i: int
             if v not in variables:
                 have = ", ".join("$" + x for x in sorted(variables))
                 c.add(fm, k, join(fpath, k), f"${v} is not in log_format (it has: {have})")
-        found = next((v for v in NGINX_TIME_VARIABLES if v in variables), None)
-        if "time" not in fields and found is not None:
-            fields["time"] = found
+        for field, names in (
+            ("time", NGINX_TIME_VARIABLES),
+            ("duration_s", NGINX_DURATION_VARIABLES),
+            ("request_id", NGINX_ID_VARIABLES),
+        ):
+            found = next((v for v in names if v in variables), None)
+            if field not in fields and found is not None:
+                fields[field] = found
     elif "log_format" in m:
         c.add(m, "log_format", join(path, "log_format"), "only nginx logs take a log_format")
     return LogSource(path=got["path"], format=got["format"], fields=fields, log_format=got.get("log_format"))

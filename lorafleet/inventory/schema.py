@@ -316,7 +316,10 @@ LOG_SOURCE = Section(
     )
 )
 LOG_FIELDS = Section(
-    tuple(Field(k, text()) for k in ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model"))
+    tuple(
+        Field(k, text())
+        for k in ("time", "tenant", "adapter", "engine", "status", "ttft_ms", "base_model", "duration_s", "request_id")
+    )
 )
 
 # Engines found on Kubernetes: the API's access, then per group where to look and what each engine found is.

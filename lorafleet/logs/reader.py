@@ -34,6 +34,8 @@ DEFAULT_JSONL = LogSource(
         "engine": "upstream",
         "status": "status",
         "ttft_ms": "ttft_ms",
+        "duration_s": "duration_s",
+        "request_id": "request_id",
     },
 )
 
@@ -194,9 +196,21 @@ class LineParser:
                     return None
         status = numbers.get("status")
         tenant = _dig(record, fields["tenant"]) if "tenant" in fields else None
-        if not (_storable(raw_model) and _storable(tenant)):
+        request_id = _dig(record, fields["request_id"]) if "request_id" in fields else None
+        if not (_storable(raw_model) and _storable(tenant) and _storable(request_id)):
             self.tally.bad("not storable text (a lone surrogate)")
             return None
+        # The line's time is the request's end; with its duration, the arrival is known. A duration that is not
+        # a number (nginx's "-" for a request no upstream answered, several upstreams' "0.1, 0.2") leaves the
+        # line's time as both: the request is kept, not dropped.
+        seen = None
+        if "duration_s" in fields:
+            try:
+                duration = _number(_dig(record, fields["duration_s"]), 0, 86_400)
+            except ValueError:
+                duration = None
+            if duration is not None:
+                seen, when = when, when - duration
         kind, adapter, base = self.resolver.model(raw_model)
         engine = self.resolver.engine(_dig(record, fields["engine"])) if "engine" in fields else None
         event = RequestEvent(
@@ -208,7 +222,10 @@ class LineParser:
             base_model=base,
             status=None if status is None else int(status),
             ttft_ms=numbers.get("ttft_ms"),
+            seen=seen,
+            request_id=None if request_id in (None, "", "-") else str(request_id)[:MAX_NAME_CHARS],
         )
+        self.tally.timed += seen is not None
         self.tally.count(event, None if isinstance(raw_model, (dict, list)) else str(raw_model))
         return event
 

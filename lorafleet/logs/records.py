@@ -18,6 +18,7 @@ class LogTally:
     bad_lines: int = 0
     bad_reasons: dict[str, int] = field(default_factory=dict)
     unknown_names: dict[str, int] = field(default_factory=dict)
+    timed: int = 0  # requests whose line gave a duration: their arrival is known apart from their end
 
     def bad(self, reason: str) -> None:
         self.bad_lines += 1
@@ -40,6 +41,7 @@ class LogTally:
         self.base_requests += other.base_requests
         self.unknown_requests += other.unknown_requests
         self.bad_lines += other.bad_lines
+        self.timed += other.timed
         for k, v in other.bad_reasons.items():
             self.bad_reasons[k] = self.bad_reasons.get(k, 0) + v
         for k, v in other.unknown_names.items():

@@ -62,6 +62,11 @@ class Policy:
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         return []
 
+    def on_hint(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
+        """A request known at its start (`PolicyCore.hint`), with where and how it will likely be served: what
+        the policy learns from a request, it learns now; serving it later sends it no `on_request`."""
+        return self.on_request(now, event, engine, outcome)
+
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return []
 
@@ -86,12 +91,17 @@ class PolicyCore:
         policy: Policy,
         half_life: float | None = None,
         touch_budget: float = TOUCH_BUDGET,
+        visibility_lag: float | None = None,
     ) -> None:
         """`touch_budget`: touches (1-token requests, real work on a GPU) each engine may be sent per adapter
         request it serves; `load` keeps every eviction within what the engine has earned (budget 0: what the
-        engine does alone, but for pins)."""
+        engine does alone, but for pins). `visibility_lag`: None — a request is learned on arrival (a live
+        daemon, which learns what it reads when it reads it, or start hints); seconds — a request whose log line
+        came later (`RequestEvent.seen`) is learned that long after it (a log follower's poll), as replay's
+        log-only visibility has it."""
         self.inventory = inventory
         self.touch_budget = touch_budget
+        self.visibility_lag = visibility_lag
         # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
         self.touch_credit: dict[str, float] = {}
         self.book = ResidencyBook.from_inventory(inventory)
@@ -116,7 +126,7 @@ class PolicyCore:
     def rebuilt(self, inventory: Inventory) -> PolicyCore:
         """This core on a new inventory: engines that stayed with the same budget keep their book; the demand
         model and the policy (bound to the new core) carry over."""
-        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget)
+        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget, visibility_lag=self.visibility_lag)
         new.demand = self.demand
         new.touch_credit = {k: v for k, v in self.touch_credit.items() if k in new.book.engines}
         for key, state in self.book.engines.items():
@@ -148,16 +158,26 @@ class PolicyCore:
         return choose_engine(adapter, self.pools.get(adapter, ()), self.book.engines)
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
-        """Classify an adapter request (hit, late, miss) and return the decisions it leads to; `used_prefetch`
-        says whether it was the first request to use a prefetched adapter."""
+        """A request served and learned at once (lorafleet knows of it on arrival): classify it (hit, late, miss)
+        and return the decisions it leads to; `used_prefetch` says whether it was the first request to use a
+        prefetched adapter."""
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
+        outcome, decisions = self.serve(now, event, engine)
+        decisions.extend(self.policy.on_request(now, event, engine, outcome))
+        return outcome, decisions
+
+    def serve(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
+        """The engine's part of a request, at its arrival, whether lorafleet knows of it yet or not: its outcome,
+        the engine's own recency, and the load a miss makes (the engine loads it itself)."""
+        adapter = event.adapter
+        assert adapter is not None
         self.policy.on_arrival(now, event, engine)
         self.used_prefetch = False
         if engine is None:
-            return UNSERVED, self.policy.on_request(now, event, None, UNSERVED)
+            return UNSERVED, []
         state = self.book.engines[engine]
         credit = self.touch_credit.get(engine, 0.0)
         cap = float(state.budget.slot_cap)  # at most one turnover of the slots' worth is banked
@@ -180,8 +200,32 @@ class PolicyCore:
             decisions = self.load(now, engine, adapter, DEMAND, order, complete=True)
             if decisions:
                 state.note_use(adapter)
-        decisions.extend(self.policy.on_request(now, event, engine, outcome))
         return outcome, decisions
+
+    def learn(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
+        """lorafleet's part of a request served earlier, at the moment it learns of it (a log line's): the demand
+        model and the policy take it, with where it was served and how."""
+        adapter = event.adapter
+        assert adapter is not None
+        if self.policy.observes_demand:
+            self.demand.observe(event.tenant, adapter, now)
+        return self.policy.on_request(now, event, engine, outcome)
+
+    def hint(self, now: float, event: RequestEvent) -> list[Decision]:
+        """A request starting now, known from the gateway's hint before its engine has served it (its log line,
+        later, is served with `hinted`): learned as it will most likely be served — on the engine the hint names
+        or the placement rule picks, a hit if the adapter is resident there."""
+        adapter = event.adapter
+        assert adapter is not None
+        engine = event.engine if event.engine in self.pools.get(adapter, ()) else self.place(adapter)
+        if engine is None:
+            outcome = UNSERVED
+        else:
+            state = self.book.engines[engine]
+            outcome = HIT if adapter in state.resident else LATE if adapter in state.in_flight else MISS
+        if self.policy.observes_demand:
+            self.demand.observe(event.tenant, adapter, now)
+        return self.policy.on_hint(now, event, engine, outcome)
 
     def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
         state = self.book.engines[engine]

@@ -1,4 +1,6 @@
-"""A request as the policy sees it: the one input type the log readers, replay and the daemon share."""
+"""A request as the policy sees it: the one input type the log readers, the hint ingress, replay and the daemon
+share. A request has two times (docs/architecture.md): its arrival, when the engine serves it (`time`), and when
+lorafleet learns of it (`seen`, for a log line written at the request's end; a start hint is seen on arrival)."""
 
 from __future__ import annotations
 
@@ -19,3 +21,8 @@ class RequestEvent:
     base_model: str | None = None
     status: int | None = None
     ttft_ms: float | None = None
+    # When lorafleet can know of it, where that is later than `time` (its arrival): a log line is written when the
+    # request ends, so from a log with durations `seen` is the line's time and `time` is its end minus duration.
+    seen: float | None = None
+    request_id: str | None = None  # the gateway's id, joining a request's start hint to its log line
+    hinted: bool = False  # its start hint was learned from already: serving it must not learn it again

@@ -3,7 +3,13 @@
 The clock is the log's own: no sleeping, no wall clock. A request is a hit when its adapter is resident on the
 serving engine when it arrives, late when a load of it is in flight (it waits the remainder), and a miss
 otherwise (it waits for a cold load). Cold ms of a request is the time it waited on an adapter load; hits wait 0.
-The daemon's shadow mode runs the same session over the same requests, so its counts equal replay's exactly.
+The daemon's shadow mode runs the same session over the same requests, so its counts equal replay's exactly
+(on a log without durations; with them, replay takes requests in arrival order, the daemon as it reads them).
+
+Requests are taken in arrival order (a line's end minus its duration, where the log gives one), and each is
+learned when lorafleet could know of it (`VISIBILITY`): `log` — when its line is written plus a follower's poll
+(`FOLLOW_POLL_S`), what a daemon that tails logs gets; `hints` — on arrival, what the gateway's start hints give.
+A log without durations gives each request one time, so the two are the same there.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from lorafleet.measures import nearest_rank
 from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
+from lorafleet.times import FOLLOW_POLL_S
+
+LOG, HINTS = "log", "hints"
+VISIBILITY = (LOG, HINTS)  # when lorafleet learns of a request: from its log line, or from its start hint
 
 
 @dataclass(slots=True)
@@ -30,6 +40,7 @@ class PolicyResult(Counts):
     """One policy's replay: the session's counts, every request's wait, and what the simulated engines did."""
 
     policy: str = ""
+    visibility: str = LOG
     base_requests: int = 0
     unknown_requests: int = 0
     cold_ms: list[float] = field(default_factory=list, repr=False)  # every served request's wait (hits: 0)
@@ -67,10 +78,14 @@ class Simulation:
         variant: int = 0,
         plan: Sequence[Placement] = (),
         touch_budget: float = TOUCH_BUDGET,
+        visibility: str = LOG,
     ) -> None:
+        """`events` in arrival order (`in_arrival_order`)."""
         self.events = events
-        self.result = PolicyResult(policy=policy, engines=len(inventory.engines))
-        core = PolicyCore(inventory, make_policy(policy, events, variant, plan), touch_budget=touch_budget)
+        self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
+        lag = FOLLOW_POLL_S if visibility == LOG else None
+        policy_ = make_policy(policy, events, variant, plan)
+        core = PolicyCore(inventory, policy_, touch_budget=touch_budget, visibility_lag=lag)
         self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
@@ -100,6 +115,13 @@ class Simulation:
         return result
 
 
+def in_arrival_order(events: Sequence[RequestEvent]) -> Sequence[RequestEvent]:
+    """The requests as their engines saw them: by arrival (a log is in order of the requests' ends)."""
+    if all(e.seen is None for e in events):
+        return events
+    return sorted(events, key=lambda e: e.time)
+
+
 def replay(
     inventory: Inventory,
     events: Sequence[RequestEvent],
@@ -107,20 +129,29 @@ def replay(
     progress: Callable[[str, int], None] | None = None,
     plan: Sequence[Placement] = (),
     touch_budget: float = TOUCH_BUDGET,
+    visibility: Sequence[str] = (LOG,),
 ) -> list[PolicyResult]:
-    """Run each policy over the same events from empty engines (lorafleet from `plan`, when given); the oracle
-    last, so it can count the others' schedules among its own. Each result's headroom is set once lru and the
-    oracle are known."""
-    results: dict[str, PolicyResult] = {}
-    for name in sorted(policies, key=lambda n: n == "oracle"):
-        callback = (lambda i, n=name: progress(n, i)) if progress is not None else None
-        known = list(results.values())
-        results[name] = simulate(inventory, name, events, callback, plan, known=known, touch_budget=touch_budget)
-    lru, oracle = results.get("lru"), results.get("oracle")
-    if lru is not None and oracle is not None:
-        for r in results.values():
-            r.headroom = headroom_captured(r, lru, oracle)
-    return [results[name] for name in policies]
+    """Run each policy over the same events from empty engines (lorafleet from `plan`, when given), once per
+    visibility (policy by policy, each in the order given); the oracle last, so it can count the others'
+    schedules among its own. Each result's headroom is set once lru and the oracle are known."""
+    events = in_arrival_order(events)
+    out: list[PolicyResult] = []
+    for mode in visibility:
+        results: dict[str, PolicyResult] = {}
+        for name in sorted(policies, key=lambda n: n == "oracle"):
+            callback = (lambda i, n=name: progress(n, i)) if progress is not None else None
+            known = list(results.values())
+            results[name] = simulate(
+                inventory, name, events, callback, plan, known=known, touch_budget=touch_budget, visibility=mode
+            )
+        lru, oracle = results.get("lru"), results.get("oracle")
+        if lru is not None and oracle is not None:
+            for r in results.values():
+                r.headroom = headroom_captured(r, lru, oracle)
+        out += [results[name] for name in policies]
+    if len(visibility) > 1:  # policy by policy: each one's figures under every visibility side by side
+        out.sort(key=lambda r: list(policies).index(r.policy))
+    return out
 
 
 def simulate(
@@ -131,25 +162,25 @@ def simulate(
     plan: Sequence[Placement] = (),
     known: Sequence[PolicyResult] = (),
     touch_budget: float = TOUCH_BUDGET,
+    visibility: str = LOG,
 ) -> PolicyResult:
-    """One policy over the events. The oracle is the best schedule it knows (most hits, then least waiting):
-    its own offline schedules, and every online policy's — each of those is a schedule the same engines carry
-    out, so a controller that knows the future can do at least as well. So the oracle bounds every policy by
-    construction; `known` passes results already computed on the same events (and plan, and touch budget), to
-    reuse them. Every policy, the oracle's schedules included, keeps to the same `touch_budget`."""
+    """One policy over the events (taken in arrival order), learning each when `visibility` says. The oracle is
+    the best schedule it knows (most hits, then least waiting): its own offline schedules, and every online
+    policy's — each of those is a schedule the same engines carry out, so a controller that knows the future can
+    do at least as well. So the oracle bounds every policy by construction; `known` passes results already
+    computed on the same events (and plan, touch budget and visibility), to reuse them. Every policy, the
+    oracle's schedules included, keeps to the same `touch_budget`."""
+    events = in_arrival_order(events)
+
+    def run(name: str, variant: int = 0, plan: Sequence[Placement] = plan) -> Simulation:
+        return Simulation(inventory, name, events, variant, plan, touch_budget, visibility)
+
     if policy != "oracle":
-        return Simulation(inventory, policy, events, plan=plan, touch_budget=touch_budget).run(progress)
-    runs = [
-        Simulation(inventory, policy, events, v, touch_budget=touch_budget).run(progress)
-        for v in range(len(ORACLE_VARIANTS))
-    ]
+        return run(policy).run(progress)
+    runs = [run(policy, v, ()).run(progress) for v in range(len(ORACLE_VARIANTS))]
     have = {r.policy for r in known}
     runs += list(known)
-    runs += [
-        Simulation(inventory, p, events, plan=plan, touch_budget=touch_budget).run()
-        for p in ONLINE_POLICIES
-        if p not in have
-    ]
+    runs += [run(p).run() for p in ONLINE_POLICIES if p not in have]
     best = max(runs, key=lambda r: (r.hits, -r.cold_ms_total))
     return dataclasses.replace(best, policy="oracle", wall_s=sum(r.wall_s for r in runs))
 
@@ -177,4 +208,15 @@ def headroom_captured(result: PolicyResult, lru: PolicyResult, oracle: PolicyRes
     return (result.hit_ratio - lru.hit_ratio) / gap
 
 
-__all__ = ["PolicyResult", "Simulation", "headroom_captured", "lru_hit_ratio", "replay", "simulate"]
+__all__ = [
+    "HINTS",
+    "LOG",
+    "VISIBILITY",
+    "PolicyResult",
+    "Simulation",
+    "headroom_captured",
+    "in_arrival_order",
+    "lru_hit_ratio",
+    "replay",
+    "simulate",
+]

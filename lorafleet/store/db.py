@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -292,7 +293,7 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
                 f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=30.0, isolation_level=None
             )
             connection.execute("PRAGMA busy_timeout=30000")
-            done = {row[0] for row in connection.execute("SELECT name FROM schema_migrations")}
+            done = _applied(connection)
         except sqlite3.Error as exc:
             last = exc
             continue
@@ -306,6 +307,21 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
             )
         return Store(connection, path, clock)
     raise InputError(f"state database {path}: {last}", hint=hint)
+
+
+def _applied(connection: sqlite3.Connection, wait_s: float = 5.0) -> set[str]:
+    """The migrations a state file has. A file without the table may be one a daemon has just created: its
+    schema comes in one transaction, so it is waited for a few seconds before the file is called no journal."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return {row[0] for row in connection.execute("SELECT name FROM schema_migrations")}
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise sqlite3.OperationalError("no journal in it (not a lorafleet state file)") from exc
+            time.sleep(0.05)
 
 
 def check_writable(path: Path) -> None:

@@ -60,6 +60,7 @@ def test_replay_counts_junk_and_unknown_names(run_cli, tmp_path: Path) -> None:
         "adapter_requests": 1,
         "base_requests": 1,
         "unknown_requests": 1,
+        "timed_requests": 0,
         "bad_lines": 1,
         "bad_reasons": {"not JSON": 1},
     }
@@ -110,3 +111,49 @@ def test_the_replay_command_synth_prints_for_an_inventory_works(run_cli, tmp_pat
     assert replayed.exit_code == 0, replayed.stderr
     data = json.loads(replayed.stdout)
     assert data["log"]["bad_lines"] == 0 and data["policies"][0]["requests"] > 0
+
+
+def workflow_log(path: Path, durations: bool) -> None:
+    """A tenant's four steps back to back (each sent as the previous one ends), as an access log writes them."""
+    lines, start = [], 1_000_000.0
+    for _ in range(30):
+        for step in range(4):
+            end = start + 1.0
+            record: dict[str, object] = {"ts": end, "model": f"a{step}", "tenant_id": "t"}
+            if durations:
+                record["duration_s"] = 1.0
+            lines.append(json.dumps(record))
+            start = end
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_replay_shows_what_start_hints_would_buy(run_cli, tmp_path: Path) -> None:
+    from tests.policy.builders import make_inventory
+
+    make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    log = tmp_path / "access.jsonl"
+    workflow_log(log, durations=True)
+    args = ("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru,markov")
+    result = run_cli(*args, "--visibility", "both", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    rows = [(p["policy"], p["visibility"]) for p in data["policies"]]
+    assert rows == [("lru", "log"), ("lru", "hints"), ("markov", "log"), ("markov", "hints")]
+    ratio = {(p["policy"], p["visibility"]): p["hit_ratio"] for p in data["policies"]}
+    assert ratio[("markov", "hints")] > ratio[("markov", "log")] + 0.5  # a generation of lead time
+    assert data["log"]["timed_requests"] == 120
+    table = run_cli(*args[:-1], "lru,lorafleet", "--visibility", "both")
+    text = " ".join(table.stdout.split())
+    assert "lorafleet (hints)" in text and "into 0% of requests warm with log lines only" in text
+    assert "of requests warm with start hints" in text
+
+
+def test_replay_says_when_the_log_has_no_durations(run_cli, tmp_path: Path) -> None:
+    from tests.policy.builders import make_inventory
+
+    make_inventory(tmp_path, adapters=4)
+    log = tmp_path / "access.jsonl"
+    workflow_log(log, durations=False)
+    result = run_cli("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru")
+    assert result.exit_code == 0, result.stderr
+    assert "no request durations in the log" in " ".join(result.stdout.split())

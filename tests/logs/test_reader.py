@@ -123,17 +123,20 @@ def test_nginx_log_format_with_real_lines() -> None:
     parser = LineParser(NGINX, REFERENCE)
     events = [parser.parse(line) for line in NGINX_LINES]
     first, second, dash, quoted = events
-    assert first is not None and (first.adapter, first.tenant, first.engine, first.time) == (
+    # The line is written at the request's end; $request_time gives its arrival (found without a mapping).
+    assert first is not None and (first.adapter, first.tenant, first.engine, first.seen) == (
         "review-llama3-r32",
         "globex-dev",
         "aws-p4d-use1-1/vllm-0",
         T0,
     )
+    assert first.time == pytest.approx(T0 - 0.412)
     assert second is not None and (second.adapter, second.engine) == ("sql-llama3-r16", "gcp-a3-usc1-1/vllm-0")
     assert dash is None and parser.tally.bad_reasons == {"missing adapter field": 1}
     assert quoted is not None and quoted.kind == UNKNOWN
     assert parser.parse("garbage that is not an access line") is None
     assert parser.tally.bad_reasons["does not match log_format"] == 1
+    assert parser.tally.timed == 3
 
 
 def test_nginx_format_compiles_iso_times_and_msec() -> None:

@@ -1,0 +1,266 @@
+"""The hint ingress: the gateway's copy of each request as it starts, so lorafleet learns of it at its arrival.
+
+A log line is written when a request ends; in a back-to-back workflow the next step arrives at that very moment,
+so a prediction made from the line is right and useless. The gateway mirrors each request to this endpoint as it
+enters (nginx: `mirror`, deploy/nginx-lorafleet.conf): the OpenAI-style JSON body (`model`, and `user`) and
+headers for the tenant and the request id. The endpoint answers 204 before reading anything into the policy and
+never waits on an engine or on the daemon's loop: a hint is queued (bounded; a full queue drops it, counted)
+and the loop learns from it on its next pass (`Session.hint`).
+
+A hint and the later log line of the same request are one request: joined by request id, or — where no id is
+logged — by tenant and adapter, the oldest open hint first, within `JOIN_WINDOW_S`. The log line stays the record
+of truth: it is what is counted (and what a restart re-reads from the journal's checkpoint); a joined line is
+served without being learned again. A hint whose line never comes is dropped once the window passes.
+
+Headers follow the gateway's own field mapping where an nginx log maps a field to a request header
+(`tenant: http_x_tenant_id` is the header `X-Tenant-Id`); otherwise `X-Tenant-Id`, `X-Lora-Adapter` (when the
+body names no model) and `X-Request-Id`. A hint names an adapter as a log does: it is matched to the inventory's
+adapters by name and is never a path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from lorafleet.daemon.metrics import HINT_OUTCOMES
+from lorafleet.errors import InputError
+from lorafleet.inventory.model import Inventory
+from lorafleet.policy.events import RequestEvent
+
+log = logging.getLogger("lorafleet.daemon")
+
+MAX_BODY_BYTES = 256 * 1024  # a chat request's body; longer ones are not read (the model is all a hint needs)
+QUEUE_HINTS = 10_000  # hints waiting for the loop, at most (a few seconds of a busy gateway)
+JOIN_WINDOW_S = 900.0  # how long a hint waits for its log line (a request may stream for minutes)
+JOIN_SKEW_S = 1.0  # a log line may be stamped this much before its hint's receipt (clocks, rounding)
+MAX_OPEN_HINTS = 200_000  # open hints kept for joining, at most (the oldest go first)
+# Outcomes of hints, each a metric series: queued for the loop, dropped (queue full), bad (no model, not
+# JSON, too large), unknown (names no adapter of the inventory), joined to their log line, unmatched (none came).
+OUTCOMES = HINT_OUTCOMES
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    at: float  # epoch seconds of its receipt: the request's start
+    model: str
+    tenant: str | None
+    request_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HintHeaders:
+    tenant: str = "X-Tenant-Id"
+    adapter: str = "X-Lora-Adapter"
+    request_id: str = "X-Request-Id"
+
+
+def hint_headers(inventory: Inventory) -> HintHeaders:
+    """The headers a hint's fields come in: an nginx log's mapping to `$http_*` variables where there is one."""
+    found: dict[str, str] = {}
+    for source in inventory.gateway_logs:
+        if source.format != "nginx":
+            continue
+        for field in ("tenant", "adapter", "request_id"):
+            variable = source.fields.get(field, "")
+            if variable.startswith("http_") and field not in found:
+                found[field] = "-".join(part.capitalize() for part in variable[5:].split("_"))
+    return HintHeaders(**found)
+
+
+class HintIngress:
+    """The endpoint and its queue; `take()` gives the loop what came since it last asked."""
+
+    def __init__(self, headers: HintHeaders | None = None, capacity: int = QUEUE_HINTS) -> None:
+        self.headers = headers or HintHeaders()
+        self.queue: queue.Queue[Hint] = queue.Queue(capacity)
+        self.counts = dict.fromkeys(OUTCOMES, 0)  # written by the server's threads, read by the loop (ints)
+        self._lock = threading.Lock()
+        self.server: ThreadingHTTPServer | None = None
+
+    def count(self, outcome: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[outcome] += n
+
+    def offer(self, body: bytes, headers: Any, at: float) -> None:
+        """One mirrored request: queued as a hint, or counted as what is wrong with it."""
+        names = self.headers
+        model: Any = None
+        tenant: Any = headers.get(names.tenant)
+        if body:
+            try:
+                record = json.loads(body)
+            except (ValueError, RecursionError):
+                record = None
+            if isinstance(record, dict):
+                model = record.get("model")
+                if tenant is None:
+                    tenant = record.get("user")
+        if model is None:
+            model = headers.get(names.adapter)
+        if not isinstance(model, str) or not model.strip():
+            self.count("bad")
+            return
+        request_id = headers.get(names.request_id)
+        hint = Hint(at, model, None if tenant is None else str(tenant), request_id or None)
+        try:
+            self.queue.put_nowait(hint)
+        except queue.Full:
+            self.count("dropped")
+            return
+        self.count("queued")
+
+    def take(self, limit: int = 100_000) -> list[Hint]:
+        hints: list[Hint] = []
+        get = self.queue.get_nowait
+        try:
+            while len(hints) < limit:
+                hints.append(get())
+        except queue.Empty:
+            pass
+        return hints
+
+    def serve(self, address: str) -> str:
+        """Listen at HOST:PORT (a bare PORT: loopback; 0: a free port); returns the address bound."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        server_class = _Server6 if ":" in host else _Server
+        try:
+            server = server_class((host, int(port)), _handler(self))
+        except (OSError, ValueError, OverflowError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InputError(
+                f"--hints-addr {address}: cannot listen there: {reason}",
+                hint="choose a free port (0: any free one) on an address of this host",
+            ) from exc
+        threading.Thread(target=server.serve_forever, name="hints", daemon=True).start()
+        self.server = server
+        return f"{host}:{server.server_address[1]}"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def _handler(ingress: HintIngress) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # the gateway keeps its connections to us alive
+
+        def log_message(self, format: str, *args: Any) -> None:  # hints are not the daemon's log
+            pass
+
+        def _any(self) -> None:
+            at = time.time()
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_BODY_BYTES:
+                ingress.count("bad")
+                self._answer(413)
+                self.close_connection = True  # the body is not read: the connection cannot be reused
+                return
+            body = self.rfile.read(length) if length else b""
+            self._answer(204)
+            ingress.offer(body, self.headers, at)
+
+        def _answer(self, status: int) -> None:
+            self.send_response_only(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:
+            self._any()
+
+        def do_PUT(self) -> None:
+            self._any()
+
+        def do_GET(self) -> None:  # a mirrored GET names its adapter in a header
+            self._any()
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class HintJoin:
+    """Open hints, waiting for their log lines (module docstring): by request id, and by (tenant, adapter)."""
+
+    def __init__(self, window_s: float = JOIN_WINDOW_S, limit: int = MAX_OPEN_HINTS) -> None:
+        self.window_s = window_s
+        self.limit = limit
+        self.by_id: OrderedDict[str, float] = OrderedDict()  # in order of receipt
+        self.by_key: dict[tuple[str | None, str], deque[float]] = {}
+        self.keyed: deque[tuple[float, tuple[str | None, str]]] = deque()  # receipt order, for expiry
+        self.open = 0
+
+    def add(self, event: RequestEvent) -> None:
+        adapter = event.adapter
+        assert adapter is not None
+        if event.request_id is not None:
+            self.by_id[event.request_id] = event.time
+        else:
+            key = (event.tenant, adapter)
+            self.by_key.setdefault(key, deque()).append(event.time)
+            self.keyed.append((event.time, key))
+        self.open += 1
+
+    def claim(self, event: RequestEvent) -> bool:
+        """Whether a log line's request was hinted (its hint is closed)."""
+        if event.request_id is not None and self.by_id.pop(event.request_id, None) is not None:
+            self.open -= 1
+            return True
+        assert event.adapter is not None
+        times = self.by_key.get((event.tenant, event.adapter))
+        end = event.seen if event.seen is not None else event.time
+        while times:
+            if times[0] < end - self.window_s:  # too old to be this one's: it will expire
+                times.popleft()
+                self.open -= 1
+                continue
+            if times[0] <= end + JOIN_SKEW_S:
+                times.popleft()
+                self.open -= 1
+                return True
+            return False
+        return False
+
+    def expire(self, now: float) -> int:
+        """Close the hints whose log lines did not come within the window (or past the limit); how many."""
+        gone = 0
+        cutoff = now - self.window_s
+        by_id = self.by_id
+        while by_id and (next(iter(by_id.values())) < cutoff or len(by_id) > self.limit):
+            by_id.popitem(last=False)
+            gone += 1
+        keyed = self.keyed
+        while keyed and (keyed[0][0] < cutoff or len(keyed) > self.limit):
+            at, key = keyed.popleft()
+            times = self.by_key.get(key)
+            if times and times[0] == at:
+                times.popleft()
+                gone += 1
+                if not times:
+                    del self.by_key[key]
+        self.open = max(0, self.open - gone)
+        return gone
+
+
+__all__ = ["OUTCOMES", "Hint", "HintHeaders", "HintIngress", "HintJoin", "hint_headers"]

@@ -1,0 +1,131 @@
+"""The hint ingress (`daemon --hints-addr`): a real daemon process takes the gateway's start hints over HTTP,
+learns from each at once, and counts each request once, from its log line."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import sqlite3
+import time
+from pathlib import Path
+
+from tests.daemon.conftest import DaemonProcess, vllm, wait_for, write_adapters, write_fleet
+
+
+def hints_port(daemon: DaemonProcess) -> int:
+    wait_for(lambda: "start hints on" in daemon.log(), what="the hint endpoint", log=daemon.log)
+    found = re.search(r"start hints on http://127\.0\.0\.1:(\d+)", daemon.log())
+    assert found is not None
+    return int(found.group(1))
+
+
+def send_hint(port: int, body: bytes, headers: dict[str, str] | None = None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request(
+        "POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def hint_body(adapter: str, user: str = "t") -> bytes:
+    return json.dumps({"model": adapter, "user": user, "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def requests_in(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups").fetchone()[0]
+
+
+def hint_metrics(port: int) -> dict[str, float]:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {m[0]: float(m[1]) for m in re.findall(r'lorafleet_hints_total\{mode="live",outcome="(\w+)"\} (\S+)', text)}
+
+
+def fleet(tmp_path: Path, url: str) -> Path:
+    adapters = write_adapters(tmp_path / "adapters", 6)
+    inv = write_fleet(tmp_path, [vllm("e0", url, host=4)], adapters, tenants="  t: {workflows: [[a3, a4, a5]]}\n")
+    text = inv.read_text().replace("engine: upstream}", "engine: upstream, request_id: rid, duration_s: dur}")
+    inv.write_text(text)
+    return inv
+
+
+def line(adapter: str, rid: str | None, duration: float = 1.0, tenant: str = "t") -> str:
+    record: dict[str, object] = {"ts": time.time(), "tenant_id": tenant, "model": adapter, "dur": duration}
+    if rid is not None:
+        record["rid"] = rid
+    return json.dumps(record) + "\n"
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def test_a_hint_prefetches_the_next_step_before_any_log_line(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    inv = fleet(tmp_path, engine.url)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--hints-addr", "0")  # a bare port: loopback
+    port = hints_port(daemon)
+    assert send_hint(port, hint_body("a3"), {"X-Request-Id": "r1"}) == 204
+    wait_for(lambda: "a4" in engine.state.registry, what="a4 prefetched from the hint", log=daemon.log)
+    assert (tmp_path / "access.jsonl").read_text() == ""  # nothing logged yet: the hint alone did it
+    code, _ = daemon.stop()
+    assert code == 0
+
+
+def test_a_hinted_request_is_counted_once_from_its_log_line(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    inv = fleet(tmp_path, engine.url)
+    db = tmp_path / "state.db"
+    daemon = daemon_process(inv, db, "--hints-addr", "127.0.0.1:0")
+    port, metrics = hints_port(daemon), daemon.metrics_port()
+    log = tmp_path / "access.jsonl"
+    assert send_hint(port, hint_body("a0"), {"X-Request-Id": "r1"}) == 204  # joined by id
+    assert send_hint(port, hint_body("a1")) == 204  # no id: joined by tenant and adapter
+    wait_for(lambda: hint_metrics(metrics).get("queued") == 2, what="two hints queued", log=daemon.log)
+    append(log, line("a0", "r1") + line("a1", None) + line("a2", "r9"))  # a2: a request no hint announced
+    wait_for(lambda: hint_metrics(metrics).get("joined") == 2, what="both hints joined", log=daemon.log)
+    code, _ = daemon.stop()
+    assert code == 0
+    assert requests_in(db) == 3  # each request once: from its log line, hinted or not
+
+
+def test_bad_hints_are_answered_and_counted_and_load_nothing(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    inv = fleet(tmp_path, engine.url)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--hints-addr", "127.0.0.1:0")
+    port, metrics = hints_port(daemon), daemon.metrics_port()
+    assert send_hint(port, b"not json at all") == 204
+    assert send_hint(port, hint_body("../../etc/passwd")) == 204  # a name, never a path
+    assert send_hint(port, b"x" * (300 * 1024)) == 413  # over the body limit: not read
+    wait_for(
+        lambda: hint_metrics(metrics).get("bad") == 2 and hint_metrics(metrics).get("unknown") == 1,
+        what="the bad hints counted",
+        log=daemon.log,
+    )
+    assert send_hint(port, hint_body("a3")) == 204  # the endpoint still serves
+    wait_for(lambda: "a4" in engine.state.registry, what="a good hint after bad ones", log=daemon.log)
+    assert not any("passwd" in name for name in engine.state.registry)
+    assert daemon.stop()[0] == 0
+
+
+def test_a_hint_before_a_kill_9_leaves_its_log_line_counted_once(tmp_path, emulators, daemon_process) -> None:
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    inv = fleet(tmp_path, engine.url)
+    db = tmp_path / "state.db"
+    log = tmp_path / "access.jsonl"
+    daemon = daemon_process(inv, db, "--hints-addr", "127.0.0.1:0")
+    assert send_hint(hints_port(daemon), hint_body("a3"), {"X-Request-Id": "r1"}) == 204
+    wait_for(lambda: "a4" in engine.state.registry, what="a4 prefetched from the hint", log=daemon.log)
+    daemon.proc.kill()  # the hint was learned; its line is not written yet
+    daemon.proc.wait()
+    append(log, line("a3", "r1"))
+    again = daemon_process(inv, db, "--hints-addr", "127.0.0.1:0")
+    wait_for(lambda: requests_in(db) == 1, what="the line counted after the restart", log=again.log)
+    assert again.stop()[0] == 0
+    assert requests_in(db) == 1

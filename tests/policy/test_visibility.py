@@ -1,0 +1,126 @@
+"""A request's two times: served at its arrival, learned when lorafleet can know of it (log line or start hint)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from lorafleet.drive.leader import LeaderPolicy
+from lorafleet.drive.session import Session
+from lorafleet.inventory import Inventory
+from lorafleet.policy.baselines import MarkovPolicy
+from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
+from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
+from lorafleet.times import FOLLOW_POLL_S
+from tests.policy.builders import make_inventory
+
+STEP_S = 1.0  # each step's generation
+
+
+def workflow(rounds: int, think_s: float = 0.0, durations: bool = True) -> list[RequestEvent]:
+    """One tenant's chain a0 -> a1 -> a2 -> a3, each step sent `think_s` after the previous one ended, as its log
+    lines give it: in order of their ends, each line's time its end, its duration known (or not)."""
+    events, start = [], 1000.0
+    for _ in range(rounds):
+        for step in range(4):
+            end = start + STEP_S
+            arrival = start if durations else end
+            seen = end if durations else None
+            events.append(RequestEvent(arrival, ADAPTER, f"a{step}", tenant="t", base_model="m", seen=seen))
+            start = end + think_s
+    return events
+
+
+def two_slot_inventory(tmp: Path) -> Inventory:
+    """One vLLM engine holding two adapters: the engine alone misses every step of a four-step chain."""
+    return make_inventory(tmp, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+
+
+def test_back_to_back_steps_are_prefetched_from_hints_but_not_from_log_lines(tmp_path: Path) -> None:
+    inv = two_slot_inventory(tmp_path)
+    events = workflow(30)
+    hinted = simulate(inv, "markov", events, visibility=HINTS)
+    logged = simulate(inv, "markov", events, visibility=LOG)
+    assert hinted.hit_ratio > 0.8  # learned at arrival: a whole generation of lead time
+    assert logged.hit_ratio < 0.1  # learned at the end: the next step has already arrived
+    assert simulate(inv, "lru", events, visibility=HINTS).hit_ratio == 0.0
+
+
+def test_log_lines_leave_a_think_times_lead_less_the_followers_poll(tmp_path: Path) -> None:
+    inv = make_inventory(
+        tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}], zero_load=True
+    )
+    # The next step comes just inside the poll lag: learned too late; just past it: learned in time.
+    inside = simulate(inv, "markov", workflow(30, think_s=FOLLOW_POLL_S * 0.5), visibility=LOG)
+    past = simulate(inv, "markov", workflow(30, think_s=FOLLOW_POLL_S * 2), visibility=LOG)
+    assert inside.hit_ratio < 0.1
+    assert past.hit_ratio > 0.8
+
+
+def test_without_durations_both_visibilities_are_one(tmp_path: Path) -> None:
+    inv = two_slot_inventory(tmp_path)
+    events = workflow(30, durations=False)
+    for policy in ("markov", "lorafleet"):
+        hinted, logged = (simulate(inv, policy, events, visibility=v) for v in (HINTS, LOG))
+        assert (hinted.hits, hinted.loads, hinted.touches) == (logged.hits, logged.loads, logged.touches)
+
+
+def test_requests_are_replayed_in_arrival_order() -> None:
+    a = RequestEvent(10.0, ADAPTER, "a0", seen=15.0)  # a long request, logged late
+    b = RequestEvent(12.0, ADAPTER, "a1", seen=13.0)
+    assert list(in_arrival_order([b, a])) == [a, b]
+    plain = [RequestEvent(2.0, ADAPTER, "a0"), RequestEvent(1.0, ADAPTER, "a1")]
+    assert in_arrival_order(plain) is plain  # one time per request: the log's order is kept
+
+
+def test_every_expert_learns_as_late_as_the_live_policy(tmp_path: Path) -> None:
+    """Each expert's copy is exactly its own replay under the same visibility (the shadow property)."""
+    inv = two_slot_inventory(tmp_path)
+    events = workflow(30)
+    for visibility, lag in ((LOG, FOLLOW_POLL_S), (HINTS, None)):
+        leader = LeaderPolicy()
+        core = PolicyCore(inv, leader, visibility_lag=lag)
+        session = Session(core, simulate=True, answers=False)
+        session.start(events[0].time)
+        for event in events:
+            session.request(event)
+        session.advance(events[-1].seen or 0.0)
+        for shadow in leader.shadows:
+            if shadow.name in ("lru", "markov"):
+                alone = simulate(inv, shadow.name, events, visibility=visibility)
+                assert shadow.counts.hits == alone.hits, (visibility, shadow.name)
+
+
+def test_a_hint_is_learned_once_and_its_log_line_counted_once(tmp_path: Path) -> None:
+    inv = two_slot_inventory(tmp_path)
+    leader = LeaderPolicy(experts=[("markov", MarkovPolicy)])
+    core = PolicyCore(inv, leader)
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    for i in range(3):
+        start = RequestEvent(1000.0 + i, ADAPTER, f"a{i}", tenant="t", base_model="m")
+        session.hint(start)
+        session.request(dataclasses.replace(start, hinted=True))  # its log line: served, not learned again
+    assert session.counts.requests == 3
+    learned = {("t", "a0"): {"a1": 1}, ("t", "a1"): {"a2": 1}}
+    assert leader.own.successors == learned  # type: ignore[attr-defined]
+    assert core.demand.clock == 3
+    shadow = leader.shadows[0]  # the expert's copy alike
+    assert shadow.counts.requests == 3 and shadow.session.core.policy.successors == learned  # type: ignore[attr-defined]
+
+
+def test_a_hint_prefetches_the_next_step_before_the_request_is_served(tmp_path: Path) -> None:
+    inv = two_slot_inventory(tmp_path)
+    core = PolicyCore(inv, MarkovPolicy())
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    now = 1000.0
+    for _ in range(3):  # the chain, learned from its log lines
+        for step in range(4):
+            session.request(RequestEvent(now, ADAPTER, f"a{step}", tenant="t", base_model="m"))
+            now += 1.0
+    hint = RequestEvent(now, ADAPTER, "a0", tenant="t", base_model="m")
+    session.hint(hint)
+    engine = next(iter(core.book.engines.values()))
+    assert "a1" in engine.in_flight or "a1" in engine.resident
