@@ -69,7 +69,10 @@ class DaemonOptions:
     touch_budget: float = TOUCH_BUDGET  # touches per adapter request each engine serves (policy/core.py)
     watch_inventory_s: float = 1.0  # how often the inventory file is looked at (a ConfigMap update reloads it)
     ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
-    memory_every_s: float = 30.0  # how often what the policy learned is journaled (store/memory.py), at most
+    # What the policy learned (store/memory.py) goes with a commit at most this often — and no more often than
+    # keeps freezing it within `memory_share` of the loop's time (a big fleet's memory takes longer to freeze).
+    memory_every_s: float = 1.0
+    memory_share: float = 0.05
     hints_addr: str | None = None  # where the gateway's start hints are taken (daemon/hints.py); None: off
 
 
@@ -580,8 +583,8 @@ class Daemon:
         return core
 
     def _commit(self, final: bool = False) -> None:
-        """The batch, in one transaction with its checkpoints; every `memory_every_s` (and at the end) what the
-        policy has learned goes with it, so a restart resumes both from the same line."""
+        """The batch, in one transaction with its checkpoints; every `memory_every_s` or so (`memory_share`), and at
+        the end, what the policy has learned goes with it, so a restart resumes both from the same line."""
         remember = final or time.monotonic() >= self._next_memory
         if self.journal.batch.empty() and not (final and self.session.started):
             return
@@ -590,11 +593,14 @@ class Daemon:
             self.metrics.resident_bytes.labels(engine).set(used_bytes)
         memory = None
         if remember and self.session.started:
-            self._next_memory = time.monotonic() + self.options.memory_every_s
+            began = time.monotonic()
             try:
                 memory = PolicyMemory(FORMAT, fingerprint(self.base), self.options.policy, freeze(self.session.core))
             except Exception as exc:  # a memory that cannot be frozen costs the next start its learning, no more
                 self._internal_error("freezing what the policy learned", exc)
+            took = time.monotonic() - began
+            options = self.options
+            self._next_memory = time.monotonic() + max(options.memory_every_s, took / options.memory_share)
         batch = self.journal.take()
         dropped = commit_or_drop(
             self.store,
