@@ -433,6 +433,7 @@ def main() -> None:
             pass
         finally:
             receiver.stop()
+            print(f"received {len(receiver.received())} hints", flush=True)
         return
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="lorafleet-nginx-"))
     gateway = NginxGateway(folder, args.engine, args.hints_port, mirror=not args.no_mirror).start()
