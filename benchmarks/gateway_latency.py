@@ -135,7 +135,8 @@ def daemon_hints(engine_url: str, folder: Path, nginx_folder: Path) -> Iterator[
         "adapters:\n"
         + "".join(f"  - {{id: a{i}, base_model: m, path: '{adapters / f'a{i}'}', rank: 8}}\n" for i in range(2))
         + f"gateway:\n  logs:\n    - path: '{access_log}'\n      format: jsonl\n"
-        "      fields: {time: ts, tenant: tenant, adapter: adapter, engine: upstream, status: status}\n"
+        "      fields: {time: ts, duration_s: duration_s, request_id: request_id, tenant: tenant, adapter: adapter,"
+        " engine: upstream, status: status}\n"
     )
     access_log.parent.mkdir(parents=True, exist_ok=True)
     access_log.touch()
@@ -143,7 +144,8 @@ def daemon_hints(engine_url: str, folder: Path, nginx_folder: Path) -> Iterator[
     command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inventory), "--state", str(folder / "s.db")]
     command += ["--metrics-addr", "127.0.0.1:0", "--hints-addr", f"127.0.0.1:{port}"]
     stderr = open(folder / "daemon.stderr", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(command, cwd=folder, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=stderr)  # its summary
     try:
         deadline = time.monotonic() + 20
         ready = False
