@@ -1,15 +1,17 @@
 """A real HTTP server on 127.0.0.1 that speaks vLLM's and SGLang's adapter APIs as engines.md describes them.
 
 Status codes, message texts, plain-text success on vLLM, JSON bodies on SGLang, two LRU tiers with the
-configured slot counts, a load delay proportional to adapter size, rank checks from adapter_config.json, and
-injectable faults (HTTP errors with Retry-After, hangs, restarts that empty the registry). Used by the warm
-tests and, later, the daemon's.
+configured slot counts, a load delay proportional to adapter size, rank checks from adapter_config.json,
+injectable faults (HTTP errors with Retry-After, hangs, restarts that empty the registry), and a generation time
+for completions (a fixed part plus a per-token part, with a seeded spread) so that a gateway in front of it sees
+requests as long as real ones. Used by the warm tests, the daemon's and the gateway's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import threading
 import time
@@ -55,6 +57,38 @@ class EngineState:
     # What the engine itself saw for requests that are not lorafleet's own touches (prompt "ping"):
     served: dict[str, int] = field(default_factory=lambda: {"hit": 0, "miss": 0})
     peak_host: int = 0  # the most adapters it ever held in host memory
+    # Generation time of a completion, slept after any adapter load and outside every lock (concurrent requests
+    # overlap, as batched ones do): gen_fixed_s + gen_s_per_token × tokens, tokens being the request's
+    # max_tokens (or max_completion_tokens), else gen_default_tokens; times a factor drawn uniformly from
+    # [1 - gen_spread, 1 + gen_spread] by a Random seeded with gen_seed. lorafleet's touches (prompt "ping")
+    # cost one token and no fixed part, so prefetching stays cheap. All 0: answers at once, as before.
+    gen_fixed_s: float = 0.0
+    gen_s_per_token: float = 0.0
+    gen_spread: float = 0.0
+    gen_seed: int = 0
+    gen_default_tokens: int = 16
+    # Per completion naming an adapter that is not a touch: (adapter, ms from the request's arrival to its first
+    # token, hit). The wait is the adapter's load when it was not in host memory (the resolver's cold start
+    # included): what a benchmark reads as the engine's time-to-first-token, generation excluded.
+    ttft_ms: list[tuple[str, float, bool]] = field(default_factory=list)
+    rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.gen_seed)
+
+    def generation_s(self, body: dict[str, Any] | None) -> float:
+        """How long this completion generates for (drawing the spread from the seeded Random: call it once)."""
+        body = body or {}
+        if body.get("prompt") == "ping":
+            return max(0.0, self.gen_s_per_token)
+        if not (self.gen_fixed_s or self.gen_s_per_token):
+            return 0.0
+        tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            tokens = self.gen_default_tokens
+        spread = min(max(self.gen_spread, 0.0), 1.0)
+        factor = self.rng.uniform(1.0 - spread, 1.0 + spread) if spread else 1.0
+        return max(0.0, (self.gen_fixed_s + self.gen_s_per_token * tokens) * factor)
 
     def restart(self) -> None:
         """What an engine restart does: everything registered or cached is gone."""
@@ -198,17 +232,29 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, "")
 
     def _complete(self, adapter: str | None, body: dict[str, Any] | None = None) -> None:
+        """Load the adapter when it is not cached (the request waits, as on a real engine), then generate."""
+        state = self.server.state
+        arrived = time.monotonic()
+        touch = (body or {}).get("prompt") == "ping"
         if adapter is not None:
-            state = self.server.state
-            if (body or {}).get("prompt") != "ping":
-                with self.server.lock:
-                    state.served["hit" if adapter in state.host else "miss"] += 1
+            with self.server.lock:
+                hit = adapter in state.host
+                if not touch:
+                    state.served["hit" if hit else "miss"] += 1
             self._cache(adapter)
+            if not touch:
+                waited_ms = (time.monotonic() - arrived) * 1000.0
+                with self.server.lock:
+                    state.ttft_ms.append((adapter, waited_ms, hit))
+        with self.server.lock:
+            generate = state.generation_s(body)
+        if generate:
+            time.sleep(generate)  # no lock held: concurrent requests generate side by side
         self._send(
             200,
             {
                 "object": "text_completion",
-                "model": adapter or self.server.state.served_model,
+                "model": adapter or state.served_model,
                 "choices": [{"index": 0, "text": " warm", "finish_reason": "length"}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             },
@@ -261,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         model = body.get("model")
         if model == state.served_model:
-            self._complete(None)
+            self._complete(None, body)
         elif model in state.registry:
             self._complete(model, body)
         elif model in state.resolver:
@@ -460,6 +506,14 @@ def main() -> None:
         metavar="PATH",
         help="write the demo inventory with the ports taken to PATH (then: lorafleet warm … -i PATH)",
     )
+    parser.add_argument("--gen-ms", type=float, default=0.0, help="fixed generation time of a completion (ms)")
+    parser.add_argument(
+        "--gen-ms-per-token", type=float, default=0.0, help="generation time per token of max_tokens (ms)"
+    )
+    parser.add_argument(
+        "--gen-spread", type=float, default=0.0, help="generation time drawn uniformly within ± this fraction"
+    )
+    parser.add_argument("--gen-seed", type=int, default=0, help="seed of the spread's draws")
     args = parser.parse_args()
     ports = {"vllm": args.vllm_port, "sglang": args.sglang_port}
     if args.port == 0:
@@ -473,6 +527,10 @@ def main() -> None:
             gpu_slots=2,
             host_slots=2,
             require_paths=args.write_inventory is not None,  # with --write-inventory the adapters' files exist
+            gen_fixed_s=args.gen_ms / 1000.0,
+            gen_s_per_token=args.gen_ms_per_token / 1000.0,
+            gen_spread=args.gen_spread,
+            gen_seed=args.gen_seed,
         )
         try:
             server = _Server(state, port)
