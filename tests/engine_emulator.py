@@ -236,6 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         arrived = time.monotonic()
         touch = (body or {}).get("prompt") == "ping"
+        headers: dict[str, str] = {}
         if adapter is not None:
             with self.server.lock:
                 hit = adapter in state.host
@@ -246,6 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
                 waited_ms = (time.monotonic() - arrived) * 1000.0
                 with self.server.lock:
                     state.ttft_ms.append((adapter, waited_ms, hit))
+                headers["X-Emulator-Cache"] = "hit" if hit else "miss"  # the engine's own verdict, per request
         with self.server.lock:
             generate = state.generation_s(body)
         if generate:
@@ -258,6 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [{"index": 0, "text": " warm", "finish_reason": "length"}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             },
+            headers,
         )
 
     # vLLM ----------------------------------------------------------------------------------------------------

@@ -7,10 +7,13 @@ headers for the tenant and the request id. The endpoint answers 204 before readi
 never waits on an engine or on the daemon's loop: a hint is queued (bounded; a full queue drops it, counted)
 and the loop learns from it on its next pass (`Session.hint`).
 
-A hint and the later log line of the same request are one request: joined by request id, or — where no id is
-logged — by tenant and adapter, the oldest open hint first, within `JOIN_WINDOW_S`. The log line stays the record
-of truth: it is what is counted (and what a restart re-reads from the journal's checkpoint); a joined line is
-served without being learned again. A hint whose line never comes is dropped once the window passes.
+A hint is the request's arrival: the session routes, serves and learns it then (the engine is loading its adapter
+at that moment, and the next step can be prefetched a whole generation ahead), holding its counts. A hint and the
+later log line of the same request are one request: joined by request id, or — where no id is logged — by tenant
+and adapter, the oldest open hint first, within `JOIN_WINDOW_S`. The log line stays the record of truth: the
+held counts are counted when it comes (in the batch of its checkpoint, so a crash neither loses nor doubles
+them); a hint whose line never comes (the gateway refused the request) is never counted, and a restart that
+loses the open hints serves and counts their lines as plain ones.
 
 Headers follow the gateway's own field mapping where an nginx log maps a field to a request header
 (`tenant: http_x_tenant_id` is the header `X-Tenant-Id`); otherwise `X-Tenant-Id`, `X-Lora-Adapter` (when the
@@ -29,7 +32,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from lorafleet.daemon.metrics import HINT_OUTCOMES
 from lorafleet.errors import InputError
@@ -37,6 +40,7 @@ from lorafleet.inventory.model import Inventory
 from lorafleet.policy.events import RequestEvent
 
 log = logging.getLogger("lorafleet.daemon")
+T = TypeVar("T")
 
 MAX_BODY_BYTES = 256 * 1024  # a chat request's body; longer ones are not read (the model is all a hint needs)
 QUEUE_HINTS = 10_000  # hints waiting for the loop, at most (a few seconds of a busy gateway)
@@ -200,67 +204,70 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-class HintJoin:
-    """Open hints, waiting for their log lines (module docstring): by request id, and by (tenant, adapter)."""
+class HintJoin(Generic[T]):
+    """Open hints, each with what its arrival held (a token), waiting for their log lines (module docstring):
+    by request id, and by (tenant, adapter)."""
 
     def __init__(self, window_s: float = JOIN_WINDOW_S, limit: int = MAX_OPEN_HINTS) -> None:
         self.window_s = window_s
         self.limit = limit
-        self.by_id: OrderedDict[str, float] = OrderedDict()  # in order of receipt
-        self.by_key: dict[tuple[str | None, str], deque[float]] = {}
+        self.by_id: OrderedDict[str, tuple[float, T]] = OrderedDict()  # in order of receipt
+        self.by_key: dict[tuple[str | None, str], deque[tuple[float, T]]] = {}
         self.keyed: deque[tuple[float, tuple[str | None, str]]] = deque()  # receipt order, for expiry
-        self.open = 0
 
-    def add(self, event: RequestEvent) -> None:
+    def add(self, event: RequestEvent, token: T) -> None:
         adapter = event.adapter
         assert adapter is not None
         if event.request_id is not None:
-            self.by_id[event.request_id] = event.time
+            self.by_id[event.request_id] = (event.time, token)
         else:
             key = (event.tenant, adapter)
-            self.by_key.setdefault(key, deque()).append(event.time)
+            self.by_key.setdefault(key, deque()).append((event.time, token))
             self.keyed.append((event.time, key))
-        self.open += 1
 
-    def claim(self, event: RequestEvent) -> bool:
-        """Whether a log line's request was hinted (its hint is closed)."""
-        if event.request_id is not None and self.by_id.pop(event.request_id, None) is not None:
-            self.open -= 1
-            return True
+    def claim(self, event: RequestEvent) -> T | None:
+        """A log line's hint, if it had one (closed now): its token."""
+        if event.request_id is not None:
+            found = self.by_id.pop(event.request_id, None)
+            if found is not None:
+                return found[1]
         assert event.adapter is not None
-        times = self.by_key.get((event.tenant, event.adapter))
+        key = (event.tenant, event.adapter)
+        times = self.by_key.get(key)
         end = event.seen if event.seen is not None else event.time
         while times:
-            if times[0] < end - self.window_s:  # too old to be this one's: it will expire
+            at, token = times[0]
+            if at < end - self.window_s:  # too old to be this one's: it will expire
                 times.popleft()
-                self.open -= 1
                 continue
-            if times[0] <= end + JOIN_SKEW_S:
+            if at <= end + JOIN_SKEW_S:
                 times.popleft()
-                self.open -= 1
-                return True
-            return False
-        return False
+                return token
+            return None
+        return None
 
     def expire(self, now: float) -> int:
         """Close the hints whose log lines did not come within the window (or past the limit); how many."""
         gone = 0
         cutoff = now - self.window_s
         by_id = self.by_id
-        while by_id and (next(iter(by_id.values())) < cutoff or len(by_id) > self.limit):
+        while by_id and (next(iter(by_id.values()))[0] < cutoff or len(by_id) > self.limit):
             by_id.popitem(last=False)
             gone += 1
         keyed = self.keyed
         while keyed and (keyed[0][0] < cutoff or len(keyed) > self.limit):
             at, key = keyed.popleft()
             times = self.by_key.get(key)
-            if times and times[0] == at:
+            if times and times[0][0] == at:
                 times.popleft()
                 gone += 1
-                if not times:
-                    del self.by_key[key]
-        self.open = max(0, self.open - gone)
+            if times is not None and not times:
+                del self.by_key[key]
         return gone
+
+    @property
+    def open(self) -> int:
+        return len(self.by_id) + sum(len(t) for t in self.by_key.values())
 
 
 __all__ = ["OUTCOMES", "Hint", "HintHeaders", "HintIngress", "HintJoin", "hint_headers"]

@@ -29,7 +29,7 @@ from lorafleet.daemon.hints import OUTCOMES, HintIngress, HintJoin, hint_headers
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.policies import make_policy
-from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Session
+from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Held, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.engines.kubernetes import Discovery
 from lorafleet.errors import InputError, OperationError
@@ -113,7 +113,7 @@ class Daemon:
         self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
         self.hints: HintIngress | None = None  # the gateway's start hints, when --hints-addr is on
-        self.joins = HintJoin()  # hints waiting for their log lines
+        self.joins: HintJoin[Held] = HintJoin()  # hints waiting for their log lines
         self._hints_exported = dict.fromkeys(OUTCOMES, 0)
         self.actors: dict[str, EngineActor] = {}
         self.log_now: float | None = None  # the newest log time the core has seen
@@ -386,10 +386,11 @@ class Daemon:
             event = RequestEvent(hint.at, ADAPTER, adapter, tenant, base_model=base, request_id=request_id)
             try:
                 session = self.session
-                calls = session.hint(event) if session.started else session.start(event.time) + session.hint(event)
+                calls = [] if session.started else session.start(event.time)
+                more, held = session.hint(event)
                 self.journal.fold(session.take_answers())
-                self._send(calls, time.monotonic())
-                self.joins.add(event)
+                self._send(calls + more, time.monotonic())
+                self.joins.add(event, held)
             except Exception as exc:
                 self._internal_error("a hint", exc)
         ingress.count("unmatched", self.joins.expire(time.time()))
@@ -400,13 +401,14 @@ class Daemon:
                 exported[outcome] = n
 
     def _on_event(self, event: RequestEvent, read_at: float) -> None:
-        if self.hints is not None and self.joins.claim(event):
-            event = dataclasses.replace(event, hinted=True)  # learned from its hint: served, not learned again
-            self.hints.count("joined")
+        held = self.joins.claim(event) if self.hints is not None else None
+        if held is not None:  # served at its hint: counted now, from its line
+            self.hints.count("joined")  # type: ignore[union-attr]
         now = event.time if self.log_now is None else max(event.time, self.log_now)
         self.log_now, self.log_read_at = now, read_at
         session = self.session
-        calls = session.request(event) if session.started else session.start(event.time) + session.request(event)
+        started = session.start(event.time) if not session.started else []
+        calls = started + session.request(event, held=held)
         self.journal.fold(session.take_answers())
         self._send(calls, read_at)
         if self.baseline is not None:

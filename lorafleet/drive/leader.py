@@ -283,18 +283,6 @@ class LeaderPolicy(Policy):
         mirrored, self.mirrored = self.mirrored, []
         return decisions + self._mirror(now, mirrored) if mirrored else decisions
 
-    def on_hint(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        """A request known at its start: every expert learns it on its copy, the predictor live; the leader's
-        prefetches for it are made live, as on a request."""
-        for shadow in self.shadows:
-            shadow.session.hint(event)
-        decisions = self.own.on_hint(now, event, engine, outcome)
-        leader = self._leader(self._model(event))
-        mirrored = self.shadows[leader].mirrorable() if leader else []
-        for shadow in self.shadows:
-            shadow.session.decided = []
-        return decisions + self._mirror(now, mirrored) if mirrored else decisions
-
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return self.own.on_load_done(now, engine, adapter)
 

@@ -6,8 +6,9 @@ home of what happens around the core:
   requests learned after their arrival are merged in time order before each request, so a wakeup sees the
   engines as they are at its own time;
 - a request's two times: the engine serves it at its arrival (`RequestEvent.time`), lorafleet learns of it
-  when it can know of it — on arrival (a start hint; `hint` for a hint ahead of its log line), or, with the
-  core's `visibility_lag`, when its log line is written plus the follower's lag (`RequestEvent.seen`);
+  when it can know of it — on arrival (a live daemon learns what it reads when it reads it; `hint` takes a
+  request from the gateway's start hint, its counts held until its log line), or, with the core's
+  `visibility_lag`, when its log line is written plus the follower's lag (`RequestEvent.seen`);
 - each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
   the load-time model calibrated by the engine's measured loads;
 - the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 from lorafleet.drive.simulated import SimulatedEngines
@@ -135,6 +136,16 @@ Answer = Served | Waited | Unserved | Performed
 
 
 _NO_CALLS: list[Call] = []
+_COUNTED = tuple(f.name for f in fields(Counts))
+
+
+@dataclass(slots=True)
+class Held:
+    """A request served at its start hint: its counts and answers, until its log line releases them."""
+
+    counts: Counts
+    answers: list[Answer]
+    released: bool = False
 
 
 class Session:
@@ -161,8 +172,9 @@ class Session:
         self.plan = tuple(plan)  # placements a reconcile warms again where the engine lacks them
         self.clock = float("-inf")  # the newest instant seen: time never runs backwards
         self.first = float("inf")  # the first instant (replay's span)
-        # simulated: requests waiting on a load, (arrived, the request, used a prefetch) per (engine, adapter)
-        self.waiters: dict[tuple[str, str], list[tuple[float, Served | None, bool]]] = {}
+        # simulated: requests waiting on a load, (arrived, the request, used a prefetch, its hint's counts) per
+        # (engine, adapter)
+        self.waiters: dict[tuple[str, str], list[tuple[float, Served | None, bool, Held | None]]] = {}
         self.load_started: dict[tuple[str, str], float] = {}  # live: when each load in flight began
         self.speed: dict[str, float] = {}  # live, per engine: measured / modelled load time (calibration)
         self.confirmed: dict[str, set[str]] = {}  # live, per engine: its registry at the last reconcile
@@ -193,43 +205,65 @@ class Session:
         self.answers = []
         return answers
 
-    def request(self, event: RequestEvent, engine: str | None = None) -> list[Call]:
+    def request(self, event: RequestEvent, engine: str | None = None, held: Held | None = None) -> list[Call]:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
-        where another session routed it (an expert's copy of the fleet serves it where the live one does)."""
+        where another session routed it (an expert's copy of the fleet serves it where the live one does).
+        `held`: the request was served at its start hint (`hint`); only its counts are released now."""
         now = self._at(event.time)
-        core = self.core
         calls = self.advance(now) if self._due(now) else _NO_CALLS
+        if held is not None:
+            self._release(held)
+            return calls
+        more = self._arrive(now, event, engine, None)
+        return calls + more if calls else more
+
+    def hint(self, event: RequestEvent) -> tuple[list[Call], Held]:
+        """A request starting now, from the gateway's start hint: its arrival — routed, served, learned, its
+        decisions made — with its counts held until its log line, the record of truth, comes
+        (`request(line, held=...)`). A hint whose line never comes is never counted."""
+        now = self._at(event.time)
+        calls = self.advance(now) if self._due(now) else _NO_CALLS
+        held = Held(Counts(), [])
+        more = self._arrive(now, event, None, held)
+        return (calls + more if calls else more), held
+
+    def _arrive(self, now: float, event: RequestEvent, engine: str | None, held: Held | None) -> list[Call]:
+        core = self.core
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
         lag = core.visibility_lag
-        if event.hinted:  # learned from its start hint already
-            outcome, decisions = core.serve(now, event, engine)
-        elif lag is not None and event.seen is not None and event.seen + lag > now:
+        if lag is not None and event.seen is not None and event.seen + lag > now:
             outcome, decisions = core.serve(now, event, engine)
             self._order += 1
             heapq.heappush(self.unlearned, (event.seen + lag, self._order, event, engine, outcome))
         else:
             outcome, decisions = core.on_request(now, event, engine)
         if outcome == UNSERVED or engine is None:
-            self.counts.unserved += 1
-            if self.answers is not None:
-                self.answers.append(Unserved(now, event))
+            counts, answers = self._sink(held)
+            counts.unserved += 1
+            if answers is not None:
+                answers.append(Unserved(now, event))
         else:
-            self._classify(now, event, engine, outcome)
-        if decisions:
-            more = self._carry_out(now, decisions)
-            calls = calls + more if calls else more
-        return calls
+            self._classify(now, event, engine, outcome, held)
+        return self._carry_out(now, decisions) if decisions else _NO_CALLS
 
-    def hint(self, event: RequestEvent) -> list[Call]:
-        """A request starting now, from the gateway's hint: learned at once (`PolicyCore.hint`); its log line,
-        later, is served with `hinted` set and counted then — the log stays the record of what was served."""
-        now = self._at(event.time)
-        calls = self.advance(now) if self._due(now) else _NO_CALLS
-        more = self._carry_out(now, self.core.hint(now, event))
-        return calls + more if calls else more
+    def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
+        """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""
+        if held is None or held.released:
+            return self.counts, self.answers
+        return held.counts, held.answers if self.answers is not None else None
+
+    def _release(self, held: Held) -> None:
+        """A hinted request's log line came: what its arrival counted is counted now (a wait still to come, on a
+        simulated load, goes straight to the session's counts)."""
+        held.released = True
+        counts = self.counts
+        for name in _COUNTED:
+            setattr(counts, name, getattr(counts, name) + getattr(held.counts, name))
+        if self.answers is not None:
+            self.answers += held.answers
 
     def next_learning(self) -> float | None:
         """When the next request served before lorafleet could know of it is learned, if any is pending."""
@@ -436,8 +470,9 @@ class Session:
             or (bool(self.unlearned) and self.unlearned[0][0] <= now)
         )
 
-    def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str) -> None:
-        counts, answers, waits = self.counts, self.answers, self.waits
+    def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str, held: Held | None) -> None:
+        counts, answers = self._sink(held)
+        waits = self.waits
         adapter = event.adapter
         assert adapter is not None
         state = self.core.book.engines[engine]
@@ -468,19 +503,20 @@ class Session:
         if adapter not in state.in_flight:
             if outcome != LATE:  # no room could be made: served by a load the engine does not keep
                 counts.bypassed += 1
-            self._waited(served, cold, cold, used)
+            self._waited(served, cold, cold, used, held)
         elif self.sim is not None:  # the simulated load's completion says exactly how long it waited
-            self.waiters.setdefault((engine, adapter), []).append((now, served, used))
+            self.waiters.setdefault((engine, adapter), []).append((now, served, used, held))
         else:
             started = self.load_started.get((engine, adapter), now) if outcome == LATE else now
-            self._waited(served, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used)
+            self._waited(served, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used, held)
 
-    def _waited(self, served: Served | None, waited: float, cold: float, used: bool) -> None:
+    def _waited(self, served: Served | None, waited: float, cold: float, used: bool, held: Held | None) -> None:
+        counts, answers = self._sink(held)
         avoided = max(0.0, cold - waited) if used else 0.0
-        self.counts.cold_ms_paid += waited
-        self.counts.cold_ms_avoided += avoided
-        if served is not None and self.answers is not None:
-            self.answers.append(Waited(served, waited, avoided))
+        counts.cold_ms_paid += waited
+        counts.cold_ms_avoided += avoided
+        if served is not None and answers is not None:
+            answers.append(Waited(served, waited, avoided))
         if self.waits is not None:
             self.waits.append(waited)
 
@@ -497,8 +533,8 @@ class Session:
         if engine not in core.book.engines:
             return _NO_CALLS  # the engine left the inventory while this loaded
         cold = self.cold_ms(engine, adapter)
-        for arrived, served, used in self.waiters.pop(key, ()):
-            self._waited(served, (at - arrived) * 1000.0, cold, used)
+        for arrived, served, used, held in self.waiters.pop(key, ()):
+            self._waited(served, (at - arrived) * 1000.0, cold, used, held)
         reason = core.loading_reason.get(key, DEMAND)
         self._loaded(reason)
         if self.answers is not None:
@@ -575,6 +611,7 @@ __all__ = [
     "Answer",
     "Call",
     "Counts",
+    "Held",
     "Performed",
     "Reconciled",
     "Served",

@@ -62,11 +62,6 @@ class Policy:
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         return []
 
-    def on_hint(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        """A request known at its start (`PolicyCore.hint`), with where and how it will likely be served: what
-        the policy learns from a request, it learns now; serving it later sends it no `on_request`."""
-        return self.on_request(now, event, engine, outcome)
-
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return []
 
@@ -203,29 +198,13 @@ class PolicyCore:
         return outcome, decisions
 
     def learn(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        """lorafleet's part of a request served earlier, at the moment it learns of it (a log line's): the demand
-        model and the policy take it, with where it was served and how."""
+        """lorafleet's part of a request served earlier, at the moment it learns of it (replay's log-only
+        visibility): the demand model and the policy take it, with where it was served and how."""
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
         return self.policy.on_request(now, event, engine, outcome)
-
-    def hint(self, now: float, event: RequestEvent) -> list[Decision]:
-        """A request starting now, known from the gateway's hint before its engine has served it (its log line,
-        later, is served with `hinted`): learned as it will most likely be served — on the engine the hint names
-        or the placement rule picks, a hit if the adapter is resident there."""
-        adapter = event.adapter
-        assert adapter is not None
-        engine = event.engine if event.engine in self.pools.get(adapter, ()) else self.place(adapter)
-        if engine is None:
-            outcome = UNSERVED
-        else:
-            state = self.book.engines[engine]
-            outcome = HIT if adapter in state.resident else LATE if adapter in state.in_flight else MISS
-        if self.policy.observes_demand:
-            self.demand.observe(event.tenant, adapter, now)
-        return self.policy.on_hint(now, event, engine, outcome)
 
     def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
         state = self.book.engines[engine]

@@ -25,4 +25,3 @@ class RequestEvent:
     # request ends, so from a log with durations `seen` is the line's time and `time` is its end minus duration.
     seen: float | None = None
     request_id: str | None = None  # the gateway's id, joining a request's start hint to its log line
-    hinted: bool = False  # its start hint was learned from already: serving it must not learn it again

@@ -17,47 +17,47 @@ def logged(end: float, adapter: str = "a0", tenant: str | None = "t", rid: str |
 
 
 def test_a_line_joins_its_hint_by_request_id_once() -> None:
-    join = HintJoin()
-    join.add(hinted(100.0, rid="r1"))
-    assert not join.claim(logged(101.0, rid="r2"))
-    assert join.claim(logged(101.0, rid="r1"))
-    assert not join.claim(logged(101.0, rid="r1"))  # once
+    join: HintJoin[object] = HintJoin()
+    join.add(hinted(100.0, rid="r1"), "token")
+    assert join.claim(logged(101.0, rid="r2")) is None
+    assert join.claim(logged(101.0, rid="r1")) == "token"
+    assert join.claim(logged(101.0, rid="r1")) is None  # once
 
 
 def test_without_ids_the_oldest_open_hint_of_the_tenant_and_adapter_is_joined() -> None:
-    join = HintJoin()
-    join.add(hinted(100.0))
-    join.add(hinted(101.0))
-    assert not join.claim(logged(105.0, tenant="other"))
-    assert not join.claim(logged(105.0, adapter="a1"))
-    assert join.claim(logged(105.0)) and join.claim(logged(106.0))
-    assert not join.claim(logged(107.0))
+    join: HintJoin[object] = HintJoin()
+    join.add(hinted(100.0), "first")
+    join.add(hinted(101.0), "second")
+    assert join.claim(logged(105.0, tenant="other")) is None
+    assert join.claim(logged(105.0, adapter="a1")) is None
+    assert (join.claim(logged(105.0)), join.claim(logged(106.0))) == ("first", "second")
+    assert join.claim(logged(107.0)) is None
 
 
 def test_a_line_ending_before_its_hint_came_is_not_that_hints() -> None:
-    join = HintJoin()
-    join.add(hinted(100.0))
-    assert not join.claim(logged(100.0 - 2 * JOIN_SKEW_S))  # an earlier request's line
-    assert join.claim(logged(100.0 - JOIN_SKEW_S / 2))  # clocks a little apart
+    join: HintJoin[object] = HintJoin()
+    join.add(hinted(100.0), "it")
+    assert join.claim(logged(100.0 - 2 * JOIN_SKEW_S)) is None  # an earlier request's line
+    assert join.claim(logged(100.0 - JOIN_SKEW_S / 2)) == "it"  # clocks a little apart
 
 
 def test_hints_whose_lines_never_come_expire_after_the_window() -> None:
-    join = HintJoin(window_s=60.0)
-    join.add(hinted(100.0, rid="r1"))
-    join.add(hinted(100.0))
-    join.add(hinted(150.0, rid="r2"))
-    assert join.expire(159.0) == 0
-    assert join.expire(161.0) == 2
-    assert not join.claim(logged(162.0, rid="r1")) and not join.claim(logged(162.0))
-    assert join.claim(logged(162.0, rid="r2"))
+    join: HintJoin[object] = HintJoin(window_s=60.0)
+    join.add(hinted(100.0, rid="r1"), 1)
+    join.add(hinted(100.0), 2)
+    join.add(hinted(150.0, rid="r2"), 3)
+    assert join.expire(159.0) == 0 and join.open == 3
+    assert join.expire(161.0) == 2 and join.open == 1
+    assert join.claim(logged(162.0, rid="r1")) is None and join.claim(logged(162.0)) is None
+    assert join.claim(logged(162.0, rid="r2")) == 3
 
 
 def test_open_hints_are_bounded() -> None:
-    join = HintJoin(limit=3)
+    join: HintJoin[object] = HintJoin(limit=3)
     for i in range(5):
-        join.add(hinted(100.0 + i, rid=f"r{i}"))
+        join.add(hinted(100.0 + i, rid=f"r{i}"), i)
     assert join.expire(104.0) == 2
-    assert not join.claim(logged(105.0, rid="r0")) and join.claim(logged(105.0, rid="r4"))
+    assert join.claim(logged(105.0, rid="r0")) is None and join.claim(logged(105.0, rid="r4")) == 4
 
 
 def test_hint_headers_follow_the_nginx_logs_mapping() -> None:

@@ -100,9 +100,12 @@ def test_a_hint_is_learned_once_and_its_log_line_counted_once(tmp_path: Path) ->
     session.start(1000.0)
     for i in range(3):
         start = RequestEvent(1000.0 + i, ADAPTER, f"a{i}", tenant="t", base_model="m")
-        session.hint(start)
-        session.request(dataclasses.replace(start, hinted=True))  # its log line: served, not learned again
-    assert session.counts.requests == 3
+        _, held = session.hint(start)
+        assert session.counts.requests == i  # held until its log line
+        line = dataclasses.replace(start, time=1000.5 + i, seen=1000.9 + i)
+        session.request(line, held=held)  # its log line: counted, not served or learned again
+        assert session.counts.requests == i + 1
+    assert (session.counts.misses, core.book.engines["h/e0"].resident.keys() >= {"a1", "a2"}) == (3, True)
     learned = {("t", "a0"): {"a1": 1}, ("t", "a1"): {"a2": 1}}
     assert leader.own.successors == learned  # type: ignore[attr-defined]
     assert core.demand.clock == 3
@@ -124,3 +127,14 @@ def test_a_hint_prefetches_the_next_step_before_the_request_is_served(tmp_path: 
     session.hint(hint)
     engine = next(iter(core.book.engines.values()))
     assert "a1" in engine.in_flight or "a1" in engine.resident
+
+
+def test_a_hint_whose_log_line_never_comes_is_never_counted(tmp_path: Path) -> None:
+    inv = two_slot_inventory(tmp_path)
+    session = Session(PolicyCore(inv, MarkovPolicy()), simulate=True, answers=True)
+    session.start(1000.0)
+    _, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    session.advance(1010.0)  # its load is done, its wait known: still held
+    assert session.counts.requests == 0 and session.counts.cold_ms_paid == 0.0
+    assert held.counts.requests == 1 and held.counts.cold_ms_paid > 0
+    assert not [a for a in session.take_answers() if not hasattr(a, "call")]  # no request's answer either

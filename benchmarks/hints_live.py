@@ -1,0 +1,241 @@
+"""Lead time, live: a real nginx in front of an emulated vLLM, the daemon learning from log lines only or from the
+gateway's start hints too, and replay's prediction of each from the access log nginx wrote.
+
+    python benchmarks/hints_live.py [--shapes back-to-back,think,zipf] [--rounds 8] [--tenants 6] [--json]
+
+Every request goes client -> nginx (deploy/nginx-lorafleet.conf, tests/nginx_gateway.py) -> the emulated engine
+(tests/engine_emulator.py: 4 GPU slots, 8 host slots, vLLM's lazy resolver, a cold load of 40 ms per MB, a
+generation of `--gen-s` ± 50%), which says in a header whether the adapter was in its memory: the engine's own
+count is the live figure. Modes: `log` — nginx without the mirror, the daemon tails the access log; `hints` —
+nginx mirrors each request's start to `daemon --hints-addr`. Shapes:
+- `back-to-back`: each tenant runs its declared chain of 4 steps (from a shared pool of 12 adapters), each step
+  sent the moment the previous response ends (an agentic workflow: no think time);
+- `think`: the same chains with 0.5-1.5 s between steps;
+- `zipf`: independent requests, Zipf 1.1 over the pool (nothing to predict).
+Per shape and mode: live hit ratio (all requests, and the later steps 2-4 of chains), then `replay` of the access
+log nginx wrote under the same visibility, and the difference in points (goal: within 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lorafleet.inventory import load_inventory  # noqa: E402
+from lorafleet.logs.reader import read_events  # noqa: E402
+from lorafleet.replay.driver import simulate  # noqa: E402
+from tests.engine_emulator import EngineEmulator, EngineState  # noqa: E402
+from tests.nginx_gateway import NginxGateway, free_port  # noqa: E402
+from tests.peft_files import write_peft_adapter  # noqa: E402
+
+POOL = 12
+STEPS = 4
+LOAD_S_PER_MB = 0.04
+
+
+def adapters(folder: Path) -> list[Path]:
+    out = []
+    for i in range(POOL):
+        path = folder / f"a{i}"
+        rank = (8, 16, 32, 64)[i % 4]
+        write_peft_adapter(path, rank=rank, modules={"q_proj": (256, 256), "v_proj": (256, 64)}, layers=4)
+        out.append(path)
+    return out
+
+
+def chains(tenants: int, seed: int) -> dict[str, list[str]]:
+    rng = random.Random(seed)
+    return {f"t{i}": [f"a{j}" for j in rng.sample(range(POOL), STEPS)] for i in range(tenants)}
+
+
+def write_inventory(
+    folder: Path, url: str, paths: list[Path], flows: dict[str, list[str]], declared: bool, gpu: int, host: int
+) -> Path:
+    # The load-time model matches the emulator's: LOAD_S_PER_MB per MB read, no fixed part, a fast copy.
+    tenants = "".join(
+        f"  {t}: {{workflows: [[{', '.join(chain)}]]}}\n" if declared else f"  {t}: {{}}\n"
+        for t, chain in flows.items()
+    )
+    text = (
+        f"defaults: {{load_fixed_ms: 0, disk_gbps: {1e-3 / LOAD_S_PER_MB}, h2d_gbps: 1.0e+6}}\n"
+        "base_models:\n  m: {hidden_size: 256, intermediate_size: 512, num_layers: 4, num_attention_heads: 4}\n"
+        "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    request_timeout_s: 5\n    engines:\n"
+        f"      - {{name: e0, kind: vllm, url: '{url}', base_model: m, max_loras: {gpu}, max_cpu_loras: {host}, "
+        "max_lora_rank: 64}\n"
+        "adapters:\n"
+        + "".join(
+            f"  - {{id: a{i}, base_model: m, path: '{p}', rank: {(8, 16, 32, 64)[i % 4]}}}\n"
+            for i, p in enumerate(paths)
+        )
+        + f"tenants:\n{tenants}"
+        + "gateway:\n  logs:\n    - path: nginx/access.jsonl\n      format: jsonl\n"
+        "      fields: {time: ts, tenant: tenant, adapter: adapter, engine: upstream, status: status, "
+        "duration_s: duration_s, request_id: request_id}\n"
+    )
+    path = folder / "inv.yaml"
+    path.write_text(text)
+    return path
+
+
+def send(gateway: NginxGateway, tenant: str, adapter: str, tokens: int) -> bool:
+    """One completion through the gateway; whether the engine had the adapter in memory."""
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=60)
+    body = json.dumps({"model": adapter, "prompt": "go", "max_tokens": tokens, "user": tenant})
+    headers = {"Content-Type": "application/json", "X-Tenant-Id": tenant, "X-Lora-Adapter": adapter}
+    conn.request("POST", "/v1/completions", body, headers)
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response.getheader("X-Emulator-Cache") == "hit"
+
+
+def run_tenant(gateway: NginxGateway, tenant: str, plan: list[tuple[str, int, float]], out: list[Any]) -> None:
+    for adapter, step, pause in plan:
+        hit = send(gateway, tenant, adapter, tokens=16)
+        out.append((tenant, adapter, step, hit))
+        if pause:
+            time.sleep(pause)
+
+
+def plans(shape: str, flows: dict[str, list[str]], rounds: int, seed: int) -> dict[str, list[tuple[str, int, float]]]:
+    rng = random.Random(seed)
+    out: dict[str, list[tuple[str, int, float]]] = {}
+    weights = [1.0 / (i + 1) ** 1.1 for i in range(POOL)]
+    for tenant, chain in flows.items():
+        steps: list[tuple[str, int, float]] = []
+        for _ in range(rounds):
+            if shape == "zipf":
+                steps += [(f"a{rng.choices(range(POOL), weights)[0]}", -1, rng.uniform(0.0, 0.5)) for _ in range(STEPS)]
+                continue
+            for i, adapter in enumerate(chain):
+                pause = rng.uniform(0.5, 1.5) if shape == "think" else 0.0
+                steps.append((adapter, i, pause))
+            steps[-1] = (steps[-1][0], steps[-1][1], rng.uniform(0.5, 2.0))  # between rounds
+        out[tenant] = steps
+    return out
+
+
+def start_daemon(inv: Path, state: Path, hints_port: int | None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inv), "--state", str(state), "-v"]
+    args += ["--metrics-addr", "off"]
+    if hints_port is not None:
+        args += ["--hints-addr", f"127.0.0.1:{hints_port}"]
+    log = open(state.with_suffix(".log"), "wb")  # noqa: SIM115 - the process owns it
+    proc = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL, env=env, cwd=str(inv.parent))
+    deadline = time.monotonic() + 20
+    while b"following" not in state.with_suffix(".log").read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(state.with_suffix(".log").read_text())
+        time.sleep(0.05)
+    return proc
+
+
+def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="lorafleet-hints-") as tmp:
+        folder = Path(tmp)
+        paths = adapters(folder / "adapters")
+        state = EngineState(
+            kind="vllm",
+            served_model="m",
+            gpu_slots=args.gpu_slots,
+            host_slots=args.host_slots,
+            load_s_per_mb=LOAD_S_PER_MB,
+            gen_fixed_s=args.gen_s,
+            gen_spread=0.5,
+            gen_seed=args.seed,
+            resolver={f"a{i}": str(p) for i, p in enumerate(paths)},
+        )
+        engine = EngineEmulator(state)
+        flows = chains(args.tenants, args.seed)
+        inv = write_inventory(folder, engine.url, paths, flows, not args.undeclared, args.gpu_slots, args.host_slots)
+        hints_port = free_port() if mode == "hints" else None
+        (folder / "nginx").mkdir()
+        (folder / "nginx" / "access.jsonl").touch()
+        gateway = NginxGateway(folder / "nginx", [engine.url], hints_port or free_port(), mirror=mode == "hints")
+        gateway.start()
+        daemon = start_daemon(inv, folder / "state.db", hints_port)
+        results: list[Any] = []
+        try:
+            threads = [
+                threading.Thread(target=run_tenant, args=(gateway, t, p, results))
+                for t, p in plans(shape, flows, args.rounds, args.seed).items()
+            ]
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wall = time.monotonic() - started
+            time.sleep(0.5)
+        finally:
+            daemon.terminate()
+            daemon.wait(30)
+            gateway.stop()
+            engine.stop()
+            if args.keep:
+                import shutil
+
+                kept = Path(args.keep) / f"{shape}-{mode}"
+                shutil.copytree(folder, kept, dirs_exist_ok=True)
+                (kept / "requests.json").write_text(json.dumps(results))
+        inventory = load_inventory(inv)
+        events, _ = read_events([folder / "nginx" / "access.jsonl"], inventory)
+        replayed = simulate(inventory, "lorafleet", events, visibility=mode)
+        later = [hit for _, _, step, hit in results if step > 0]
+        live = sum(hit for *_, hit in results) / len(results)
+        return {
+            "shape": shape,
+            "mode": mode,
+            "requests": len(results),
+            "wall_s": round(wall, 1),
+            "live_hit_ratio": round(live, 4),
+            "live_later_steps_hit_ratio": round(sum(later) / len(later), 4) if later else None,
+            "replay_hit_ratio": round(replayed.hit_ratio, 4),
+            "difference_points": round((replayed.hit_ratio - live) * 100, 1),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="back-to-back,think,zipf")
+    parser.add_argument("--modes", default="log,hints")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--tenants", type=int, default=6)
+    parser.add_argument("--gen-s", type=float, default=2.0, help="generation time per request (± 50%%)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--gpu-slots", type=int, default=4)
+    parser.add_argument("--host-slots", type=int, default=8)
+    parser.add_argument("--undeclared", action="store_true", help="tenants do not declare their chains")
+    parser.add_argument("--keep", metavar="DIR", help="keep each run's files (logs, journal) under DIR")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = [run(shape, mode, args) for shape in args.shapes.split(",") for mode in args.modes.split(",")]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    head = f"{'shape':<14}{'mode':<7}{'requests':>9}{'live':>8}{'later steps':>13}{'replay':>8}{'diff pts':>9}"
+    print(head + f"{'wall s':>8}")
+    for r in rows:
+        later = "-" if r["live_later_steps_hit_ratio"] is None else f"{r['live_later_steps_hit_ratio']:.1%}"
+        print(
+            f"{r['shape']:<14}{r['mode']:<7}{r['requests']:>9}{r['live_hit_ratio']:>8.1%}{later:>13}"
+            f"{r['replay_hit_ratio']:>8.1%}{r['difference_points']:>9.1f}{r['wall_s']:>8.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
