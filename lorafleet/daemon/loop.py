@@ -116,7 +116,9 @@ class Daemon:
         self.joins: HintJoin[Held] = HintJoin()  # hints waiting for their log lines
         self._hints_exported = dict.fromkeys(OUTCOMES, 0)
         self.actors: dict[str, EngineActor] = {}
-        self.log_now: float | None = None  # the newest log time the core has seen
+        # The newest instant the logs (a line's writing, not its request's arrival) or a hint have shown: with the
+        # wall time since, the policy's clock (`_now`).
+        self.log_now: float | None = None
         self.log_read_at = 0.0  # monotonic time that line was read
         self._found: dict[str, bool] = {}  # per log pattern: whether a file matched it at the last look
         self._next_reconcile = time.monotonic()  # live: the first reconcile comes before any action
@@ -391,6 +393,8 @@ class Daemon:
                 self.journal.fold(session.take_answers())
                 self._send(calls + more, time.monotonic())
                 self.joins.add(event, held)
+                self.log_now = event.time if self.log_now is None else max(event.time, self.log_now)
+                self.log_read_at = time.monotonic()
             except Exception as exc:
                 self._internal_error("a hint", exc)
         ingress.count("unmatched", self.joins.expire(time.time()))
@@ -404,8 +408,11 @@ class Daemon:
         held = self.joins.claim(event) if self.hints is not None else None
         if held is not None:  # served at its hint: counted now, from its line
             self.hints.count("joined")  # type: ignore[union-attr]
-        now = event.time if self.log_now is None else max(event.time, self.log_now)
-        self.log_now, self.log_read_at = now, read_at
+        # The line was written at its end (`seen`), its request arrived `duration` earlier: the clock follows the
+        # writing, or every wakeup would come a request's duration late.
+        written = event.seen if event.seen is not None else event.time
+        self.log_now = written if self.log_now is None else max(written, self.log_now)
+        self.log_read_at = read_at
         session = self.session
         started = session.start(event.time) if not session.started else []
         calls = started + session.request(event, held=held)
