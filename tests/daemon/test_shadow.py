@@ -210,3 +210,19 @@ def test_unknown_adapters_are_counted_and_named_and_the_engines_alone_figure_is_
     assert stats["log"] == {"lines": 303, "bad": 0, "unknown": 3}
     again = run_cli(*args, "--metrics-addr", "off", "--retention", "3650d", env={"COLUMNS": "120"})
     assert "no new log lines" in again.stdout  # the checkpoint: nothing read twice
+
+
+def test_the_clock_follows_a_lines_writing_not_its_requests_arrival(tmp_path: Path) -> None:
+    """A line is written at its request's end: the daemon's clock (its wakeups, timed prefetches) is the newest
+    line's writing, not the arrival `duration_s` before it — else every wakeup comes a generation late."""
+    from tests.policy.builders import make_inventory
+
+    inv = make_inventory(tmp_path, adapters=2)
+    log = tmp_path / "access.jsonl"
+    t0 = 1_800_000_000.0
+    log.write_text("".join(json.dumps({"ts": t0 + i, "model": "a0", "duration_s": 5.0}) + "\n" for i in range(3)))
+    with open_store(tmp_path / "s.db") as store:
+        opts = DaemonOptions(shadow=True, once=True, from_start=True, logs=(str(log),), retention_days=3650.0)
+        daemon = Daemon(inv, store, opts)
+        daemon.run()
+    assert daemon.log_now == t0 + 2
