@@ -258,7 +258,10 @@ class LorafleetPolicy(Policy):
                 if target is None:
                     continue
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
-                due = now if gap is None else now + gap - self._lead(target, candidate)
+                # The gap runs from the request's arrival, which a log line shows only at its end: a prefetch timed
+                # from the moment it is learned would come a request's duration late.
+                arrived = min(now, event.time)
+                due = now if gap is None else arrived + gap - self._lead(target, candidate)
                 timed = gap is not None
                 decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter, timed)
         # Requested like clockwork: protected near its next time (score), brought back before it if evicted.

@@ -11,9 +11,10 @@ from lorafleet.inventory import Inventory
 from lorafleet.policy.baselines import MarkovPolicy
 from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
+from lorafleet.policy.predictive import LorafleetPolicy
 from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
 from lorafleet.times import FOLLOW_POLL_S
-from tests.policy.builders import make_inventory
+from tests.policy.builders import make_inventory, run_session
 
 STEP_S = 1.0  # each step's generation
 
@@ -138,3 +139,13 @@ def test_a_hint_whose_log_line_never_comes_is_never_counted(tmp_path: Path) -> N
     assert session.counts.requests == 0 and session.counts.cold_ms_paid == 0.0
     assert held.counts.requests == 1 and held.counts.cold_ms_paid > 0
     assert not [a for a in session.take_answers() if not hasattr(a, "call")]  # no request's answer either
+
+
+def test_a_prefetch_timed_from_a_log_line_counts_the_gap_from_the_requests_arrival(tmp_path: Path) -> None:
+    """Steps 2 s apart (1 s of generation, 1 s of thought), each learned at its end: the predictor times the
+    next step's prefetch from the arrival, so it is there 1 s later; timed from the end it would come too late."""
+    inv = two_slot_inventory(tmp_path)
+    events = workflow(40, think_s=1.0)
+    core = PolicyCore(inv, LorafleetPolicy(), visibility_lag=FOLLOW_POLL_S)
+    counts = run_session(core, in_arrival_order(events))  # type: ignore[arg-type]
+    assert counts.hit_ratio > 0.8
