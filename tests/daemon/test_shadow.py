@@ -153,12 +153,12 @@ def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monk
     real = Session.request
     calls = {"n": 0}
 
-    def flaky(self, event):  # type: ignore[no-untyped-def]
+    def flaky(self, event, **kwargs):  # type: ignore[no-untyped-def]
         if isinstance(self.counts, Summary):  # the policy's session, not the engines-alone one beside it
             calls["n"] += 1
             if calls["n"] == 50:
                 raise RuntimeError("a bug")
-        return real(self, event)
+        return real(self, event, **kwargs)
 
     monkeypatch.setattr(Session, "request", flaky)
     summary = run_shadow(synth.inventory_path, tmp_path / "s.db")
