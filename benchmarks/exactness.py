@@ -9,7 +9,8 @@ every request's wait in order, and (online policies) a digest of each engine's f
 tiers in LRU order, loads in flight, pins); `compare` lists whatever differs. Besides the suite's families
 (benchmarks/tracegen.py, 1-3 engines each) and the judge's (tracegen2), `wide-*` families spread the suite's
 traffic over 24-60 engines of mixed kinds and rank caps, so placement among many engines of unequal pools is
-exercised too.
+exercised too. `--index-always` makes the core place through the book's holder index even on pools small
+enough to scan (placement.SCAN_MAX = 0), so the suite's own families check the index as well.
 """
 
 from __future__ import annotations
@@ -130,12 +131,17 @@ def main() -> None:
     d.add_argument("--seed", type=int, default=3)
     d.add_argument("--families", help="comma-separated family names (default: all)")
     d.add_argument("--policies", default=",".join(POLICY_NAMES))
+    d.add_argument("--index-always", action="store_true", help="place through the index on every pool size")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     args = parser.parse_args()
     if args.command == "dump":
         chosen = set(args.families.split(",")) if args.families else None
+        if args.index_always:
+            import lorafleet.policy.placement as placement
+
+            placement.SCAN_MAX = 0  # type: ignore[attr-defined]  # (absent before the index: harmless there)
         dump(args.out, args.seed, chosen, tuple(args.policies.split(",")))
     else:
         raise SystemExit(compare(args.before, args.after))
