@@ -214,7 +214,7 @@ class MarkovPolicy(Policy):
         if engine is None or not row:
             return []
         guess, count = max(row.items(), key=lambda kv: kv[1])
-        if count / (sum(row.values()) + 1) < self.min_probability or engine not in self.core.pools.get(guess, ()):
+        if count / (sum(row.values()) + 1) < self.min_probability or engine not in self.core.serving.get(guess, ()):
             return []
         state = self.core.book.engines[engine]
         return self.core.load(now, engine, guess, PREFETCH, lambda: [a for a in state.resident if a != adapter])

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.demand import DemandModel
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.placement import choose_engine, serving_pools
+from lorafleet.policy.placement import place_in, pool_members, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
 
 HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
@@ -103,6 +103,7 @@ class PolicyCore:
         self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
         engines = inventory.engines
         self.pools = serving_pools(inventory)
+        self.serving = pool_members(self.pools)  # the pools as sets, for membership
         self.load_ms = {e.key: e.load for e in engines}
         workflows = {t.name: t.workflows for t in inventory.tenants.values() if t.workflows}
         if half_life is None:
@@ -143,14 +144,14 @@ class PolicyCore:
         if adapter is None:
             return None
         engine = event.engine
-        if engine is not None and engine in self.pools.get(adapter, ()):
+        if engine is not None and engine in self.serving.get(adapter, ()):
             return engine
         chosen = self.policy.route(event)
         return chosen if chosen is not None else self.place(adapter)
 
     def place(self, adapter: str) -> str | None:
         """The engine the placement rule picks among those that can serve the adapter."""
-        return choose_engine(adapter, self.pools.get(adapter, ()), self.book.engines)
+        return place_in(adapter, self.pools.get(adapter, ()), self.book)
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
         """A request served and learned at once (lorafleet knows of it on arrival): classify it (hit, late, miss)

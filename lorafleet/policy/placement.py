@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.kinds import EngineKind
-from lorafleet.policy.residency import Budget, EngineResidency
+from lorafleet.policy.residency import Budget, EngineResidency, ResidencyBook
 
 
 def why_not(adapter: Adapter, engine: Engine) -> str | None:
@@ -33,16 +33,31 @@ def can_serve(adapter: Adapter, engine: Engine) -> bool:
 
 def serving_pools(inventory: Inventory) -> dict[str, list[str]]:
     """Per adapter id, the keys of the engines that can serve it, in inventory order. Adapters alike in what
-    can-serve reads (base model, rank, size) share one pool, so a big fleet is checked once per kind of adapter."""
+    can-serve reads (base model, rank, size) share one pool, so a big fleet is checked once per kind of adapter;
+    pools alike in content are one list (one least-loaded order each in the book's index)."""
     engines = inventory.engines
     shared: dict[tuple[str, int, int], list[str]] = {}
+    alike: dict[tuple[str, ...], list[str]] = {}
     out = {}
     for a in inventory.adapters.values():
         key = (a.base_model, a.rank, a.size_bytes)
         pool = shared.get(key)
         if pool is None:
-            pool = shared[key] = [e.key for e in engines if can_serve(a, e)]
+            keys = [e.key for e in engines if can_serve(a, e)]
+            pool = shared[key] = alike.setdefault(tuple(keys), keys)
         out[a.id] = pool
+    return out
+
+
+def pool_members(pools: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
+    """The pools as sets, for membership (one set per pool sequence, shared as the pools are)."""
+    sets: dict[int, frozenset[str]] = {}
+    out = {}
+    for adapter, pool in pools.items():
+        members = sets.get(id(pool))
+        if members is None:
+            members = sets[id(pool)] = frozenset(pool)
+        out[adapter] = members
     return out
 
 
@@ -91,6 +106,31 @@ def choose_engine(adapter: str, pool: Sequence[str], engines: Mapping[str, Engin
         if adapter in engines[key].in_flight:
             return key
     return min(pool, key=lambda k: _default_load(engines[k]))
+
+
+SCAN_MAX = 8  # pools up to this size are scanned (cheaper than the index); larger ones use the book's index
+
+
+def place_in(adapter: str, pool: Sequence[str], book: ResidencyBook) -> str | None:
+    """`choose_engine` over the book's engines, exactly, without scanning a large pool: the first engine in pool
+    order where the adapter is resident (from the book's holder index), else the first loading it, else the top
+    of the pool's least-loaded heap (fewest loads in flight, then fewest slots used, then pool order)."""
+    if len(pool) <= SCAN_MAX:
+        return choose_engine(adapter, pool, book.engines)
+    index = book.indexed()
+    group = index.group(pool)
+    position = group.position
+    for table in (index.resident, index.loading):
+        holders = table.get(adapter)
+        if holders:
+            best = -1
+            for key in holders:
+                at = position.get(key, -1)
+                if at >= 0 and (best < 0 or at < best):
+                    best = at
+            if best >= 0:
+                return group.keys[best]
+    return group.least_loaded(index.version)
 
 
 def pin_limit_for(profile: EngineKind, budget: Budget) -> int:

@@ -180,7 +180,7 @@ class LorafleetPolicy(Policy):
         engines = core.book.engines
         for p in self.plan:
             state = engines.get(p.engine)
-            if state is None or p.engine not in core.pools.get(p.adapter, ()) or state.holds(p.adapter):
+            if state is None or p.engine not in core.serving.get(p.adapter, ()) or state.holds(p.adapter):
                 continue
             if state.has_room(core.sizes[p.adapter]):
                 pin = p.pinned and can_pin(state, p.adapter)
@@ -297,7 +297,7 @@ class LorafleetPolicy(Policy):
         """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
         tenant's next request will likely go there too); otherwise where the candidate already is or the
         routing rule would put it, so engines of a pool do not hold needless copies."""
-        if event.engine is not None and engine in self.core.pools.get(candidate, ()):
+        if event.engine is not None and engine in self.core.serving.get(candidate, ()):
             return engine
         return self.core.place(candidate)
 

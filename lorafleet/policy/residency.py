@@ -7,12 +7,18 @@ flight (then the adapter takes its place by that arrival when the load completes
 The book is pure bookkeeping, shared by the live daemon, `warm` and `replay`. Loads in flight reserve their
 slot and bytes, so a budget is never exceeded even while loads overlap; eviction never touches a pinned adapter
 or one being loaded.
+
+A book can also keep an index of who holds what (`HolderIndex`: per adapter the engines where it is resident and
+where it is loading, and a least-loaded order over each serving pool asked about), so placement on a wide fleet
+chooses without scanning a pool. The mutators keep it, through one hook (`EngineResidency._moved`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lorafleet.inventory.model import Engine, Inventory, slot_cap
 from lorafleet.kinds import kind_of
@@ -41,6 +47,7 @@ class EngineResidency:
         "budget",
         "gpu",
         "in_flight",
+        "index",
         "key",
         "loads_fill_gpu",
         "pins",
@@ -69,6 +76,25 @@ class EngineResidency:
         self.profile = kind_of(kind)
         # vLLM copies a loaded adapter into a GPU slot at once; SGLang only fills host memory.
         self.loads_fill_gpu = self.profile.load_fills_gpu
+        self.index: HolderIndex | None = None  # the index of the book that holds this engine, once it has one
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (store/memory.py) without the book's index, which is rebuilt when next needed."""
+        return {name: getattr(self, name) for name in self.__slots__ if name != "index" and hasattr(self, name)}
+
+    def __setstate__(self, state: dict[str, Any] | tuple[None, dict[str, Any]]) -> None:
+        slots = state[1] if isinstance(state, tuple) else state  # (None, slots): pickled before __getstate__
+        self.index = None
+        for name, value in slots.items():
+            if name != "index":
+                setattr(self, name, value)
+
+    def _moved(self, adapter: str) -> None:
+        """The one hook of the book's index: `adapter` just became resident, loading or neither here, and this
+        engine's load changed with it. Every mutator of `resident` or `in_flight` calls it."""
+        index = self.index
+        if index is not None:
+            index.moved(self, adapter)
 
     # --- queries ------------------------------------------------------------------------------------------
     @property
@@ -125,6 +151,7 @@ class EngineResidency:
             raise BudgetError(f"loading {adapter} on {self.key} would exceed its budget")
         self.in_flight[adapter] = size
         self.used_bytes += size
+        self._moved(adapter)
 
     def finish_load(self, adapter: str, prefetched: bool = False) -> None:
         size = self.in_flight.pop(adapter)
@@ -141,6 +168,7 @@ class EngineResidency:
         else:  # requested while loading, and others were used since: it takes its place by that request
             resident[adapter] = None
             self.resident = dict.fromkeys(sorted(resident, key=used_at.__getitem__))
+        self._moved(adapter)
         if prefetched:
             self.prefetched.add(adapter)
         if self.loads_fill_gpu:
@@ -149,6 +177,7 @@ class EngineResidency:
     def fail_load(self, adapter: str) -> None:
         self.used_bytes -= self.in_flight.pop(adapter)
         self.used_at.pop(adapter, None)
+        self._moved(adapter)
 
     def evict(self, adapter: str) -> bool:
         """Drop a resident adapter; True when it was a prefetch nobody used (waste)."""
@@ -159,6 +188,7 @@ class EngineResidency:
         del self.resident[adapter]
         self.used_at.pop(adapter, None)
         self.used_bytes -= self.sizes.pop(adapter)
+        self._moved(adapter)
         self.gpu.pop(adapter, None)
         wasted = adapter in self.prefetched
         self.prefetched.discard(adapter)
@@ -278,6 +308,7 @@ class EngineResidency:
 
     def forget_all(self) -> None:
         """An engine restart empties it: nothing resident, nothing loading (pins are kept as intent)."""
+        held = [*self.resident, *self.in_flight] if self.index is not None else []
         self.resident.clear()
         self.gpu.clear()
         self.in_flight.clear()
@@ -285,17 +316,186 @@ class EngineResidency:
         self.prefetched.clear()
         self.used_at.clear()
         self.used_bytes = 0
+        for adapter in held:
+            self._moved(adapter)
 
 
 def budget_of(engine: Engine) -> Budget:
     return Budget(engine.gpu_slots, engine.host_slots, engine.lora_budget_bytes)
 
 
+class _Group:
+    """A least-loaded order over one serving pool: a heap of (loads in flight, slots used, position in the pool,
+    version) — the key `placement._default_load` weighs, pool order breaking ties. An entry is current while its
+    version is its engine's (`HolderIndex.version`); stale ones are dropped when they come to the top, and the
+    heap is rebuilt when they outnumber the pool."""
+
+    __slots__ = ("heap", "keys", "limit", "position")
+
+    def __init__(self, keys: tuple[str, ...], index: HolderIndex) -> None:
+        self.keys = keys
+        self.position: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            self.position.setdefault(key, i)  # a key twice: its first place counts, as a scan would have it
+        self.limit = 2 * len(keys) + 16
+        self.heap: list[tuple[int, int, int, int]] = []
+        self.rebuild(index)
+
+    def rebuild(self, index: HolderIndex) -> None:
+        engines, version = index.engines, index.version
+        heap = []
+        for key, i in self.position.items():
+            state = engines[key]
+            flying = len(state.in_flight)
+            heap.append((flying, flying + len(state.resident), i, version.setdefault(key, 0)))
+        heapq.heapify(heap)
+        self.heap = heap
+
+    def least_loaded(self, version: dict[str, int]) -> str:
+        heap, keys = self.heap, self.keys
+        while True:
+            top = heap[0]
+            key = keys[top[2]]
+            if version[key] == top[3]:
+                return key
+            heapq.heappop(heap)
+
+
+class HolderIndex:
+    """Who holds what, kept by the book's mutators: per adapter the engines where it is resident and where it is
+    loading, and per serving pool asked about a least-loaded order (`_Group`). Built by `ResidencyBook.indexed`
+    from the engines as they are; never pickled (rebuilt when next needed)."""
+
+    __slots__ = ("by_content", "by_id", "engines", "groups_of", "loading", "resident", "version")
+
+    def __init__(self, engines: dict[str, EngineResidency]) -> None:
+        self.engines = engines
+        self.resident: dict[str, set[str]] = {}  # adapter -> keys of the engines where it is resident
+        self.loading: dict[str, set[str]] = {}  # adapter -> keys of the engines loading it
+        self.version: dict[str, int] = {}  # engine key -> how many times its load changed (heap entries' stamp)
+        self.by_id: dict[int, tuple[Sequence[str], _Group]] = {}  # id of a pool sequence -> it and its group
+        self.by_content: dict[tuple[str, ...], _Group] = {}
+        self.groups_of: dict[str, list[_Group]] = {}  # engine key -> the groups it is in
+        for state in engines.values():
+            self.attach(state)
+
+    def moved(self, state: EngineResidency, adapter: str) -> None:
+        key = state.key
+        for table, held in ((self.resident, adapter in state.resident), (self.loading, adapter in state.in_flight)):
+            holders = table.get(adapter)
+            if held:
+                if holders is None:
+                    table[adapter] = {key}
+                else:
+                    holders.add(key)
+            elif holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del table[adapter]
+        self.reweigh(state)
+
+    def reweigh(self, state: EngineResidency) -> None:
+        key = state.key
+        version = self.version[key] = self.version.get(key, 0) + 1
+        groups = self.groups_of.get(key)
+        if groups:
+            flying = len(state.in_flight)
+            used = flying + len(state.resident)
+            for group in groups:
+                heap = group.heap
+                heapq.heappush(heap, (flying, used, group.position[key], version))
+                if len(heap) > group.limit:
+                    group.rebuild(self)
+
+    def attach(self, state: EngineResidency) -> None:
+        """Index an engine's holdings (a book's engine, or one put in its place)."""
+        state.index = self
+        key = state.key
+        for table, adapters in ((self.resident, state.resident), (self.loading, state.in_flight)):
+            for adapter in adapters:
+                holders = table.get(adapter)
+                if holders is None:
+                    table[adapter] = {key}
+                else:
+                    holders.add(key)
+        self.reweigh(state)
+
+    def detach(self, state: EngineResidency) -> None:
+        """Forget an engine's holdings (it leaves the book)."""
+        key = state.key
+        for table, adapters in ((self.resident, state.resident), (self.loading, state.in_flight)):
+            for adapter in adapters:
+                holders = table.get(adapter)
+                if holders is not None:
+                    holders.discard(key)
+                    if not holders:
+                        del table[adapter]
+        if state.index is self:
+            state.index = None
+
+    def group(self, pool: Sequence[str]) -> _Group:
+        """The least-loaded order over `pool` (made on first use; pools alike in content share one)."""
+        found = self.by_id.get(id(pool))
+        if found is not None and found[0] is pool:
+            return found[1]
+        content = tuple(pool)
+        group = self.by_content.get(content)
+        if group is None:
+            group = self.by_content[content] = _Group(content, self)
+            for key in group.position:
+                self.groups_of.setdefault(key, []).append(group)
+        self.by_id[id(pool)] = (pool, group)  # holds the pool, so its id is not reused while this entry lives
+        return group
+
+
+class _Engines(dict[str, EngineResidency]):
+    """A book's engines by key. Putting an engine in (a reload keeps a state across books) re-indexes it."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, engines: dict[str, EngineResidency]) -> None:
+        super().__init__(engines)
+        self.index: HolderIndex | None = None
+
+    def __setitem__(self, key: str, state: EngineResidency) -> None:
+        index = self.index
+        if index is not None:
+            old = self.get(key)
+            if old is not None:
+                index.detach(old)
+        super().__setitem__(key, state)
+        if index is not None:
+            index.attach(state)
+
+    def __delitem__(self, key: str) -> None:
+        index = self.index
+        if index is not None and key in self:
+            index.detach(self[key])
+        super().__delitem__(key)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Engines, (dict(self),))  # pickled without the index
+
+
 class ResidencyBook:
     """Every engine's residency, keyed by `HOST/ENGINE`."""
 
     def __init__(self, engines: dict[str, EngineResidency]) -> None:
-        self.engines = engines
+        self.engines: dict[str, EngineResidency] = _Engines(engines)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if not isinstance(self.engines, _Engines):  # pickled before the index existed
+            self.engines = _Engines(self.engines)
+
+    def indexed(self) -> HolderIndex:
+        """The book's holder index, built on first use and kept by the mutators from then on."""
+        engines = self.engines
+        assert isinstance(engines, _Engines)
+        index = engines.index
+        if index is None:
+            index = engines.index = HolderIndex(engines)
+        return index
 
     @classmethod
     def from_inventory(cls, inventory: Inventory) -> ResidencyBook:
