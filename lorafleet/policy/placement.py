@@ -79,16 +79,17 @@ def rank_engines(
     engines: Mapping[str, EngineResidency],
     load: Callable[[str], int] | None = None,
 ) -> list[str]:
-    """The pool in order of preference: engines where the adapter is resident, then those loading it, then the
-    least loaded (by `load`, else fewest loads in flight and then fewest adapters held); pool order breaks ties,
-    so the choice is deterministic."""
+    """The pool in order of preference: engines where the adapter is resident, then those loading it (each in
+    pool order), then the rest least loaded first (by `load`, else fewest loads in flight and then fewest
+    adapters held; pool order breaks ties), so the choice is deterministic and its first is `choose_engine`'s."""
 
     def key(item: tuple[int, str]) -> tuple[int, tuple[int, ...], int]:
         index, engine = item
         state = engines[engine]
         stage = 0 if adapter in state.resident else 1 if adapter in state.in_flight else 2
-        weight = (load(engine),) if load is not None else _default_load(state)
-        return stage, weight, index
+        if stage < 2:
+            return stage, (), index
+        return stage, (load(engine),) if load is not None else _default_load(state), index
 
     return [engine for _, engine in sorted(enumerate(pool), key=key)]
 
