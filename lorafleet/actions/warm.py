@@ -136,16 +136,13 @@ class _EngineWorker(RegistryWorker):
         return UNPINNED, None, []
 
     def _rewarm(self, adapter: Adapter) -> str:
-        """A registered adapter made hot again. `primed` only when a 1-token request was sent: SGLang's re-warm is
-        one; vLLM re-loads in place without a request, so --prime sends one after it."""
+        """A registered adapter made hot again: on either engine the re-warm is a 1-token request naming it, so it
+        is `primed` too."""
         fills_gpu = self.engine.profile.load_fills_gpu
         if not fills_gpu and not self.options.prime:
             return ALREADY_WARM  # registered on SGLang means in host memory; --prime takes a GPU slot
         self.client.rewarm(adapter.id, adapter.path)
-        if self.options.prime:
-            if fills_gpu:
-                self.client.prime(adapter.id)
-            self.primed = True
+        self.primed = True
         return RELOADED
 
 

@@ -32,9 +32,9 @@ ACTION_COLUMNS = [
     Column(
         "action",
         "left",
-        legend="loaded; reloaded (registered already: re-warmed in place); already-warm; unloaded; would-load, "
-        "would-re-warm, would-unload (a dry run); skipped, failed, interrupted, cancelled (see detail); primed: "
-        "a 1-token request was sent (--prime)",
+        legend="loaded; reloaded (registered already: re-warmed by a 1-token request); already-warm; unloaded; "
+        "would-load, would-re-warm, would-unload (a dry run); skipped, failed, interrupted, cancelled (see detail); "
+        "primed: a 1-token request was sent (--prime, or a re-warm)",
     ),
     Column("ms", legend="how long the engine took"),
     Column("detail", "left", legend="the engine's answer, or why nothing was sent"),

@@ -47,10 +47,11 @@ def warm(
 ) -> None:
     """Pre-load ADAPTERS on engines now, through the engines' own HTTP APIs.
 
-    An adapter already registered is re-warmed in place rather than loaded twice. Adapters the inventory does
-    not name, engines of another base model and ranks above an engine's max_lora_rank are refused before any
-    request is sent. Before acting, what lorafleet remembers of each engine is corrected from its registry (an
-    engine that restarted holds nothing). Exit 0 when every load succeeded, 1 when any failed or was skipped.
+    An adapter already registered is re-warmed (a 1-token request naming it) rather than loaded twice.
+    Adapters the inventory does not name, engines of another base model and ranks above an engine's
+    max_lora_rank are refused before any request is sent. Before acting, what lorafleet remembers of each engine
+    is corrected from its registry (an engine that restarted holds nothing). Exit 0 when every load succeeded, 1
+    when any failed or was skipped.
     """
     if pin and unpin:
         raise click.UsageError("--pin and --unpin contradict each other")

@@ -209,7 +209,7 @@ class EngineActor:
                 client.load(name, path, pinned=call.pinned)
             except AlreadyLoadedError:
                 if call.reason != DEMAND:
-                    client.rewarm(name, path)  # registered but maybe out of the cache: warm it in place
+                    client.rewarm(name, path)  # registered but maybe out of the cache: a 1-token request brings it back
                 # else the request that asked for it brought it in and made it most recent: nothing to send
                 return RELOADED, None, (), ()
             return LOADED, None, (), ()

@@ -58,7 +58,7 @@ def posts(emulator: EngineEmulator) -> list[tuple[str, dict | None]]:
     return [(path, body) for method, path, body in emulator.state.requests if method == "POST"]
 
 
-def test_load_then_rewarm_in_place(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+def test_load_then_rewarm_by_a_1_token_request(tmp_path, run_cli, emulators, adapter_dirs) -> None:
     e = emulators(kind="vllm")
     inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
     code, results = warm_json(run_cli, inv, "r8")
@@ -69,10 +69,8 @@ def test_load_then_rewarm_in_place(tmp_path, run_cli, emulators, adapter_dirs) -
     assert results[0]["ms"] >= 0 and "r8" in e.state.registry
     code, results = warm_json(run_cli, inv, "r8")
     assert code == 0 and results[0]["action"] == "reloaded"
-    assert posts(e)[-1] == (
-        "/v1/load_lora_adapter",
-        {"lora_name": "r8", "lora_path": str(adapter_dirs[8]), "load_inplace": True},
-    )
+    assert posts(e)[-1] == ("/v1/completions", {"model": "r8", "prompt": "ping", "max_tokens": 1, "temperature": 0})
+    assert not any(body and body.get("load_inplace") for _, body in posts(e))  # it would stick (vLLM 0.32)
 
 
 def test_missing_path_is_a_failure_with_the_engines_message(tmp_path, run_cli, emulators, adapter_dirs) -> None:
@@ -280,11 +278,11 @@ def test_primed_means_a_1_token_request_was_sent_even_on_a_vllm_rewarm(
     warm_json(run_cli, inv, "r8")
     pings = lambda: sum(path == "/v1/completions" for _, path, _ in e.state.requests)  # noqa: E731
     before = pings()
-    code, results = warm_json(run_cli, inv, "r8", "--prime")  # registered: re-warmed in place, then the request
+    code, results = warm_json(run_cli, inv, "r8", "--prime")  # registered: the re-warm is the 1-token request
     assert code == 0 and (results[0]["action"], results[0]["primed"]) == ("reloaded", True)
     assert pings() == before + 1
-    code, results = warm_json(run_cli, inv, "r8")  # no --prime: no request, and not primed
-    assert (results[0]["primed"], pings()) == (False, before + 1)
+    code, results = warm_json(run_cli, inv, "r8")  # without --prime alike: a re-warm on vLLM is that request
+    assert (results[0]["primed"], pings()) == (True, before + 2)
 
 
 def test_warm_plan_warms_the_placements_and_pins_what_the_plan_pins(tmp_path, run_cli, emulators, adapter_dirs) -> None:
