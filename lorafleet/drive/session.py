@@ -185,6 +185,7 @@ class Session:
         self.last_engine: str | None = None  # where the last request was served
         # requests served but not yet learned: (when learned, order, request, engine, outcome)
         self.unlearned: list[tuple[float, int, RequestEvent, str | None, str]] = []
+        self.arrivals: dict[str, dict[str, float]] = {}  # live, per engine: each adapter's latest request arrival
         self._order = 0
 
     # --- the driver interface -----------------------------------------------------------------------------
@@ -247,7 +248,28 @@ class Session:
                 answers.append(Unserved(now, event))
         else:
             self._classify(now, event, engine, outcome, held)
+            if self.sim is None:
+                self._by_arrival(event, engine)
         return self._carry_out(now, decisions) if decisions else _NO_CALLS
+
+    def _by_arrival(self, event: RequestEvent, engine: str) -> None:
+        """Live: the engine's own LRU took requests as they arrived, a log shows them as they end. A request read
+        after others that arrived later leaves those more recent, as they are on the engine — else the book's
+        idea of what the engine still holds drifts from its cache (which vLLM's registry does not show)."""
+        adapter = event.adapter
+        assert adapter is not None
+        arrived = self.arrivals.setdefault(engine, {})
+        at = event.time
+        arrived[adapter] = max(at, arrived.get(adapter, at))
+        if event.seen is None:
+            return
+        state = self.core.book.engines[engine]
+        later = sorted((t, a) for a, t in arrived.items() if t > at and a in state.resident and a != adapter)
+        for _, other in later:
+            state.reorder(other)
+        if len(arrived) > 4 * max(8, len(state.resident)):  # only recent arrivals matter: keep the newest
+            keep = sorted(arrived.items(), key=lambda kv: kv[1])[-2 * max(8, len(state.resident)) :]
+            self.arrivals[engine] = dict(keep)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""

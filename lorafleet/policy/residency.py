@@ -205,6 +205,11 @@ class EngineResidency:
         resident[adapter] = None
         self.note_use(adapter)
 
+    def reorder(self, adapter: str) -> None:
+        """Most recent again, without a use of its own: a request that arrived after one the book took later
+        (the daemon reads a log in the order requests end, the engine took them as they came)."""
+        self._most_recent(adapter)
+
     def touch(self, adapter: str) -> bool:
         """Mark a request's use; True when it used a prefetch for the first time."""
         self._most_recent(adapter)

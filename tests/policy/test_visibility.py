@@ -149,3 +149,20 @@ def test_a_prefetch_timed_from_a_log_line_counts_the_gap_from_the_requests_arriv
     core = PolicyCore(inv, LorafleetPolicy(), visibility_lag=FOLLOW_POLL_S)
     counts = run_session(core, in_arrival_order(events))  # type: ignore[arg-type]
     assert counts.hit_ratio > 0.8
+
+
+def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_order(tmp_path: Path) -> None:
+    """A long request (arrived first, ended last) is read after a short one that arrived after it: on the
+    engine the short one is the more recent, and so it stays in the book."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    core = PolicyCore(inv, MarkovPolicy())
+    session = Session(core)  # live: the driver makes the calls
+    session.start(1000.0)
+    state = core.book.engines["h/e0"]
+    for name in ("a0", "a1", "a2"):
+        state.admit(name, core.sizes[name])
+    short = RequestEvent(1011.0, ADAPTER, "a1", tenant="u", base_model="m", seen=1012.0)
+    long = RequestEvent(1010.0, ADAPTER, "a2", tenant="t", base_model="m", seen=1013.0)
+    session.request(short)  # read first: it ended first
+    session.request(long)
+    assert list(state.resident)[-2:] == ["a2", "a1"]  # a1 arrived last: the engine's most recent
