@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
 
+from lorafleet.daemon.listening import serve_in_thread
 from lorafleet.daemon.metrics import HINT_OUTCOMES
-from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.events import RequestEvent
 
@@ -134,20 +134,13 @@ class HintIngress:
 
     def serve(self, address: str) -> str:
         """Listen at HOST:PORT (a bare PORT: loopback; 0: a free port); returns the address bound."""
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        server_class = _Server6 if ":" in host else _Server
-        try:
-            server = server_class((host, int(port)), _handler(self))
-        except (OSError, ValueError, OverflowError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise InputError(
-                f"--hints-addr {address}: cannot listen there: {reason}",
-                hint="choose a free port (0: any free one) on an address of this host",
-            ) from exc
-        threading.Thread(target=server.serve_forever, name="hints", daemon=True).start()
-        self.server = server
-        return f"{host}:{server.server_address[1]}"
+
+        def make(host: str, port: int, ipv6: bool) -> ThreadingHTTPServer:
+            return (_Server6 if ipv6 else _Server)((host, port), _handler(self))
+
+        hint = "choose a free port (0: any free one) on an address of this host"
+        self.server, bound = serve_in_thread(address, "--hints-addr", make, "hints", hint)
+        return bound
 
     def close(self) -> None:
         if self.server is not None:

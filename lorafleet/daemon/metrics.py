@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import platform
 import socket
-import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -23,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from lorafleet import __version__
-from lorafleet.errors import InputError
+from lorafleet.daemon.listening import serve_in_thread
 
 log = logging.getLogger("lorafleet.daemon")
 
@@ -183,20 +182,14 @@ class DaemonMetrics:
 
     def serve(self, address: str) -> str:
         """Start the HTTP endpoints at HOST:PORT (port 0: a free one); returns the address bound."""
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        server_class = _ThreadingServer6 if ":" in host else _ThreadingServer
-        try:
-            server = make_server(host, int(port), self.app(), server_class, handler_class=_QuietHandler)
-        except (OSError, ValueError, OverflowError) as exc:  # busy, not an address of this host, not a port
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise InputError(
-                f"--metrics-addr {address}: cannot serve there: {reason}",
-                hint="choose a free port (0: any free one), or --metrics-addr off",
-            ) from exc
-        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
-        self.server = server
-        return f"{host}:{server.server_address[1]}"
+
+        def make(host: str, port: int, ipv6: bool) -> Any:
+            server_class = _ThreadingServer6 if ipv6 else _ThreadingServer
+            return make_server(host, port, self.app(), server_class, handler_class=_QuietHandler)
+
+        hint = "choose a free port (0: any free one), or --metrics-addr off"
+        self.server, bound = serve_in_thread(address, "--metrics-addr", make, "metrics", hint)
+        return bound
 
     def close(self) -> None:
         if self.server is not None:
