@@ -333,9 +333,10 @@ class _Group:
     """A least-loaded order over one serving pool: a heap of (loads in flight, slots used, position in the pool,
     version) — the key `placement._default_load` weighs, pool order breaking ties. An entry is current while its
     version is its engine's (`HolderIndex.version`); stale ones are dropped when they come to the top, and the
-    heap is rebuilt when they outnumber the pool."""
+    heap is compacted to the current entries (`current`, one per engine) when stale ones outnumber the pool, so
+    no single change pays for re-reading every engine."""
 
-    __slots__ = ("heap", "keys", "limit", "position")
+    __slots__ = ("current", "heap", "keys", "limit", "position")
 
     def __init__(self, keys: tuple[str, ...], index: HolderIndex) -> None:
         self.keys = keys
@@ -343,16 +344,25 @@ class _Group:
         for i, key in enumerate(keys):
             self.position.setdefault(key, i)  # a key twice: its first place counts, as a scan would have it
         self.limit = 2 * len(keys) + 16
-        self.heap: list[tuple[int, int, int, int]] = []
-        self.rebuild(index)
-
-    def rebuild(self, index: HolderIndex) -> None:
         engines, version = index.engines, index.version
-        heap = []
+        self.current: dict[str, tuple[int, int, int, int]] = {}  # engine key -> its current entry
         for key, i in self.position.items():
             state = engines[key]
             flying = len(state.in_flight)
-            heap.append((flying, flying + len(state.resident), i, version.setdefault(key, 0)))
+            self.current[key] = (flying, flying + len(state.resident), i, version.setdefault(key, 0))
+        self.heap: list[tuple[int, int, int, int]] = []
+        self.compact()
+
+    def push(self, key: str, entry: tuple[int, int, int, int]) -> None:
+        """An engine's new entry (its load changed)."""
+        self.current[key] = entry
+        heap = self.heap
+        heapq.heappush(heap, entry)
+        if len(heap) > self.limit:
+            self.compact()
+
+    def compact(self) -> None:
+        heap = list(self.current.values())
         heapq.heapify(heap)
         self.heap = heap
 
@@ -407,10 +417,7 @@ class HolderIndex:
             flying = len(state.in_flight)
             used = flying + len(state.resident)
             for group in groups:
-                heap = group.heap
-                heapq.heappush(heap, (flying, used, group.position[key], version))
-                if len(heap) > group.limit:
-                    group.rebuild(self)
+                group.push(key, (flying, used, group.position[key], version))
 
     def attach(self, state: EngineResidency) -> None:
         """Index an engine's holdings (a book's engine, or one put in its place)."""
