@@ -8,9 +8,7 @@ engine action, the matching metrics — so the journal `stats` reads holds exact
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-
-from prometheus_client import Counter
+from dataclasses import dataclass, field
 
 from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
@@ -80,7 +78,6 @@ class Journaling:
         self.batch = Batch()
         self._stamp = clock()
         self._stamp_second = -1
-        self._requests: dict[tuple[str, str], Counter] = {}  # labelled children, looked up once
 
     def take(self) -> Batch:
         """The batch to commit; a new one begins."""
@@ -138,8 +135,21 @@ class Journaling:
     def _performed(self, p: Performed) -> None:
         call = p.call
         adapter, size = call.adapter, self.sizes.get(call.adapter)
-        row = ActionRow(self._stamp_of(p.at), self.source, adapter, call.engine, p.answer, p.ok, p.ms, size, p.error)
-        self.batch.actions.append(replace(row, reason=call.reason, unused_prefetch=call.unused))
+        self.batch.actions.append(
+            ActionRow(
+                self._stamp_of(p.at),
+                self.source,
+                adapter,
+                call.engine,
+                p.answer,
+                p.ok,
+                p.ms,
+                size,
+                p.error,
+                call.reason,
+                call.unused,
+            )
+        )
         if call.action in ENGINE_CALLS:  # sent to the engine (live) or simulated as sent (shadow)
             result = "ok" if p.ok else ("refused" if p.answer == REFUSED else "failed")
             self.metrics.actions.labels(call.engine, call.action, result).inc()
@@ -154,10 +164,7 @@ class Journaling:
         return (minute_key(event.time), event.tenant or "", event.adapter, served.engine)
 
     def _count_request(self, engine: str, outcome: str) -> None:
-        counter = self._requests.get((engine, outcome))
-        if counter is None:
-            counter = self._requests[(engine, outcome)] = self.metrics.requests.labels(engine, outcome)
-        counter.inc()
+        self.metrics.requests.labels(engine, outcome).inc()
 
     def _stamp_of(self, at: float) -> str:
         if not self.shadow:

@@ -33,16 +33,23 @@ CIRCUIT_STATES = ("closed", "half-open", "open")  # the breaker's states, one se
 
 
 class Moded:
-    """A metric whose last label is `mode`, bound to this daemon's: call sites give the other labels only."""
+    """A metric whose last label is `mode`, bound to this daemon's: call sites give the other labels only. Each
+    labelled child is looked up once (prometheus_client's `labels` validates and locks on every call, and the
+    daemon counts several times per log line)."""
 
     def __init__(self, metric: Any, mode: str) -> None:
         self.metric = metric
         self.mode = mode
+        self.children: dict[tuple[str, ...], Any] = {}
 
     def labels(self, *values: str) -> Any:
-        return self.metric.labels(*values, self.mode)
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = self.metric.labels(*values, self.mode)
+        return child
 
     def remove(self, *values: str) -> None:
+        self.children.pop(values, None)
         with suppress(KeyError):  # never set
             self.metric.remove(*values, self.mode)
 

@@ -8,6 +8,7 @@ again). Rollups are added to (`ON CONFLICT … DO UPDATE`), so a minute split ov
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -54,6 +55,7 @@ class Outcomes:
 
 
 assert tuple(f.name for f in fields(Outcomes)) == ROLLUP_FIELDS
+_values = operator.attrgetter(*ROLLUP_FIELDS)  # an Outcomes' counts as a tuple, in ROLLUP_FIELDS order
 
 RollupKey = tuple[str, str, str, str]  # minute, tenant, adapter, engine
 _SET_SUMS = ", ".join(f"{f} = {f} + excluded.{f}" for f in ROLLUP_FIELDS)
@@ -128,20 +130,19 @@ def _write_rollups(db: sqlite3.Connection, rollups: Mapping[RollupKey, Outcomes]
     db.executemany(
         f"INSERT INTO rollups (minute, tenant, adapter, engine, {', '.join(ROLLUP_FIELDS)}) "
         f"VALUES (?, ?, ?, ?, {_PLACES}) ON CONFLICT (minute, tenant, adapter, engine) DO UPDATE SET {_SET_SUMS}",
-        [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in rollups.items()],
+        [(*key, *_values(o)) for key, o in rollups.items()],
     )
-    hourly: dict[tuple[str, str, str], Outcomes] = {}
+    hourly: dict[tuple[str, str, str], tuple[int | float, ...]] = {}  # (dim, hour, key) -> summed counts
     for (minute, tenant, adapter, engine), o in rollups.items():
         hour = hour_key(minute)
-        for dim, key in (("all", ""), ("tenant", tenant), ("adapter", adapter), ("engine", engine)):
-            found = hourly.get((dim, hour, key))
-            if found is None:
-                found = hourly[(dim, hour, key)] = Outcomes()
-            found.add(o)
+        counts = _values(o)
+        for key in (("all", hour, ""), ("tenant", hour, tenant), ("adapter", hour, adapter), ("engine", hour, engine)):
+            found = hourly.get(key)
+            hourly[key] = counts if found is None else tuple(map(operator.add, found, counts))
     db.executemany(
         f"INSERT INTO rollups_hourly (dim, hour, key, {', '.join(ROLLUP_FIELDS)}) "
         f"VALUES (?, ?, ?, {_PLACES}) ON CONFLICT (dim, hour, key) DO UPDATE SET {_SET_SUMS}",
-        [(*key, *(getattr(o, f) for f in ROLLUP_FIELDS)) for key, o in hourly.items()],
+        [(*key, *counts) for key, counts in hourly.items()],
     )
 
 
