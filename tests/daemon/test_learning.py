@@ -1,4 +1,5 @@
-"""How fast the live daemon learns a workflow it was never told of, and that a `kill -9` does not unlearn it.
+"""How fast the live daemon learns a workflow it was never told of, and that a `kill -9` or a rotated log does not
+unlearn it.
 
 A real daemon process follows the log against an emulated vLLM (2 GPU slots, 6 host slots). A tenant runs an
 undeclared 4-step chain; between its rounds, six other adapters pass, so the engine alone has forgotten the
@@ -85,6 +86,32 @@ def test_after_kill_9_the_next_round_is_as_warm_as_the_one_before(tmp_path, emul
     again = daemon_process(inv, db)
     wait_for(lambda: again.log().count("following") == 2, what="the restart", log=again.log)
     assert "goes on from what it had learned" in again.log()
+    after = round_of(engine, log)
+    assert all(after), (rounds, after, again.log()[-2000:])
+    assert again.stop()[0] == 0
+
+
+def test_a_rotated_log_keeps_the_chain_warm_live_and_across_kill_9(tmp_path, emulators, daemon_process) -> None:
+    """Rotation by rename, as logrotate does it: once while the daemon follows, once while it is down after a
+    `kill -9`; each next round is as warm as the one before."""
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=6)
+    inv = fleet(tmp_path, engine)
+    db = tmp_path / "state.db"
+    log = tmp_path / "access.jsonl"
+    daemon = started(daemon_process(inv, db))
+    rounds = [round_of(engine, log) for _ in range(3)]
+    assert all(rounds[-1]), rounds
+    log.rename(tmp_path / "access.jsonl.1")  # the next lines go to a new file of the same name
+    rounds.append(round_of(engine, log))
+    assert all(rounds[-1]), rounds
+    time.sleep(0.5)  # the last line read and committed
+    daemon.proc.kill()
+    daemon.proc.wait()
+    (tmp_path / "access.jsonl.1").rename(tmp_path / "access.jsonl.2")
+    log.rename(tmp_path / "access.jsonl.1")
+    again = daemon_process(inv, db)
+    wait_for(lambda: again.log().count("following 0 log") == 1, what="the restart", log=again.log)
+    assert again.log().count("goes on from what it had learned") == 1  # the memory, not a fresh start
     after = round_of(engine, log)
     assert all(after), (rounds, after, again.log()[-2000:])
     assert again.stop()[0] == 0
