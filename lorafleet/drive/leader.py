@@ -201,6 +201,21 @@ class LeaderPolicy(Policy):
                 memory = max(self.min_memory, self.memory * n)
                 self.standings[model] = Standings(len(self.shadows), memory, self.z, self.margin)
 
+    def resumed(self) -> None:
+        """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
+        book, keeping its policy's learning and the standings. Kept as they were, the copies would hold what
+        the live engines no longer do: a leader that already holds the next step decides no prefetch of it, so
+        the live engine, which lost it, would never get it (the next round after a `kill -9` went cold)."""
+        inventory = self.core.inventory
+        for shadow in self.shadows:
+            old = shadow.session.core
+            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, visibility_lag=old.visibility_lag)
+            expert.demand = old.demand
+            session = Session(expert, simulate=True, answers=False)
+            session.decided = []
+            shadow.session = session
+            shadow.counts = session.counts
+
     # --- which expert -------------------------------------------------------------------------------------
     def leader_of(self, base_model: str) -> str:
         """The name of the expert followed on a base model's pool."""

@@ -75,6 +75,10 @@ class Policy:
     def tick(self, now: float) -> list[Decision]:
         return []
 
+    def resumed(self) -> None:
+        """Bound to a restarted daemon's core (store/memory.py): what it learned stays; the engines' contents are
+        what the new book finds, not what the policy last saw."""
+
 
 TOUCH_BUDGET = 0.1  # touches allowed per adapter request an engine serves, by default
 

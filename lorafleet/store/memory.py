@@ -86,6 +86,7 @@ def thaw(
         raise MemoryRefusedError(f"it is another policy's, not {policy_name}'s")
     core = PolicyCore(inventory, policy, touch_budget=touch_budget)  # binds it: what it learned stays
     core.demand = demand  # policies read the demand model through their core
+    policy.resumed()
     return core
 
 
