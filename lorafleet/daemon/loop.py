@@ -129,6 +129,7 @@ class Daemon:
             inventory, make_policy(options.policy, plan=placements), touch_budget=options.touch_budget
         )
         self._next_memory = time.monotonic() + options.memory_every_s
+        self._unremembered = False  # lines were committed since the memory last went with a commit
         self.session = Session(core, options.shadow, self.summary, placements)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
         # policy is that baseline itself: its own counts are the figure).
@@ -595,8 +596,9 @@ class Daemon:
         """The batch, in one transaction with its checkpoints; every `memory_every_s` or so (`memory_share`), and at
         the end, what the policy has learned goes with it, so a restart resumes both from the same line."""
         remember = final or time.monotonic() >= self._next_memory
-        if self.journal.batch.empty() and not (final and self.session.started):
-            return
+        started = self.session.started
+        if self.journal.batch.empty() and not (final and started) and not (remember and started and self._unremembered):
+            return  # nothing new; but what was learned after the last memory is written once it is due
         for engine, resident, used_bytes in self.session.holdings():
             self.metrics.resident.labels(engine).set(resident)
             self.metrics.resident_bytes.labels(engine).set(used_bytes)
@@ -611,6 +613,7 @@ class Daemon:
             options = self.options
             self._next_memory = time.monotonic() + max(options.memory_every_s, took / options.memory_share)
         batch = self.journal.take()
+        self._unremembered = memory is None and (self._unremembered or not batch.empty())
         dropped = commit_or_drop(
             self.store,
             batch.rollups,

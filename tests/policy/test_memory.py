@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import pickle
 import sqlite3
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -13,8 +15,10 @@ import pytest
 
 from lorafleet.daemon.loop import Daemon, DaemonOptions
 from lorafleet.drive.policies import ONLINE_POLICIES, make_policy
+from lorafleet.drive.session import Session
 from lorafleet.inventory import load_inventory
 from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.synth import synthesize
 from lorafleet.store.db import open_store
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
@@ -50,6 +54,40 @@ def test_a_thawed_policy_goes_on_from_what_it_learned(tmp_path: Path, policy: st
     fresh = run_session(PolicyCore(inv, make_policy(policy)), later)
     # Remembered, the next step is prefetched from the first round on; fresh, it is learned in the second at best.
     assert remembered.hits >= 10 and fresh.hits <= 6
+
+
+def chain_rounds(rounds: int, start: float) -> list[RequestEvent]:
+    """A tenant's 4-step chain a0-a3, then six other adapters (the engine alone forgets the chain), per round."""
+    out, now = [], start
+    for _ in range(rounds):
+        for tenant, adapters, gap in (("wf", CHAIN, 0.155), ("other", NOISE, 0.053)):
+            for adapter in adapters:
+                out.append(RequestEvent(now, ADAPTER, adapter, tenant, base_model="m"))
+                now += gap
+    return out
+
+
+CHAIN, NOISE = ["a0", "a1", "a2", "a3"], ["a4", "a5", "a6", "a7", "a8", "a9"]
+
+
+@pytest.mark.parametrize("cut", [32, 33, 34, 35])  # frozen after round 4's step 2, 3, 4 or the first other call
+def test_after_a_restart_mid_chain_the_next_round_is_warm(tmp_path: Path, cut: int) -> None:
+    """The experts' copies of the fleet restart as empty as the live engines: a leader whose copy still held the
+    next step would decide no prefetch of it, and the live engine, which lost it, would never get it."""
+    inv = make_inventory(tmp_path, adapters=10, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 6}])
+    before = chain_rounds(4, 1000.0)
+    learned = PolicyCore(inv, make_policy("lorafleet"))
+    run_session(learned, before[:cut], finish=False)
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), "lorafleet", learned.touch_budget)
+    session = Session(thawed, simulate=True, answers=False)
+    after = chain_rounds(1, before[cut - 1].time + 2.0)
+    session.start(after[0].time)
+    warm = []
+    for event in after[:4]:
+        hits = session.counts.hits
+        session.request(event)
+        warm.append(session.counts.hits > hits)
+    assert warm[1:] == [True, True, True]
 
 
 def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
@@ -123,3 +161,42 @@ def test_the_daemon_relearns_when_the_inventory_changed(tmp_path: Path, caplog: 
     with caplog.at_level(logging.INFO, logger="lorafleet.daemon"):
         shadow(synth.inventory_path, db)
     assert "learned on another inventory" in caplog.text and "it learns again" in caplog.text
+
+
+def test_what_was_learned_after_the_last_memory_is_written_once_due_even_when_no_line_follows(tmp_path: Path) -> None:
+    """Lines committed while the memory was not due, then silence: the memory still goes with a commit once due
+    (else a `kill -9` in a quiet spell would lose what those lines taught, their checkpoint being past them)."""
+    synth = synthesize("workflows", 200, 2, tmp_path / "t")
+    options = DaemonOptions(
+        shadow=True, from_start=True, commit_every_s=0.05, memory_every_s=1.0, retention_days=3650.0
+    )
+    made: list[Daemon] = []
+
+    def run() -> None:  # the store belongs to the thread that opened it: the daemon's
+        store = open_store(tmp_path / "state.db")
+        made.append(Daemon(load_inventory(synth.inventory_path), store, options))
+        try:
+            made[0].run()
+        finally:
+            store.close()
+
+    def remembered() -> bool:
+        with sqlite3.connect(tmp_path / "state.db") as c:
+            return c.execute("SELECT COUNT(*) FROM policy_memory").fetchone()[0] == 1
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while not made or made[0].summary.commits == 0:  # the lines read and committed, before the memory is due
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not remembered()
+        while not remembered():
+            assert time.monotonic() < deadline, "the memory was never written while the daemon ran"
+            time.sleep(0.05)
+    finally:
+        if made:
+            made[0].stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
