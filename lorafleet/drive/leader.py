@@ -201,6 +201,18 @@ class LeaderPolicy(Policy):
                 memory = max(self.min_memory, self.memory * n)
                 self.standings[model] = Standings(len(self.shadows), memory, self.z, self.margin)
 
+    def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
+        """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads
+        them again), for the reason `resumed` gives: a copy holding what the engine lost prefetches none of it."""
+        self.own.on_forgotten(now, engine, adapters)
+        for shadow in self.shadows:
+            state = shadow.session.core.book.engines.get(engine)
+            if state is None:
+                continue
+            for adapter in adapters:
+                if adapter in state.resident and adapter not in state.pins:
+                    state.evict(adapter)
+
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
         book, keeping its policy's learning and the standings. Kept as they were, the copies would hold what

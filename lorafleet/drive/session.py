@@ -397,6 +397,8 @@ class Session:
             state.evict(adapter)
             why = "files gone: unregistered" if adapter in vanished else "no longer registered"
             self._performed(now, Call(FORGET, engine, adapter, RECONCILE), FORGOTTEN, True, None, why)
+        if gone:
+            core.policy.on_forgotten(now, engine, gone)
         for adapter in vanished:
             self.counts.unloads += 1
             self._performed(now, Call(UNLOAD, engine, adapter, RECONCILE), UNLOADED, True, None, "files gone")

@@ -10,7 +10,7 @@ the decisions out, on simulated engines or through the daemon's actors, and repo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from lorafleet.inventory.model import Inventory
@@ -74,6 +74,10 @@ class Policy:
 
     def tick(self, now: float) -> list[Decision]:
         return []
+
+    def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
+        """A reconcile found an engine without these adapters (restarted, or unloaded by someone else): the book
+        has forgotten them. Policies that keep copies of the engines forget them there too."""
 
     def resumed(self) -> None:
         """Bound to a restarted daemon's core (store/memory.py): what it learned stays; the engines' contents are

@@ -90,6 +90,25 @@ def test_after_a_restart_mid_chain_the_next_round_is_warm(tmp_path: Path, cut: i
     assert warm[1:] == [True, True, True]
 
 
+def test_after_an_engine_restart_mid_chain_the_next_round_is_warm(tmp_path: Path) -> None:
+    """What a reconcile finds an engine lost leaves the experts' copies of it too (`LeaderPolicy.on_forgotten`)."""
+    inv = make_inventory(tmp_path, adapters=10, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 6}])
+    before = chain_rounds(4, 1000.0)
+    core = PolicyCore(inv, make_policy("lorafleet"))
+    session = Session(core, simulate=True, answers=False)
+    session.start(before[0].time)
+    for event in before[:32]:  # round 4's second step served: its third is loading on the leader's copy
+        session.request(event)
+    now = before[31].time + 1.0
+    assert session.reconciled(now, "h/e0", [], [], []).restarted  # the engine came back empty
+    warm = []
+    for event in chain_rounds(1, now + 1.0)[:4]:
+        hits = session.counts.hits
+        session.request(event)
+        warm.append(session.counts.hits > hits)
+    assert warm[1:] == [True, True, True]
+
+
 def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     core = PolicyCore(inv, make_policy("lorafleet"))
