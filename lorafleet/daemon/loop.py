@@ -71,7 +71,8 @@ class DaemonOptions:
     ready_stale_s: float = 30.0  # /ready fails when the loop has not gone round for this long
     # What the policy learned (store/memory.py) goes with a commit at most this often — and no more often than
     # keeps freezing it within `memory_share` of the loop's time (a big fleet's memory takes longer to freeze).
-    memory_every_s: float = 1.0
+    # By default with every commit that share allows: a commit without it holds lines a `kill -9` leaves unlearned.
+    memory_every_s: float = 0.0
     memory_share: float = 0.05
     hints_addr: str | None = None  # where the gateway's start hints are taken (daemon/hints.py); None: off
 
