@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import CLOSED
-from lorafleet.daemon.hints import OUTCOMES, HintIngress, HintJoin, hint_headers
+from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, HintJoin, hint_headers
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.policies import make_policy
@@ -180,9 +181,11 @@ class Daemon:
         if options.metrics_addr:
             bound = self.metrics.serve(options.metrics_addr)
             log.info("metrics on http://%s/metrics", bound)
+        switch = sys.getswitchinterval()
         if options.hints_addr:
             self.hints = HintIngress(hint_headers(self.inventory))
             log.info("taking the gateway's start hints on http://%s", self.hints.serve(options.hints_addr))
+            sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))  # the endpoint answers while the loop works
         try:
             self.metrics.beat()
             if self.reload_requested.is_set():
@@ -194,6 +197,7 @@ class Daemon:
             self._loop(self._first_read())
         finally:
             self._finish()
+            sys.setswitchinterval(switch)
         return self.summary
 
     def _reconcile_first(self) -> None:
