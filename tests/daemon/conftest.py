@@ -9,15 +9,51 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.engines.conftest import adapter_dirs, emulators  # noqa: F401 - fixtures used by these tests
 from tests.peft_files import write_peft_adapter
+
+
+@contextmanager
+def daemon_in_thread(inventory: Any, state: Path, options: Any, reload: Any = None) -> Iterator[Any]:
+    """A `Daemon` running in a thread of this process (its store opened there: SQLite connections belong to the
+    thread that opened them), for tests that look at its state while it runs; stopped and joined on leaving."""
+    from lorafleet.daemon.loop import Daemon
+    from lorafleet.store.db import open_store
+
+    made: list[Daemon] = []
+
+    def run() -> None:
+        store = open_store(state)
+        made.append(Daemon(inventory, store, options, reload))
+        try:
+            made[0].run()
+        finally:
+            store.close()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while not made:
+            assert runner.is_alive() and time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.01)
+        yield made[0]
+    finally:
+        if made:
+            made[0].stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
+
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
 

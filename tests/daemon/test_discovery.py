@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.daemon.loop import Daemon, DaemonOptions
+from lorafleet.daemon.loop import DaemonOptions
 from lorafleet.inventory import load_inventory
-from lorafleet.store.db import open_store
-from tests.daemon.conftest import BASE, log_line, wait_for, write_adapters
+from tests.daemon.conftest import BASE, daemon_in_thread, log_line, wait_for, write_adapters
 from tests.kube_server import FakeKube, endpoint_slice
 
 
@@ -137,32 +136,16 @@ def test_ready_fails_while_the_loop_is_stuck_and_comes_back(tmp_path: Path) -> N
         return inv
 
     options = DaemonOptions(shadow=True, metrics_addr="127.0.0.1:0", ready_stale_s=0.3)
-    made: list[Daemon] = []
-
-    def run() -> None:  # the store belongs to the thread that opened it: the daemon's
-        store = open_store(tmp_path / "state.db")
-        made.append(Daemon(inv, store, options, reload))
+    with daemon_in_thread(inv, tmp_path / "state.db", options, reload) as daemon:
         try:
-            made[0].run()
+            wait_for(lambda: daemon.metrics.server is not None and daemon.metrics.beat_at is not None)
+            port = daemon.metrics.server.server_address[1]
+            wait_for(lambda: get(port, "/ready") == 200, what="ready")
+            daemon.reload_requested.set()  # the loop runs the reload, which hangs: the loop is stuck
+            wait_for(lambda: stuck.is_set())
+            wait_for(lambda: get(port, "/ready") == 503, what="not ready while stuck")
+            assert get(port, "/healthz") == 200 and get(port, "/metrics") == 200
+            release.set()
+            wait_for(lambda: get(port, "/ready") == 200, what="ready again")
         finally:
-            store.close()
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    wait_for(lambda: bool(made))
-    daemon = made[0]
-    try:
-        wait_for(lambda: daemon.metrics.server is not None and daemon.metrics.beat_at is not None)
-        port = daemon.metrics.server.server_address[1]
-        wait_for(lambda: get(port, "/ready") == 200, what="ready")
-        daemon.reload_requested.set()  # the loop runs the reload, which hangs: the loop is stuck
-        wait_for(lambda: stuck.is_set())
-        wait_for(lambda: get(port, "/ready") == 503, what="not ready while stuck")
-        assert get(port, "/healthz") == 200 and get(port, "/metrics") == 200
-        release.set()
-        wait_for(lambda: get(port, "/ready") == 200, what="ready again")
-    finally:
-        release.set()
-        daemon.stop.set()
-        runner.join(10)
-    assert not runner.is_alive()
+            release.set()  # never leave the loop stuck in the reload

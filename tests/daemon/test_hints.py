@@ -10,7 +10,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from tests.daemon.conftest import DaemonProcess, vllm, wait_for, write_adapters, write_fleet
+from tests.daemon.conftest import DaemonProcess, daemon_in_thread, vllm, wait_for, write_adapters, write_fleet
 
 
 def hints_port(daemon: DaemonProcess) -> int:
@@ -135,35 +135,15 @@ def test_while_it_takes_hints_the_daemon_hands_the_interpreter_over_often(tmp_pa
     """The endpoint answers from a thread: the loop's work must not keep it waiting Python's default 5 ms switch
     interval (benchmarks/hint_endpoint.py measures what it costs); the interval is restored at the end."""
     import sys
-    import threading
 
     from lorafleet.daemon.hints import SWITCH_INTERVAL_S
-    from lorafleet.daemon.loop import Daemon, DaemonOptions
+    from lorafleet.daemon.loop import DaemonOptions
     from lorafleet.inventory import load_inventory
-    from lorafleet.store.db import open_store
 
     inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9", gpu=2, host=4)], write_adapters(tmp_path / "a", 2))
-    options = DaemonOptions(shadow=True, hints_addr="127.0.0.1:0")
     before = sys.getswitchinterval()
-    made: list[Daemon] = []
-    seen: list[float] = []
-
-    def run() -> None:  # the store belongs to the thread that opened it: the daemon's
-        store = open_store(tmp_path / "state.db")
-        made.append(Daemon(load_inventory(inv), store, options))
-        try:
-            made[0].run()
-        finally:
-            store.close()
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
-        wait_for(lambda: bool(made) and made[0].hints is not None and made[0].metrics.beat_at is not None)
-        seen.append(sys.getswitchinterval())
-    finally:
-        if made:
-            made[0].stop.set()
-        runner.join(10)
-    assert seen == [SWITCH_INTERVAL_S] and before > SWITCH_INTERVAL_S
+    options = DaemonOptions(shadow=True, hints_addr="127.0.0.1:0")
+    with daemon_in_thread(load_inventory(inv), tmp_path / "state.db", options) as daemon:
+        wait_for(lambda: daemon.hints is not None and daemon.metrics.beat_at is not None)
+        assert sys.getswitchinterval() == SWITCH_INTERVAL_S < before
     assert sys.getswitchinterval() == before

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import pickle
 import sqlite3
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -22,6 +21,7 @@ from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.synth import synthesize
 from lorafleet.store.db import open_store
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
+from tests.daemon.conftest import daemon_in_thread
 from tests.policy.builders import make_inventory, run_session, stream
 
 FOUR = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
@@ -189,33 +189,17 @@ def test_what_was_learned_after_the_last_memory_is_written_once_due_even_when_no
     options = DaemonOptions(
         shadow=True, from_start=True, commit_every_s=0.05, memory_every_s=1.0, retention_days=3650.0
     )
-    made: list[Daemon] = []
-
-    def run() -> None:  # the store belongs to the thread that opened it: the daemon's
-        store = open_store(tmp_path / "state.db")
-        made.append(Daemon(load_inventory(synth.inventory_path), store, options))
-        try:
-            made[0].run()
-        finally:
-            store.close()
 
     def remembered() -> bool:
         with sqlite3.connect(tmp_path / "state.db") as c:
             return c.execute("SELECT COUNT(*) FROM policy_memory").fetchone()[0] == 1
 
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
+    with daemon_in_thread(load_inventory(synth.inventory_path), tmp_path / "state.db", options) as daemon:
         deadline = time.monotonic() + 10.0
-        while not made or made[0].summary.commits == 0:  # the lines read and committed, before the memory is due
+        while daemon.summary.commits == 0:  # the lines read and committed, before the memory is due
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert not remembered()
         while not remembered():
             assert time.monotonic() < deadline, "the memory was never written while the daemon ran"
             time.sleep(0.05)
-    finally:
-        if made:
-            made[0].stop.set()
-        runner.join(10)
-    assert not runner.is_alive()
