@@ -103,6 +103,9 @@ class DemandModel:
         self.leaders: dict[tuple[str | None, str], list[str]] = {}  # per key its LEADERS top counts, descending
         self.last: dict[str | None, str] = {}
         self.last_time: dict[str | None, float] = {}
+        # tenant -> how many requests in a row, before the latest, asked for its current adapter: a step of a
+        # workflow or agent loop often makes several calls, and a repeat is not a move to a next step
+        self.repeats: dict[str | None, int] = {}
         self.gaps: dict[tuple[str | None, str], GapHistory] = {}  # seconds from (tenant, adapter) to its next
         self.adapter_gaps: dict[str, GapHistory] = {}  # seconds between requests for the same adapter
         self.adapter_last: dict[str, float] = {}
@@ -179,7 +182,12 @@ class DemandModel:
         self.tenant_adapter[key] = self.tenant_adapter.get(key, 0.0) + w
         if tenant is not None:
             prev = self.last.get(tenant)
-            if prev is not None:
+            if prev == adapter:
+                # Another call of the same step: no transition (A -> A would dilute every real successor of A and
+                # predict nothing), and the gap to the next step runs from the step's latest call.
+                self.repeats[tenant] = self.repeats.get(tenant, 0) + 1
+            elif prev is not None:
+                self.repeats[tenant] = 0
                 self._add_transition((tenant, prev), adapter, w)
                 key = (tenant, prev)
                 gaps = self.gaps.get(key)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from lorafleet.policy.baselines import capacity
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
-from lorafleet.policy.demand import AgedCounts
+from lorafleet.policy.demand import LEADERS, AgedCounts
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.experts import EvictionExperts
 from lorafleet.policy.placement import Placement, can_pin, rank_engines
@@ -47,9 +47,12 @@ class LorafleetPolicy(Policy):
       that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
       Each engine follows popularity from its short memory alone instead, or from a quick memory, or plain
       recency, while regret pairs say that has been clearly better lately (experts.py).
-    - Trust: each tenant's predictions are weighed by how often they came true (moving average), and are used
-      only while they come true clearly more often than the tenant's usual mix would (its edge), so tenants
+    - Trust: each tenant's predictions are weighed by how often they came true (moving average), and each guess
+      (by rank) is used only while guesses of that rank come true clearly more often than the tenant's usual
+      mix gives that same adapter (its edge), and only when its odds are `min_lift` times the mix's, so tenants
       without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
+    - Repeats: another call of the adapter a tenant just asked for (a step with several calls) is not a move:
+      no transition is counted, and the guesses stay open until a different adapter comes.
     """
 
     name = "lorafleet"
@@ -75,10 +78,11 @@ class LorafleetPolicy(Policy):
     def __init__(self, plan: Sequence[Placement] = ()) -> None:
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
-        self.edge: dict[str | None, float] = {}  # tenant -> how much more often than its usual mix
+        # tenant -> per guess rank, how much more often that guess came true than its usual mix would give it
+        self.edge: dict[str | None, list[float]] = {}
         # adapter -> tenant -> (probability, made at, after adapter, expires)
         self.hot: dict[str, dict[str | None, tuple[float, float, str, float]]] = {}
-        self.predicted: dict[str | None, tuple[list[str], float]] = {}  # tenant -> (guesses, baseline)
+        self.predicted: dict[str | None, tuple[list[str], list[float]]] = {}  # tenant -> (guesses, baselines)
         # ("tenant", name) or ("adapter", id) -> requests seen, to drop scheduled prefetches that went stale
         self.generation: dict[tuple[str, str | None], int] = {}
         self.scheduled: list[ScheduledPrefetch] = []  # a heap, soonest first
@@ -200,42 +204,63 @@ class LorafleetPolicy(Policy):
 
     # prediction ------------------------------------------------------------------------------------------
     def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
-        """Score the tenant's standing predictions against this request, then make new ones."""
+        """Score the tenant's standing predictions against this request, then make new ones.
+
+        A repeat (another call of the adapter the tenant just asked for: a step with several calls) is neither a
+        success nor a failure of the guesses made after that adapter: they stay open until a different adapter
+        comes, and are only made again (timed from this latest call)."""
         hot = self.hot
         demand = self.core.demand
-        previous = self.predicted.pop(tenant, None)
+        repeat = tenant is not None and demand.repeats.get(tenant, 0) > 0
+        previous = None if repeat else self.predicted.pop(tenant, None)
         trust = self.trust.get(tenant)
-        edge = self.edge.get(tenant)
-        if trust is None or edge is None:
+        edges = self.edge.get(tenant)
+        if trust is None or edges is None:
             declared = self.core.inventory.tenants.get(tenant or "")
             known = declared is not None and bool(declared.workflows)
             trust = self.initial_trust_declared if known else self.initial_trust
-            edge = 2 * self.min_edge if known else self.min_edge
+            edges = [2 * self.min_edge if known else self.min_edge] * LEADERS
         if previous is not None:
-            guessed, baseline = previous
+            guessed, baselines = previous
             came_true = 1.0 if adapter in guessed else 0.0
             trust += self.trust_rate * (came_true - trust)
-            edge += self.trust_rate * (came_true - baseline - edge)
-            for predicted in guessed:
+            # Each guess against what the tenant's plain mix gives that same adapter, rank by rank: summed over
+            # the guesses, a tenant with few adapters has a baseline of nearly all its traffic, and a real
+            # pattern would never show an edge.
+            for rank, (predicted, baseline) in enumerate(zip(guessed, baselines, strict=True)):
+                hit = 1.0 if adapter == predicted else 0.0
+                edges[rank] += self.trust_rate * (hit - baseline - edges[rank])
                 entry = hot.get(predicted)
                 if entry is not None:
                     entry.pop(tenant, None)
                     if not entry:
                         del hot[predicted]
-        self.trust[tenant], self.edge[tenant] = trust, edge
-        guesses = [(c, p) for c, p in demand.next_after(tenant, adapter, limit=3) if c != adapter]
+        self.trust[tenant], self.edge[tenant] = trust, edges
+        guesses = [(c, p) for c, p in demand.next_after(tenant, adapter, limit=LEADERS) if c != adapter]
         if not guesses:
             return []
-        # Every guess is scored next time, acted on or not, so a tenant can earn trust back. The baseline is
-        # how often those adapters would come next anyway, given the tenant's usual mix.
-        mixes = [demand.tenant_mix(tenant, c) for c, _ in guesses]
-        self.predicted[tenant] = ([c for c, _ in guesses], min(1.0, sum(mixes)))
-        if edge < self.min_edge:
-            return []  # this tenant's sequences have not been beating its plain popularity
+        # Every guess is scored next time, acted on or not, so a tenant can earn trust back. Its baseline is how
+        # often that adapter would be the next one anyway, from the tenant's usual mix: its share of the traffic
+        # that is not this adapter (repeats are not moves, so the next adapter is a different one).
+        rest = 1.0 - demand.tenant_mix(tenant, adapter)
+        mixes = [
+            min(1.0, m / max(rest, m)) if m > 0 else 0.0 for m in (demand.tenant_mix(tenant, c) for c, _ in guesses)
+        ]
+        self.predicted[tenant] = ([c for c, _ in guesses], mixes)
+        # Evidence per guess, not per row: the guess itself must have followed this adapter about min_evidence
+        # times (p of the moves seen). A certain successor is acted on after as many moves as before; a guess
+        # that came a third of the time needs three times the evidence, so a few moves of a tenant without a
+        # pattern (requests drawn from its mix) do not show a lift by chance.
+        seen = demand.min_evidence / demand.transition_seen[(tenant, adapter)]
+        # Lift in odds (p/(1-p) at least min_lift times the mix's): for a rare adapter it is p >= min_lift * mix,
+        # and a tenant's main adapter (a planner at 40% of its traffic) can still pass when it surely comes next.
         return [
             (c, p * trust)
-            for (c, p), mix in zip(guesses, mixes, strict=True)
-            if p * trust >= self.min_probability and p >= self.min_lift * mix
+            for rank, ((c, p), mix) in enumerate(zip(guesses, mixes, strict=True))
+            if edges[rank] >= self.min_edge  # this guess has been beating the tenant's plain popularity
+            and p * trust >= self.min_probability
+            and p * (1.0 - mix) > self.min_lift * mix * (1.0 - p)  # strictly: certain from the mix alone is no lift
+            and p >= seen
         ]
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:

@@ -101,9 +101,8 @@ def test_tenant_mix_and_share() -> None:
 
 def test_gap_quantiles_need_three_gaps() -> None:
     demand = DemandModel()
-    times = [0.0, 1.0]
-    for t in times:
-        demand.observe("t", "a", t)
+    for t in (0.0, 1.0):
+        demand.observe("t", "a", t)  # a repeat: the gap to the next step runs from the latest call
     demand.observe("t", "b", 2.0)  # gap after a: 1 s
     assert demand.gap_quantile("t", "a") is None
     for start in (10.0, 20.0):
@@ -111,7 +110,7 @@ def test_gap_quantiles_need_three_gaps() -> None:
         demand.observe("t", "b", start + 3.0)
     assert demand.gap_quantile("t", "a", 0.0) == 1.0
     assert demand.gap_quantile("t", "a", 0.99) == 3.0
-    assert demand.next_within("t", "a", 0.0, 2.0) == pytest.approx(0.5)  # gaps after a: 1, 1, 3, 3
+    assert demand.next_within("t", "a", 0.0, 2.0) == pytest.approx(1 / 3)  # gaps after a: 1, 3, 3
 
 
 def test_gap_history_keeps_the_last_few_sorted() -> None:

@@ -148,14 +148,14 @@ def test_trust_and_edge_move_toward_what_came_true(tmp_path: Path) -> None:
     core = PolicyCore(inv, policy)
     ask(core, stream([0], tenants=["t"]))
     assert policy.predicted["t"][0] == ["a1"]
-    assert (policy.trust["t"], policy.edge["t"]) == (0.6, pytest.approx(0.2))  # a declared workflow's start
+    assert (policy.trust["t"], policy.edge["t"]) == (0.6, pytest.approx([0.2] * 3))  # a declared workflow's start
     ask(core, stream([1], tenants=["t"]))  # it came true; a1 was none of the tenant's mix before
     assert policy.trust["t"] == pytest.approx(0.6 + 0.1 * (1 - 0.6))
-    assert policy.edge["t"] == pytest.approx(0.2 + 0.1 * (1 - 0.0 - 0.2))
+    assert policy.edge["t"] == pytest.approx([0.2 + 0.1 * (1 - 0.0 - 0.2), 0.2, 0.2])  # only the rank guessed
     undeclared = LorafleetPolicy()
     other = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ENGINE, name="u.yaml"), undeclared)
     ask(other, stream([0], tenants=["u"]))
-    assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx(0.1))
+    assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx([0.1] * 3))
 
 
 def test_a_prediction_is_weighed_by_the_tenants_trust(tmp_path: Path) -> None:
@@ -171,23 +171,23 @@ def test_edge_is_measured_against_the_tenants_usual_mix(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    ask(core, stream([1, 1, 0], tenants=["t"]))  # a1 is already much of t's mix when a0 predicts it
-    guessed, baseline = policy.predicted["t"]
-    edge = policy.edge["t"]
+    ask(core, stream([1, 1, 2, 0], tenants=["t"]))  # a1 is already much of t's mix when a0 predicts it
+    guessed, (baseline,) = policy.predicted["t"]
+    edge = policy.edge["t"][0]
     assert guessed == ["a1"] and 0.3 < baseline < 1.0
     ask(core, [replace(stream([1], tenants=["t"])[0], time=2000.0)])
-    assert policy.edge["t"] == pytest.approx(edge + policy.trust_rate * (1.0 - baseline - edge))
+    assert policy.edge["t"][0] == pytest.approx(edge + policy.trust_rate * (1.0 - baseline - edge))
 
 
 def test_a_tenant_without_an_edge_is_scored_but_not_acted_on(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    policy.trust["t"], policy.edge["t"] = 0.9, 0.05  # below min_edge
+    policy.trust["t"], policy.edge["t"] = 0.9, [0.05] * 3  # below min_edge
     decisions = ask(core, stream([0], tenants=["t"]))
     assert not [d for d in decisions if d.reason == PREFETCH]
     assert policy.predicted["t"][0] == ["a1"]  # still scored next time, so it can earn trust back
-    policy.edge["t"] = 0.5
+    policy.edge["t"] = [0.5] * 3
     decisions = ask(core, stream([0], tenants=["t"]))
     assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
 
@@ -196,7 +196,7 @@ def test_a_tenant_exactly_at_the_minimum_edge_is_acted_on(tmp_path: Path) -> Non
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    policy.trust["t"], policy.edge["t"] = 0.9, policy.min_edge  # where an undeclared tenant starts
+    policy.trust["t"], policy.edge["t"] = 0.9, [policy.min_edge] * 3  # where an undeclared tenant starts
     decisions = ask(core, stream([0], tenants=["t"]))
     assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
 
@@ -214,7 +214,8 @@ def irregular(sequence: list[int], seed: int = 4) -> list:  # type: ignore[type-
 
 
 def test_no_prefetch_when_the_next_adapter_is_no_likelier_than_the_tenants_usual_mix(tmp_path: Path) -> None:
-    """min_lift: alternating a0, a1 — the next one is certain, but so is it from the mix alone (1/2 each)."""
+    """min_lift: alternating a0, a1 — the next one is certain, but so is it from the mix alone (the other adapter is
+    all the traffic that is not a0)."""
     inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}])
     alternating = PolicyCore(inv, LorafleetPolicy())
     decisions = ask(alternating, irregular([0, 1] * 20))
@@ -422,8 +423,10 @@ def test_a_live_prediction_raises_the_score_by_its_probability_times_the_chance_
 ) -> None:
     core, policy = core_with(tmp_path)
     demand = core.demand
-    for t in (100.0, 104.0, 114.0, 134.0):  # t's gaps after a2: 4, 10 and 20 s
+    for t, gap in ((100.0, 4.0), (104.0, 10.0), (114.0, 20.0)):  # t's gaps after a2: 4, 10 and 20 s
         demand.observe("t", "a2", t)
+        demand.observe("t", "a1", t + gap)
+    demand.observe("t", "a2", 134.0)
     demand.arrival_gap = 1.0  # a window of `horizon` (5) seconds
     plain = 1.0 - math.exp(-demand.share("a4") * policy.horizon)
     policy.hot["a4"] = {"t": (0.5, 134.0, "a2", 1000.0)}  # made at 134 s after a2, lasts until 1000 s
