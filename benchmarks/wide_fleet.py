@@ -45,6 +45,7 @@ from lorafleet.policy.core import PolicyCore  # noqa: E402
 from lorafleet.policy.events import ADAPTER  # noqa: E402
 from lorafleet.policy.placement import choose_engine  # noqa: E402
 from lorafleet.replay.driver import in_arrival_order  # noqa: E402
+from lorafleet.replay.synth import DEFAULTS, LLAMA3_8B  # noqa: E402
 
 START = datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC).timestamp()
 RANKS = (8, 16, 32, 64, 128)
@@ -54,18 +55,8 @@ def write_fleet(out: Path, engines: int, slots: int, gpu_slots: int, adapters: i
     rng = random.Random(f"wide:{adapters}")
     inventory = {
         "fleet": f"wide-{engines}x{slots}",
-        "defaults": {"load_fixed_ms": 15, "disk_gbps": 3, "h2d_gbps": 25},
-        "base_models": {
-            "llama3-8b": {
-                "name": "meta-llama/Meta-Llama-3-8B-Instruct",
-                "hidden_size": 4096,
-                "intermediate_size": 14336,
-                "num_layers": 32,
-                "num_attention_heads": 32,
-                "num_kv_heads": 8,
-                "dtype": "bfloat16",
-            }
-        },
+        "defaults": dict(DEFAULTS),
+        "base_models": {"llama3-8b": dict(LLAMA3_8B)},
         "hosts": [
             {
                 "name": "h",

@@ -66,6 +66,19 @@ class _Spec:
     records: list[tuple[float, str, str]]  # time, tenant, adapter
 
 
+# The synthetic fleets' load-time defaults and base model (Llama 3 8B's shapes), as inventory sections.
+DEFAULTS = {"load_fixed_ms": 15, "disk_gbps": 3, "h2d_gbps": 25}
+LLAMA3_8B = {
+    "name": "meta-llama/Meta-Llama-3-8B-Instruct",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_layers": 32,
+    "num_attention_heads": 32,
+    "num_kv_heads": 8,
+    "dtype": "bfloat16",
+}
+
+
 def _adapter_ids(rng: random.Random, count: int) -> list[tuple[str, int]]:
     out = []
     for i in range(count):
@@ -272,18 +285,8 @@ def synthesize(shape: str, requests: int | None, seed: int, out: Path, force: bo
     _write_log(log_path, spec.records, None if len(engine_keys) > 1 else engine_keys[0])
     inventory = {
         "fleet": f"synthetic-{shape}",
-        "defaults": {"load_fixed_ms": 15, "disk_gbps": 3, "h2d_gbps": 25},
-        "base_models": {
-            "llama3-8b": {
-                "name": "meta-llama/Meta-Llama-3-8B-Instruct",
-                "hidden_size": 4096,
-                "intermediate_size": 14336,
-                "num_layers": 32,
-                "num_attention_heads": 32,
-                "num_kv_heads": 8,
-                "dtype": "bfloat16",
-            }
-        },
+        "defaults": dict(DEFAULTS),
+        "base_models": {"llama3-8b": dict(LLAMA3_8B)},
         "hosts": [
             {"name": "localhost", "provider": "onprem", "connection": "local", "gpus": 0, "engines": spec.engines}
         ],

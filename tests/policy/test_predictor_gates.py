@@ -15,19 +15,9 @@ from lorafleet.policy.demand import DemandModel
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.predictive import LorafleetPolicy
 from tests.policy.builders import make_inventory, stream
-from tests.policy.test_lorafleet_rules import ask
+from tests.policy.test_lorafleet_rules import ask, irregular
 
 ONE_SLOT = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}]
-
-
-def timed(sequence: list[int], seed: int = 4) -> list[RequestEvent]:
-    """One tenant's requests at irregular gaps (1–30 s), so no adapter looks periodic."""
-    rng = random.Random(seed)
-    events, t = [], 1000.0
-    for e in stream(sequence, tenants=["t"]):
-        t += rng.uniform(1.0, 30.0)
-        events.append(replace(e, time=t))
-    return events
 
 
 # repeats (cause 3) -----------------------------------------------------------------------------------------
@@ -85,7 +75,7 @@ def test_each_guess_is_judged_against_the_mix_of_that_same_adapter(tmp_path: Pat
     inv = make_inventory(tmp_path, adapters=4, engines=ONE_SLOT)
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    decisions = ask(core, timed(noisy_cycle(300)))
+    decisions = ask(core, irregular(noisy_cycle(300)))
     guessed, baselines = policy.predicted["t"]
     assert len(guessed) == 3 and sum(baselines) == pytest.approx(1.0, abs=0.05)  # summed: no edge could show
     edges = policy.edge["t"]
@@ -137,7 +127,7 @@ def test_a_tenants_main_adapter_passes_the_lift_gate_when_it_surely_comes_next(t
     inv = make_inventory(tmp_path, adapters=6, engines=ONE_SLOT)
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    ask(core, timed(tool_loop()))
+    ask(core, irregular(tool_loop()))
     assert core.demand.tenant_mix("t", "a0") == pytest.approx(0.5, abs=0.05)
     policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]  # the lift gate alone decides
     predictions = policy._predict("t", "a3")  # after a tool: the planner, with certainty
@@ -149,7 +139,7 @@ def test_no_lift_no_prediction_even_in_odds(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=ONE_SLOT)
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    ask(core, timed(tool_loop()))
+    ask(core, irregular(tool_loop()))
     policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
     guesses = core.demand.next_after("t", "a0", limit=3)
     assert len(guesses) == 3 and all(p >= policy.min_probability for _, p in guesses)  # only lift can refuse
