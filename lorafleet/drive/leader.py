@@ -125,10 +125,15 @@ class _Shadow:
 
     __slots__ = ("counts", "name", "session")
 
-    def __init__(self, name: str, session: Session) -> None:
+    def __init__(self, name: str, core: PolicyCore) -> None:
         self.name = name
-        self.session = session
-        self.counts = session.counts
+        self.fleet(core)
+
+    def fleet(self, core: PolicyCore) -> None:
+        """Its copy of the fleet: a simulated session on `core` (fresh engines, whatever its policy learned)."""
+        self.session = Session(core, simulate=True, answers=False)
+        self.session.decided = []
+        self.counts = self.session.counts
 
     def mirrorable(self) -> list[Decision]:
         """The loads ahead of demand it decided since last asked (a leader's are made live)."""
@@ -185,9 +190,7 @@ class LeaderPolicy(Policy):
             for name, make in self.factories:
                 lag = core.visibility_lag  # each expert learns of a request when the live policy would
                 expert = PolicyCore(inventory, make(), touch_budget=budget, visibility_lag=lag)
-                session = Session(expert, simulate=True, answers=False)
-                session.decided = []
-                self.shadows.append(_Shadow(name, session))
+                self.shadows.append(_Shadow(name, expert))
             self._hits = [False] * len(self.shadows)
             self._routed = [None] * len(self.shadows)
         else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
@@ -223,10 +226,7 @@ class LeaderPolicy(Policy):
             old = shadow.session.core
             expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, visibility_lag=old.visibility_lag)
             expert.demand = old.demand
-            session = Session(expert, simulate=True, answers=False)
-            session.decided = []
-            shadow.session = session
-            shadow.counts = session.counts
+            shadow.fleet(expert)
 
     # --- which expert -------------------------------------------------------------------------------------
     def leader_of(self, base_model: str) -> str:
