@@ -235,12 +235,15 @@ class Session:
             engine = core.route(event)
         self.last_engine = engine
         lag = core.visibility_lag
-        if lag is not None and event.seen is not None and event.seen + lag > now:
-            outcome, decisions = core.serve(now, event, engine)
-            self._order += 1
-            heapq.heappush(self.unlearned, (event.seen + lag, self._order, event, engine, outcome))
-        else:
+        if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
             outcome, decisions = core.on_request(now, event, engine)
+        else:  # a log line, written at its end: served before lorafleet could know of it
+            outcome, decisions = core.serve(now, event, engine, known=False)
+            if lag is not None and event.seen + lag > now:  # replay: learned when a follower would read it
+                self._order += 1
+                heapq.heappush(self.unlearned, (event.seen + lag, self._order, event, engine, outcome))
+            else:  # live: learned as it is read, now
+                decisions += core.learn(now, event, engine, outcome)
         if outcome == UNSERVED or engine is None:
             counts, answers = self._sink(held)
             counts.unserved += 1

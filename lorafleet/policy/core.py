@@ -173,9 +173,14 @@ class PolicyCore:
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
         return outcome, decisions
 
-    def serve(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
-        """The engine's part of a request, at its arrival, whether lorafleet knows of it yet or not: its outcome,
-        the engine's own recency, and the load a miss makes (the engine loads it itself)."""
+    def serve(
+        self, now: float, event: RequestEvent, engine: str | None, known: bool = True
+    ) -> tuple[str, list[Decision]]:
+        """The engine's part of a request, at its arrival: its outcome, the engine's own recency, and the load a
+        miss makes (the engine loads it itself). `known`: lorafleet knows of it on arrival (a start hint, or a log
+        without durations); a request it learns of only from the line written at its end was served before any
+        call could be made for it, so on an engine that evicts by its own LRU (vLLM) a miss displaced what that
+        LRU chose, with no touch to steer it."""
         adapter = event.adapter
         assert adapter is not None
         self.policy.on_arrival(now, event, engine)
@@ -200,8 +205,9 @@ class PolicyCore:
                 self.claimed.add(key)  # claimed: it will not count as an unused prefetch
         else:
             outcome = MISS
+            alone = not known and not state.profile.unload_frees
             order = lambda: self.policy.victim_order(state, now)  # noqa: E731
-            decisions = self.load(now, engine, adapter, DEMAND, order, complete=True)
+            decisions = self.load(now, engine, adapter, DEMAND, order, complete=True, alone=alone)
             if decisions:
                 state.note_use(adapter)
         return outcome, decisions
@@ -244,6 +250,7 @@ class PolicyCore:
         victim_order: Callable[[], Iterable[str]],
         pin: bool = False,
         complete: bool = False,
+        alone: bool = False,
     ) -> list[Decision]:
         """Make room (evicting in the order `victim_order()` gives, asked only when room is needed) and start
         a load; [] when no room can be made. `complete`: the order ranks every resident (a demand load's), rather
@@ -252,7 +259,8 @@ class PolicyCore:
         Touches are budgeted: when the policy's victims would take more touches than the engine's credit, the
         victims are the policy's preference among what the credit can reach (evicting the n-th least recently
         used takes n - 1 touches); else a demand load takes what the engine would evict alone, and a prefetch is
-        not made. Pins are kept at any cost."""
+        not made. Pins are kept at any cost. `alone`: the engine has already made room by itself (a demand load
+        lorafleet learns of after the fact): its least recently used go, and no touch is sent."""
         state = self.book.engines[engine]
         if state.holds(adapter) or (engine, adapter) in self.unavailable:
             return []
@@ -264,7 +272,7 @@ class PolicyCore:
             victims = state.victims_for(size, victim_order())
         else:
             credit = self.touch_credit.get(engine, 0.0)
-            if complete and credit < 1.0:  # no touch affordable: the engine's own choice (no need to rank)
+            if alone or (complete and credit < 1.0):  # the engine's own choice (no need to rank)
                 victims = state.victims_for(size, state.resident)
             else:
                 allowed = list(victim_order())
@@ -276,7 +284,7 @@ class PolicyCore:
                         victims = state.victims_for(size, dict.fromkeys([*affordable, *state.resident]))
                     else:  # a prefetch goes only where the credit pays for it
                         victims = state.victims_for(size, affordable)
-            if victims is not None:
+            if victims is not None and not alone:
                 kept = state.keep_for(victims)
                 if not complete and len(kept) > credit:
                     victims, kept = None, []

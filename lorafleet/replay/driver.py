@@ -81,6 +81,8 @@ class Simulation:
         visibility: str = LOG,
     ) -> None:
         """`events` in arrival order (`in_arrival_order`)."""
+        if visibility == HINTS:  # each request is known on arrival, from its start hint
+            events = [dataclasses.replace(e, seen=None) if e.seen is not None else e for e in events]
         self.events = events
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
         lag = FOLLOW_POLL_S if visibility == LOG else None

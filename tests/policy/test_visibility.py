@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 
 from lorafleet.drive.leader import LeaderPolicy
@@ -12,6 +13,7 @@ from lorafleet.policy.baselines import MarkovPolicy
 from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.predictive import LorafleetPolicy
+from lorafleet.policy.residency import EngineResidency
 from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
 from lorafleet.times import FOLLOW_POLL_S
 from tests.policy.builders import make_inventory, run_session
@@ -166,3 +168,77 @@ def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_ord
     session.request(short)  # read first: it ended first
     session.request(long)
     assert list(state.resident)[-2:] == ["a2", "a1"]  # a1 arrived last: the engine's most recent
+
+
+class _MostRecentFirst(MarkovPolicy):
+    """A policy that would evict the most recently used first: on vLLM it takes touches to make the engine agree."""
+
+    def victim_order(self, state: EngineResidency, now: float) -> list[str]:
+        return list(reversed(state.resident))
+
+
+def _full_engine(tmp: Path, kind: str = "vllm", name: str = "inv.yaml") -> tuple[PolicyCore, EngineResidency]:
+    spec: dict[str, object] = {"kind": kind, "max_loras": 1, "max_cpu_loras": 3}
+    if kind == "sglang":
+        spec = {"kind": kind, "max_loras_per_batch": 1, "max_loaded_loras": 3}
+    inventory = make_inventory(tmp, adapters=4, engines=[spec], name=name)
+    core = PolicyCore(inventory, _MostRecentFirst(), touch_budget=10.0)
+    state = core.book.engines["h/e0"]
+    for name in ("a0", "a1", "a2"):  # a0 the least recently used
+        state.admit(name, core.sizes[name])
+    core.touch_credit["h/e0"] = 3.0
+    return core, state
+
+
+def test_a_miss_learned_after_its_arrival_displaced_what_the_engines_own_lru_chose(tmp_path: Path) -> None:
+    """vLLM loads a missing adapter itself when the request comes, evicting its least recently used: a request
+    lorafleet learns of from its log line was served before any touch could steer that, so the book takes the
+    engine's choice and sends nothing; one it knew of on arrival takes the policy's, by touches."""
+    core, state = _full_engine(tmp_path)
+    request = RequestEvent(1000.0, ADAPTER, "a3", tenant="t", base_model="m", seen=1002.0)
+    _, late = core.serve(1002.0, request, "h/e0", known=False)
+    assert [(d.action, d.adapter) for d in late] == [("evict", "a0"), ("load", "a3")]
+    assert core.touch_credit["h/e0"] == 3.0  # no touch spent
+    assert list(state.resident) == ["a1", "a2"] and "a3" in state.in_flight
+
+    core, _ = _full_engine(tmp_path, name="known.yaml")
+    _, known = core.serve(1000.0, request, "h/e0")
+    assert [(d.action, d.adapter) for d in known] == [("touch", "a0"), ("touch", "a1"), ("evict", "a2"), ("load", "a3")]
+
+
+def test_an_engine_that_unloads_on_request_follows_the_policy_whenever_it_learns(tmp_path: Path) -> None:
+    core, _ = _full_engine(tmp_path, kind="sglang")
+    request = RequestEvent(1000.0, ADAPTER, "a3", tenant="t", base_model="m", seen=1002.0)
+    _, late = core.serve(1002.0, request, "h/e0", known=False)
+    assert [(d.action, d.adapter) for d in late] == [("unload", "a2"), ("load", "a3")]
+
+
+def test_live_a_log_line_is_served_as_the_engine_served_it_and_a_hinted_one_as_the_policy_chose(
+    tmp_path: Path,
+) -> None:
+    core, state = _full_engine(tmp_path)
+    session = Session(core)  # live: the driver makes the calls
+    session.started = True
+    line = RequestEvent(1000.0, ADAPTER, "a3", tenant="t", base_model="m", seen=1002.0)
+    calls = session.request(line)
+    assert [(c.action, c.adapter) for c in calls] == [("load", "a3")] and "a0" not in state.resident
+
+    core, state = _full_engine(tmp_path, name="hinted.yaml")
+    session = Session(core)
+    session.started = True
+    calls, held = session.hint(dataclasses.replace(line, time=1000.0, seen=None))
+    assert [(c.action, c.adapter) for c in calls] == [("touch", "a0"), ("touch", "a1"), ("load", "a3")]
+    assert session.request(line, held=held) == [] and "a2" not in state.resident
+
+
+def test_replay_from_log_lines_sends_no_touch_for_a_demand_load(tmp_path: Path) -> None:
+    """Every request of a log with durations is learned after it was served: its load made room as the engine
+    would alone, so only the start hints' what-if steers demand loads with touches."""
+    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    draws = random.Random(3).choices(range(6), weights=[8, 4, 2, 1, 1, 1], k=300)
+    events = [
+        RequestEvent(1000.0 + i, ADAPTER, f"a{a}", tenant="t", base_model="m", seen=1000.5 + i)
+        for i, a in enumerate(draws)
+    ]
+    assert simulate(inv, "lfu", events, visibility=LOG).touches == 0
+    assert simulate(inv, "lfu", events, visibility=HINTS).touches > 0
