@@ -38,7 +38,7 @@ class LorafleetPolicy(Policy):
     - Preload: each tenant's pinned adapters on one engine that can serve them (pinned, never evicted), then
       the first steps of their workflows.
     - Prefetch: after each request, the adapters most likely to follow it for that tenant (transition model,
-      workflows as priors) are loaded onto the serving engine, displacing only adapters worth less. The load is
+      workflows as priors) are loaded onto the serving engine, displacing only adapters worth no more. The load is
       timed: it starts a few load times (with margin) before the tenant's usual earliest next request (a low
       quantile of its observed gaps after this adapter), so a prefetched adapter holds a slot only briefly.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
@@ -372,12 +372,14 @@ class LorafleetPolicy(Policy):
         if state.has_room(core.sizes[candidate]):
             return core.load(now, target, candidate, PREFETCH, tuple)
         self.experts[target].forget_choice()  # what a prefetch displaces is not an expert's choice
-        # Displace only what is clearly worth less, so two similar predictions do not evict each other in turn.
+        # Displace only what is worth no more (times the margin). A resident worth exactly as much goes too: the
+        # chance of a request within the horizon saturates at 1, and between two adapters both certain to be asked
+        # for, the one predicted for this tenant's next request is the sooner (LRU first among equals).
         bar = self.score(candidate, now) * self.displace_margin
 
         def cheaper() -> Iterator[str]:
             for score, adapter in self._cheapest(state, now, keep):
-                if score >= bar:
+                if score > bar:
                     return
                 yield adapter
 

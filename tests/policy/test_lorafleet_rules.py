@@ -459,3 +459,33 @@ def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp
     policy.on_evicted(410.0, "h/e0", "a3")
     work = policy.scheduled[-1]
     assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
+
+
+class _Scored(LorafleetPolicy):
+    """Scores fixed by the test (popularity and predictions stand aside)."""
+
+    def __init__(self, scores: dict[str, float]) -> None:
+        super().__init__()
+        self.scores = scores
+
+    def _boosted(self, adapter: str, now: float, share: float) -> float:
+        return self.scores.get(adapter, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("resident", "candidate", "displaced"),
+    [(1.0, 1.0, True), (0.5, 0.5, True), (0.9, 1.0, True), (1.0, 0.9, False)],
+)
+def test_a_prefetch_displaces_only_what_is_worth_no_more(
+    tmp_path: Path, resident: float, candidate: float, displaced: bool
+) -> None:
+    """Both certain to be asked for within the horizon (scores saturate at 1): the prediction for the tenant's
+    next request is the sooner, so a resident worth as much gives way; one worth more stays."""
+    policy = _Scored({"a0": resident, "a1": 1.0, "a2": 1.0, "a3": candidate})
+    engine = [{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 3}]  # an unload frees: no touches
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=engine), policy)
+    state = core.book["h/e0"]
+    for name in ("a0", "a1", "a2"):  # a0 the least recently used
+        state.admit(name, core.sizes[name])
+    decisions = policy._prefetch(1.0, "h/e0", "a3", None)
+    assert [(d.action, d.adapter) for d in decisions] == ([("unload", "a0"), ("load", "a3")] if displaced else [])
