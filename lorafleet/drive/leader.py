@@ -188,8 +188,7 @@ class LeaderPolicy(Policy):
         if not self.shadows:
             budget = core.touch_budget
             for name, make in self.factories:
-                lag = core.visibility_lag  # each expert learns of a request when the live policy would
-                expert = PolicyCore(inventory, make(), touch_budget=budget, visibility_lag=lag)
+                expert = PolicyCore(inventory, make(), touch_budget=budget)
                 self.shadows.append(_Shadow(name, expert))
             self._hits = [False] * len(self.shadows)
             self._routed = [None] * len(self.shadows)
@@ -224,7 +223,7 @@ class LeaderPolicy(Policy):
         inventory = self.core.inventory
         for shadow in self.shadows:
             old = shadow.session.core
-            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, visibility_lag=old.visibility_lag)
+            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget)
             expert.demand = old.demand
             shadow.fleet(expert)
 
@@ -317,7 +316,7 @@ class LeaderPolicy(Policy):
         self.own.on_evicted(now, engine, adapter)
 
     def next_wakeup(self) -> float | None:
-        wakeups = [w for s in self.shadows if (w := _due(s.session)) is not None]
+        wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
         own = self.own.next_wakeup()
         if own is not None:
             wakeups.append(own)
@@ -329,7 +328,7 @@ class LeaderPolicy(Policy):
         if own is not None and own <= now:
             decisions += self.own.tick(now)
         for index, shadow in enumerate(self.shadows):
-            wakeup = _due(shadow.session)
+            wakeup = shadow.session.core.next_wakeup()
             if wakeup is None or wakeup > now:
                 continue
             shadow.session.advance(now)
@@ -358,14 +357,6 @@ class LeaderPolicy(Policy):
 
             decisions += core.load(now, d.engine, d.adapter, PREFETCH, spare)
         return decisions
-
-
-def _due(session: Session) -> float | None:
-    """When an expert's copy next decides by itself: its policy's wakeup, or a request it learns late."""
-    wakeup, learning = session.core.next_wakeup(), session.next_learning()
-    if wakeup is None or learning is None:
-        return wakeup if learning is None else learning
-    return min(wakeup, learning)
 
 
 __all__ = ["PREDICTIVE", "LeaderPolicy", "Standings", "default_experts"]

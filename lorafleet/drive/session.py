@@ -6,9 +6,9 @@ home of what happens around the core:
   requests learned after their arrival are merged in time order before each request, so a wakeup sees the
   engines as they are at its own time;
 - a request's two times: the engine serves it at its arrival (`RequestEvent.time`), lorafleet learns of it
-  when it can know of it — on arrival (a live daemon learns what it reads when it reads it; `hint` takes a
-  request from the gateway's start hint, its counts held until its log line), or, with the core's
-  `visibility_lag`, when its log line is written plus the follower's lag (`RequestEvent.seen`);
+  when it can know of it — a live daemon learns what it reads when it reads it; `hint` takes a request from the
+  gateway's start hint, its counts held until its log line; a request learned only from its log line
+  (`RequestEvent.seen`) was served before lorafleet knew of it, so the engine made room for it by itself;
 - each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
   the load-time model calibrated by the engine's measured loads;
 - the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
@@ -26,7 +26,6 @@ time is passed in, and it never runs backwards (a request older than one already
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -183,10 +182,7 @@ class Session:
         self.started = False
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
-        # requests served but not yet learned: (when learned, order, request, engine, outcome)
-        self.unlearned: list[tuple[float, int, RequestEvent, str | None, str]] = []
         self.arrivals: dict[str, dict[str, float]] = {}  # live, per engine: each adapter's latest request arrival
-        self._order = 0
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -234,16 +230,11 @@ class Session:
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
-        lag = core.visibility_lag
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
             outcome, decisions = core.on_request(now, event, engine)
-        else:  # a log line, written at its end: served before lorafleet could know of it
+        else:  # a log line, written at its end: served before lorafleet could know of it, learned now
             outcome, decisions = core.serve(now, event, engine, known=False)
-            if lag is not None and event.seen + lag > now:  # replay: learned when a follower would read it
-                self._order += 1
-                heapq.heappush(self.unlearned, (event.seen + lag, self._order, event, engine, outcome))
-            else:  # live: learned as it is read, now
-                decisions += core.learn(now, event, engine, outcome)
+            decisions += core.learn(now, event, engine, outcome)
         if outcome == UNSERVED or engine is None:
             counts, answers = self._sink(held)
             counts.unserved += 1
@@ -290,30 +281,21 @@ class Session:
         if self.answers is not None:
             self.answers += held.answers
 
-    def next_learning(self) -> float | None:
-        """When the next request served before lorafleet could know of it is learned, if any is pending."""
-        return self.unlearned[0][0] if self.unlearned else None
-
     def advance(self, until: float) -> list[Call]:
-        """Run the policy's wakeups, the simulated loads' completions and the requests learned late in time order
-        up to `until` (at one instant: completions, then learning, then wakeups)."""
-        core, sim, unlearned = self.core, self.sim, self.unlearned
+        """Run the policy's wakeups and the simulated loads' completions in time order up to `until` (at one
+        instant: completions first)."""
+        core, sim = self.core, self.sim
         inf = float("inf")
         calls: list[Call] = []
         while True:
             wakeup = core.next_wakeup()
             wake = wakeup if wakeup is not None else inf
             done = sim.next_done() if sim is not None else inf
-            learn = unlearned[0][0] if unlearned else inf
-            first = min(done, learn, wake)
+            first = min(done, wake)
             if first > until or first == inf:
                 return calls
             if done == first:
                 calls += self._completed(sim.pop_done())  # type: ignore[union-attr]
-            elif learn == first:
-                _, _, event, engine, outcome = heapq.heappop(unlearned)
-                self._at(learn)
-                calls += self._carry_out(learn, core.learn(learn, event, engine, outcome))
             else:
                 self._at(wake)
                 calls += self._carry_out(wake, core.tick(wake))
@@ -491,11 +473,7 @@ class Session:
 
     def _due(self, now: float) -> bool:
         wakeup = self.core.next_wakeup()
-        return (
-            (wakeup is not None and wakeup <= now)
-            or (self.sim is not None and self.sim.next_done() <= now)
-            or (bool(self.unlearned) and self.unlearned[0][0] <= now)
-        )
+        return (wakeup is not None and wakeup <= now) or (self.sim is not None and self.sim.next_done() <= now)
 
     def _classify(self, now: float, event: RequestEvent, engine: str, outcome: str, held: Held | None) -> None:
         counts, answers = self._sink(held)

@@ -94,17 +94,12 @@ class PolicyCore:
         policy: Policy,
         half_life: float | None = None,
         touch_budget: float = TOUCH_BUDGET,
-        visibility_lag: float | None = None,
     ) -> None:
         """`touch_budget`: touches (1-token requests, real work on a GPU) each engine may be sent per adapter
         request it serves; `load` keeps every eviction within what the engine has earned (budget 0: what the
-        engine does alone, but for pins). `visibility_lag`: None — a request is learned on arrival (a live
-        daemon, which learns what it reads when it reads it, or start hints); seconds — a request whose log line
-        came later (`RequestEvent.seen`) is learned that long after it (a log follower's poll), as replay's
-        log-only visibility has it."""
+        engine does alone, but for pins)."""
         self.inventory = inventory
         self.touch_budget = touch_budget
-        self.visibility_lag = visibility_lag
         # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
         self.touch_credit: dict[str, float] = {}
         self.book = ResidencyBook.from_inventory(inventory)
@@ -130,7 +125,7 @@ class PolicyCore:
     def rebuilt(self, inventory: Inventory) -> PolicyCore:
         """This core on a new inventory: engines that stayed with the same budget keep their book; the demand
         model and the policy (bound to the new core) carry over."""
-        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget, visibility_lag=self.visibility_lag)
+        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget)
         new.demand = self.demand
         new.touch_credit = {k: v for k, v in self.touch_credit.items() if k in new.book.engines}
         for key, state in self.book.engines.items():
@@ -213,8 +208,8 @@ class PolicyCore:
         return outcome, decisions
 
     def learn(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        """lorafleet's part of a request served earlier, at the moment it learns of it (replay's log-only
-        visibility): the demand model and the policy take it, with where it was served and how."""
+        """lorafleet's part of a request served before it knew of it, at the moment it learns of it (from its log
+        line): the demand model and the policy take it, with where it was served and how."""
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:

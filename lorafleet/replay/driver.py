@@ -10,23 +10,33 @@ Requests are taken in arrival order (a line's end minus its duration, where the 
 learned when lorafleet could know of it (`VISIBILITY`): `log` — when its line is written plus a follower's poll
 (`FOLLOW_POLL_S`), what a daemon that tails logs gets; `hints` — on arrival, what the gateway's start hints give.
 A log without durations gives each request one time, so the two are the same there.
+
+Learned from its line, a request was served before lorafleet knew of it, and the book then believes what it
+learned in the order it learned it, while the engine holds what its own LRU kept. So with durations, `log` runs
+the session as the daemon does (it returns calls; each line is taken when a follower reads it) against engines
+that act by themselves as each kind does (drive/standin.py): the stand-ins say which requests hit, came late or
+missed and how long each waited; what lorafleet did and believed (loads, prefetches and their use, touches,
+evictions, GPU hits) is the session's, as the daemon's journal has it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import glob
+import heapq
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lorafleet.drive.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
-from lorafleet.drive.session import Counts, Session
+from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Counts, Session
+from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
-from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
+from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, TOUCH, TOUCH_BUDGET, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.times import FOLLOW_POLL_S
@@ -85,12 +95,17 @@ class Simulation:
             events = [dataclasses.replace(e, seen=None) if e.seen is not None else e for e in events]
         self.events = events
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
-        lag = FOLLOW_POLL_S if visibility == LOG else None
-        policy_ = make_policy(policy, events, variant, plan)
-        core = PolicyCore(inventory, policy_, touch_budget=touch_budget, visibility_lag=lag)
-        self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
+        core = PolicyCore(inventory, make_policy(policy, events, variant, plan), touch_budget=touch_budget)
+        self.standins: StandInEngines | None = None
+        if any(e.seen is not None for e in events):  # learned from its line, after the engine served it
+            self.session = Session(core, answers=False)
+            self.standins = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+        else:
+            self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
+        if self.standins is not None:
+            return self._run_learning_late(self.standins, progress)
         started = time.perf_counter()
         result, session = self.result, self.session
         request = session.request
@@ -115,6 +130,118 @@ class Simulation:
         result.loader_span_ms = session.span_ms()
         result.wall_s = time.perf_counter() - started
         return result
+
+    def _run_learning_late(
+        self, standins: StandInEngines, progress: Callable[[int], None] | None = None
+    ) -> PolicyResult:
+        """Each request served by its engine's stand-in at its arrival, its line taken by the session when a
+        follower reads it, the session's calls carried out on the stand-ins when made and answered when done."""
+        started = time.perf_counter()
+        result, session = self.result, self.session
+        core = session.core
+        timeline: list[tuple[float, int, int, RequestEvent | tuple[Call, str]]] = []  # (at, kind, order, what)
+        for index, event in enumerate(self.events):
+            if event.kind == ADAPTER:
+                timeline.append((event.time, _ARRIVE, index, event))
+            elif event.kind == BASE:
+                result.base_requests += 1
+            else:
+                result.unknown_requests += 1
+        heapq.heapify(timeline)
+        order = len(self.events)
+        first = timeline[0][0] if timeline else 0.0
+        last = first
+
+        def carry_out(calls: list[Call], now: float) -> None:
+            nonlocal order
+            pending = deque(calls)  # in the order made: the touches before the load they make room for
+            while pending:
+                call = pending.popleft()
+                engine, adapter = call.engine, call.adapter
+                if call.action == LOAD:
+                    by_request = call.reason == DEMAND and not core.book.engines[engine].profile.unload_frees
+                    loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
+                    ready = standins.ready_at(engine, adapter)
+                    answer = LOADED if loads else RELOADED
+                    if ready is not None and ready > now:  # answered once the engine has it
+                        order += 1
+                        heapq.heappush(timeline, (ready, _DONE, order, (call, answer)))
+                        continue
+                    pending += session.answered(now, call, answer, True, session.model_ms(engine, adapter))
+                elif call.action == TOUCH:
+                    standins.use(now, engine, adapter)  # a 1-token request naming it
+                    pending += session.answered(now, call, TOUCHED, True, 0.0)
+                else:
+                    standins.unload(engine, adapter)
+                    pending += session.answered(now, call, UNLOADED, True, 0.0)
+
+        while timeline:
+            at, kind, index, what = heapq.heappop(timeline)
+            last = max(last, at)
+            while (wakeup := core.next_wakeup()) is not None and wakeup < at:  # each at its own time
+                carry_out(session.advance(wakeup), wakeup)
+            carry_out(session.advance(at), at)
+            if isinstance(what, tuple):  # a load done
+                done, answer = what
+                carry_out(session.answered(at, done, answer, True, session.model_ms(done.engine, done.adapter)), at)
+                continue
+            event = what
+            assert event.adapter is not None
+            if kind == _READ:
+                carry_out(session.request(event), at)
+                continue
+            if progress is not None and index % 4096 == 0:
+                progress(index)
+            if not session.started:
+                carry_out(session.start(at), at)
+            engine = _engine_of(core, event)
+            if engine is None:
+                result.unserved += 1
+            else:
+                outcome, waited = standins.arrive(at, engine, event.adapter)
+                result.requests += 1
+                result.hits += outcome == HIT
+                result.late += outcome == LATE
+                result.misses += outcome == MISS
+                result.cold_ms_paid += waited
+                result.cold_ms.append(waited)
+                event = dataclasses.replace(event, engine=engine)  # the book learns where it was served
+            seen = event.seen if event.seen is not None else at
+            heapq.heappush(timeline, (seen + FOLLOW_POLL_S, _READ, index, event))
+        counts = session.counts
+        for name in _SESSIONS_OWN:
+            setattr(result, name, getattr(counts, name))
+        result.loader_busy_ms = standins.busy_ms
+        result.loader_span_ms = max(1.0, (max(last, standins.last_done) - first) * 1000.0)
+        result.wall_s = time.perf_counter() - started
+        return result
+
+
+_DONE, _ARRIVE, _READ = 0, 1, 2  # at one instant: loads done, then arrivals, then lines read
+# What lorafleet did and believed, counted by the session (as the daemon's journal has it), beside the stand-ins'.
+_SESSIONS_OWN = (
+    "gpu_hits",
+    "bypassed",
+    "cold_ms_avoided",
+    "loads",
+    "prefetch_loads",
+    "prefetch_used",
+    "wasted_prefetches",
+    "evictions",
+    "touches",
+    "unloads",
+    "failed",
+)
+
+
+def _engine_of(core: PolicyCore, event: RequestEvent) -> str | None:
+    """The engine that served a request at its arrival: the one the log names when it can serve the adapter, else
+    the one the placement rule picks (a gateway routed it before lorafleet knew of it)."""
+    adapter = event.adapter
+    assert adapter is not None
+    if event.engine is not None and event.engine in core.serving.get(adapter, ()):
+        return event.engine
+    return core.place(adapter)
 
 
 def in_arrival_order(events: Sequence[RequestEvent]) -> Sequence[RequestEvent]:

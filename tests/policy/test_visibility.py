@@ -10,13 +10,12 @@ from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.drive.session import Session
 from lorafleet.inventory import Inventory
 from lorafleet.policy.baselines import MarkovPolicy
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from lorafleet.policy.predictive import LorafleetPolicy
 from lorafleet.policy.residency import EngineResidency
-from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
+from lorafleet.replay.driver import HINTS, LOG, Simulation, in_arrival_order, simulate
 from lorafleet.times import FOLLOW_POLL_S
-from tests.policy.builders import make_inventory, run_session
+from tests.policy.builders import make_inventory
 
 STEP_S = 1.0  # each step's generation
 
@@ -77,22 +76,21 @@ def test_requests_are_replayed_in_arrival_order() -> None:
     assert in_arrival_order(plain) is plain  # one time per request: the log's order is kept
 
 
-def test_every_expert_learns_as_late_as_the_live_policy(tmp_path: Path) -> None:
-    """Each expert's copy is exactly its own replay under the same visibility (the shadow property)."""
+def test_every_experts_copy_is_its_own_replay(tmp_path: Path) -> None:
+    """Each expert's copy is exactly its own replay when requests are known on arrival (the shadow property)."""
     inv = two_slot_inventory(tmp_path)
     events = workflow(30)
-    for visibility, lag in ((LOG, FOLLOW_POLL_S), (HINTS, None)):
-        leader = LeaderPolicy()
-        core = PolicyCore(inv, leader, visibility_lag=lag)
-        session = Session(core, simulate=True, answers=False)
-        session.start(events[0].time)
-        for event in events:
-            session.request(event)
-        session.advance(events[-1].seen or 0.0)
-        for shadow in leader.shadows:
-            if shadow.name in ("lru", "markov"):
-                alone = simulate(inv, shadow.name, events, visibility=visibility)
-                assert shadow.counts.hits == alone.hits, (visibility, shadow.name)
+    hinted = [dataclasses.replace(e, seen=None) for e in events]
+    leader = LeaderPolicy()
+    core = PolicyCore(inv, leader)
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    for event in hinted:
+        session.request(event)
+    for shadow in leader.shadows:
+        if shadow.name in ("lru", "markov"):
+            alone = simulate(inv, shadow.name, events, visibility=HINTS)
+            assert shadow.counts.hits == alone.hits, shadow.name
 
 
 def test_a_hint_is_learned_once_and_its_log_line_counted_once(tmp_path: Path) -> None:
@@ -148,9 +146,7 @@ def test_a_prefetch_timed_from_a_log_line_counts_the_gap_from_the_requests_arriv
     next step's prefetch from the arrival, so it is there 1 s later; timed from the end it would come too late."""
     inv = two_slot_inventory(tmp_path)
     events = workflow(40, think_s=1.0)
-    core = PolicyCore(inv, LorafleetPolicy(), visibility_lag=FOLLOW_POLL_S)
-    counts = run_session(core, in_arrival_order(events))  # type: ignore[arg-type]
-    assert counts.hit_ratio > 0.8
+    assert simulate(inv, "lorafleet", events, visibility=LOG).hit_ratio > 0.8
 
 
 def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_order(tmp_path: Path) -> None:
@@ -242,3 +238,31 @@ def test_replay_from_log_lines_sends_no_touch_for_a_demand_load(tmp_path: Path) 
     ]
     assert simulate(inv, "lfu", events, visibility=LOG).touches == 0
     assert simulate(inv, "lfu", events, visibility=HINTS).touches > 0
+
+
+class _PrefetchAt(Policy):
+    """Loads a1 ahead of demand at a set instant: a wakeup between two requests."""
+
+    def __init__(self, at: float) -> None:
+        self.at: float | None = at
+
+    def next_wakeup(self) -> float | None:
+        return self.at
+
+    def tick(self, now: float) -> list[Decision]:
+        self.at = None
+        return self.core.load(now, "h/e0", "a1", PREFETCH, lambda: list(self.core.book["h/e0"].resident))
+
+
+def test_replay_from_log_lines_carries_a_wakeups_decision_out_at_its_own_time(tmp_path: Path) -> None:
+    """The engine gets a prefetch decided at a wakeup when it is decided, not at the next request's arrival."""
+    inv = two_slot_inventory(tmp_path)
+    events = [
+        RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m", seen=1000.5),
+        RequestEvent(1005.5, ADAPTER, "a1", tenant="t", base_model="m", seen=1006.0),
+    ]
+    simulation = Simulation(inv, "lru", events)
+    simulation.session.core.policy = policy = _PrefetchAt(1005.0)
+    policy.bind(simulation.session.core)
+    result = simulation.run()
+    assert (result.hits, result.misses, result.late) == (1, 1, 0)

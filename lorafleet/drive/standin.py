@@ -1,0 +1,115 @@
+"""Engines that keep their own LRU: what a daemon learning from log lines meets (replay's log visibility).
+
+A daemon that tails logs learns of a request only when its line is written, at the request's end. By then the
+engine has served it: took it at its arrival, loaded a missing adapter itself and evicted its own least recently
+used. The book then believes what it learned, in the order it learned it; the engine holds what its own LRU
+kept. To tell what that gives, replay runs the session as the daemon runs it (the session returns calls) against
+these stand-ins, which act as each kind's engine does by itself (docs/engines.md): every request is taken at its
+arrival and its adapter made most recent, loaded first when absent (a miss) or still loading (late); a load, a
+touch (a 1-token request naming the adapter) and a prefetch of a registered adapter (vLLM: a 1-token request)
+make it most recent, loading it when absent; an unload drops it. Past its slots or bytes the engine evicts its
+least recently used — pinned ones only on a kind whose engine holds pins (SGLang). The GPU tier is not modelled.
+
+Each engine has one serial loader taking loads in the order they come, a load taking the load-time model's cold
+time for its size. Instants are epoch seconds, load times milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+
+from lorafleet.inventory.model import LoadModel
+from lorafleet.policy.core import HIT, LATE, MISS
+from lorafleet.policy.residency import EngineResidency
+
+
+class _Engine:
+    __slots__ = ("budget", "free_at", "held", "load", "pins", "used_bytes")
+
+    def __init__(self, state: EngineResidency, load: LoadModel) -> None:
+        self.budget = state.budget
+        self.load = load
+        self.held: OrderedDict[str, float] = OrderedDict()  # adapter -> when its load is done; first: LRU
+        self.pins: set[str] | None = set() if state.profile.engine_pins else None
+        self.free_at = float("-inf")  # when the loader is next free
+        self.used_bytes = 0
+
+
+class StandInEngines:
+    """Every engine's own cache and loader (module docstring)."""
+
+    def __init__(
+        self, engines: Mapping[str, EngineResidency], loads: Mapping[str, LoadModel], sizes: Mapping[str, int]
+    ):
+        self.sizes = sizes
+        self.engines = {key: _Engine(state, loads[key]) for key, state in engines.items()}
+        self.busy_ms = 0.0
+        self.last_done = float("-inf")
+
+    def arrive(self, now: float, engine: str, adapter: str) -> tuple[str, float]:
+        """A request at its arrival: its outcome and how long it waits (ms) for its adapter."""
+        state = self.engines[engine]
+        ready = state.held.get(adapter)
+        if ready is None:
+            done = self._load(now, state, adapter)
+            return MISS, (done - now) * 1000.0
+        state.held.move_to_end(adapter)
+        if ready > now:
+            return LATE, (ready - now) * 1000.0
+        return HIT, 0.0
+
+    def use(self, now: float, engine: str, adapter: str, pin: bool = False) -> bool:
+        """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads."""
+        state = self.engines[engine]
+        if pin and state.pins is not None:
+            state.pins.add(adapter)
+        if adapter in state.held:
+            state.held.move_to_end(adapter)
+            return False
+        self._load(now, state, adapter)
+        return True
+
+    def ready_at(self, engine: str, adapter: str) -> float | None:
+        return self.engines[engine].held.get(adapter)
+
+    def unload(self, engine: str, adapter: str) -> None:
+        state = self.engines[engine]
+        if state.held.pop(adapter, None) is not None:
+            state.used_bytes -= self.sizes[adapter]
+        if state.pins is not None:
+            state.pins.discard(adapter)
+
+    def holds(self, engine: str) -> list[str]:
+        """What the engine holds, least recently used first."""
+        return list(self.engines[engine].held)
+
+    def _load(self, now: float, state: _Engine, adapter: str) -> float:
+        size = self.sizes[adapter]
+        cold = state.load.cold_ms(size)
+        done = max(now, state.free_at) + cold / 1000.0
+        state.free_at = done
+        self.busy_ms += cold
+        self.last_done = max(self.last_done, done)
+        state.held[adapter] = done
+        state.used_bytes += size
+        self._fit(state, adapter)
+        return done
+
+    def _fit(self, state: _Engine, newest: str) -> None:
+        """Evict least recently used until the engine is within its slots and bytes (the newest always stays)."""
+        budget, held, pins = state.budget, state.held, state.pins
+
+        def over() -> bool:
+            slots = budget.host_slots is not None and len(held) > budget.host_slots
+            return slots or (budget.budget_bytes is not None and state.used_bytes > budget.budget_bytes)
+
+        while over():
+            victim = next((a for a in held if a != newest and (pins is None or a not in pins)), None)
+            if victim is None:
+                return
+            del held[victim]
+            state.used_bytes -= self.sizes[victim]
+
+
+__all__ = ["StandInEngines"]

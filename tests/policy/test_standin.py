@@ -1,0 +1,63 @@
+"""Engines that keep their own LRU (drive/standin.py): what replay's log-only visibility serves requests from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lorafleet.drive.standin import StandInEngines
+from lorafleet.policy.core import HIT, LATE, MISS, Policy, PolicyCore
+from tests.policy.builders import make_inventory
+
+
+def standins(tmp: Path, kind: str = "vllm") -> tuple[StandInEngines, PolicyCore]:
+    spec: dict[str, object] = {"kind": kind, "max_loras": 1, "max_cpu_loras": 2}
+    if kind == "sglang":
+        spec = {"kind": kind, "max_loras_per_batch": 1, "max_loaded_loras": 2}
+    core = PolicyCore(make_inventory(tmp, adapters=4, engines=[spec], name=f"{kind}.yaml"), Policy())
+    return StandInEngines(core.book.engines, core.load_ms, core.sizes), core
+
+
+def test_a_request_loads_its_adapter_itself_and_the_least_recently_used_goes(tmp_path: Path) -> None:
+    engines, core = standins(tmp_path)
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a0"])
+    outcome, waited = engines.arrive(1000.0, "h/e0", "a0")
+    assert outcome == MISS and waited == pytest.approx(cold)
+    outcome, waited = engines.arrive(1000.0 + cold / 2000.0, "h/e0", "a0")
+    assert outcome == LATE and waited == pytest.approx(cold / 2)  # its load is half done
+    engines.arrive(1010.0, "h/e0", "a1")
+    assert engines.arrive(1020.0, "h/e0", "a0") == (HIT, 0.0)  # a0 now the most recent
+    engines.arrive(1030.0, "h/e0", "a2")  # two slots: a1, the least recently used, goes
+    assert engines.holds("h/e0") == ["a0", "a2"]
+
+
+def test_a_touch_or_prefetch_is_a_use_and_loads_what_is_absent(tmp_path: Path) -> None:
+    engines, _ = standins(tmp_path)
+    engines.arrive(1000.0, "h/e0", "a0")
+    engines.arrive(1010.0, "h/e0", "a1")
+    assert engines.use(1020.0, "h/e0", "a0") is False  # held: made most recent, nothing read
+    assert engines.use(1030.0, "h/e0", "a2") is True  # absent: loaded, the least recently used (a1) out
+    assert engines.holds("h/e0") == ["a0", "a2"]
+
+
+def test_loads_wait_for_the_engines_one_loader(tmp_path: Path) -> None:
+    engines, core = standins(tmp_path)
+    engines.use(1000.0, "h/e0", "a0")
+    first = engines.ready_at("h/e0", "a0")
+    engines.use(1000.0, "h/e0", "a1")
+    assert (
+        first is not None
+        and engines.ready_at("h/e0", "a1") == first + core.load_ms["h/e0"].cold_ms(core.sizes["a1"]) / 1000.0
+    )
+
+
+def test_only_an_engine_that_holds_pins_keeps_them_past_its_lru(tmp_path: Path) -> None:
+    for kind, kept in (("sglang", True), ("vllm", False)):
+        engines, _ = standins(tmp_path, kind)
+        engines.use(1000.0, "h/e0", "a0", pin=True)
+        engines.arrive(1010.0, "h/e0", "a1")
+        engines.arrive(1020.0, "h/e0", "a2")
+        assert ("a0" in engines.holds("h/e0")) is kept, kind
+        engines.unload("h/e0", "a0")
+        assert "a0" not in engines.holds("h/e0")
