@@ -65,8 +65,9 @@ def parse_policies(value: str) -> list[str]:
     default=LOG,
     show_default=True,
     help="When lorafleet learns of each request: from its log line (written at the request's end, plus a "
-    "follower's poll), or from the gateway's start hint (on arrival, `daemon --hints-addr`); both: each policy "
-    "under each. A log without durations gives each request one time, and the two are the same.",
+    "follower's poll: the engines served it alone, by their own LRU, and the policy runs as the daemon does), or "
+    "from the gateway's start hint (on arrival, `daemon --hints-addr`); both: each policy under each. A log "
+    "without durations gives each request one time, and the two are the same.",
 )
 def replay(
     as_json: bool,
