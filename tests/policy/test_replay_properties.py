@@ -99,6 +99,46 @@ def test_budgets_classification_and_the_oracle_bound(
         assert oracle >= results[name].hit_ratio, (name, results[name].hit_ratio, oracle)
 
 
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    engines=ENGINE_SPECS,
+    adapters=st.integers(min_value=1, max_value=9),
+    sequence=st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=80),
+    gaps=st.lists(st.sampled_from([0.001, 0.05, 0.2, 1.0, 5.0]), min_size=1, max_size=6),
+    durations=st.lists(st.sampled_from([0.0, 0.01, 0.3, 2.0, 8.0]), min_size=1, max_size=6),
+    pinned=st.booleans(),
+)
+def test_log_lines_learned_late_are_classified_once_within_budget_and_under_the_oracle(
+    tmp_path: Path, engines, adapters: int, sequence: list[int], gaps: list[float], durations: list[float], pinned: bool
+) -> None:
+    """Replay of a log with durations (the session as the daemon runs it, against engines keeping their own LRU):
+    every request served once, its wait recorded once, no engine past its budget, the oracle above every policy."""
+    tenants = {"t0": "{pinned: [a0], workflows: [[a0, a1]]}"} if pinned and adapters > 1 else None
+    inv = make_inventory(tmp_path, adapters=adapters, engines=engines, tenants=tenants)
+    sequence = [a % adapters for a in sequence]
+    events = []
+    for i, e in enumerate(stream(sequence, tenants=["t0", "t1"])):
+        arrival = 1000.0 + sum(gaps[j % len(gaps)] for j in range(i))
+        seen = arrival + durations[i % len(durations)]
+        events.append(e.__class__(arrival, e.kind, e.adapter, tenant=e.tenant, base_model=e.base_model, seen=seen))
+    events.sort(key=lambda e: e.seen)  # a log is in order of the requests' ends
+    results = {r.policy: r for r in replay(inv, events, list(POLICY_NAMES))}
+    for r in results.values():
+        assert r.hits + r.late + r.misses == r.requests == len(sequence)
+        assert len(r.cold_ms) == r.requests and all(ms >= 0 for ms in r.cold_ms)
+        assert 0.0 <= r.loader_utilization <= 1.0 + 1e-9
+    for name in POLICY_NAMES[:-1]:
+        simulation = Simulation(inv, name, sorted(events, key=lambda e: e.time))
+        simulation.run()
+        standins = simulation.standins
+        assert standins is not None
+        for key, engine in standins.engines.items():
+            budget = engine.budget
+            assert budget.host_slots is None or len(engine.held) <= budget.host_slots, (name, key)
+            assert budget.budget_bytes is None or engine.used_bytes <= budget.budget_bytes, (name, key)
+        assert results["oracle"].hit_ratio >= results[name].hit_ratio, name
+
+
 def test_a_request_waiting_on_a_load_is_late_and_waits_the_remainder(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=2)
     load_ms = inv.engines[0].load.cold_ms(inv.adapters["a0"].size_bytes)
