@@ -117,6 +117,10 @@ class DemandModel:
                 for prev, nxt in itertools.pairwise(steps):
                     # A declared workflow is evidence enough to predict from the first request.
                     self._add_transition((tenant, prev), nxt, prior_weight, evidence=min_evidence)
+                if len(steps) > 1 and steps[-1] != steps[0]:
+                    # ... and one that ends is run again: its head is the tenant's likely next request (what the
+                    # tenant really does next soon outweighs the prior, and the trust gates silence it if wrong).
+                    self._add_transition((tenant, steps[-1]), steps[0], prior_weight, evidence=min_evidence)
 
     def _tick(self) -> float:
         self.clock += 1

@@ -57,7 +57,7 @@ def test_a_declared_workflow_predicts_from_the_first_request_and_fades() -> None
     demand = DemandModel(workflows={"t": [["code", "review", "sql"]]})
     assert demand.next_after("t", "code") == [("review", 1.0)]
     assert demand.next_after("t", "review") == [("sql", 1.0)]
-    assert demand.next_after("t", "sql") == []  # the end of the chain predicts nothing
+    assert demand.next_after("t", "sql") == [("code", 1.0)]  # a workflow that ends runs again, from its head
     assert demand.next_after("other", "code") == []  # another tenant's workflow is not this one's
     for _ in range(20):
         demand.observe("t", "code")
@@ -65,6 +65,12 @@ def test_a_declared_workflow_predicts_from_the_first_request_and_fades() -> None
     ranked = demand.next_after("t", "code")
     assert ranked[0][0] == "docs" and ranked[0][1] > 0.8  # observations outweigh the prior
     assert sum(p for _, p in demand.next_after("t", "code", limit=5)) == pytest.approx(1.0)
+
+
+def test_a_one_step_or_circular_workflow_predicts_no_repeat_of_its_own_step() -> None:
+    demand = DemandModel(workflows={"t": [["solo"], ["plan", "tool", "plan"]]})
+    assert demand.next_after("t", "solo") == []
+    assert demand.next_after("t", "plan") == [("tool", 1.0)]  # the loop already leads back: no plan -> plan
 
 
 def test_no_prediction_before_enough_evidence() -> None:
