@@ -24,6 +24,7 @@ class EngineKind:
     load_fills_gpu: bool  # a load copies the adapter into a GPU slot at once (else the first request does)
     engine_pins: bool  # the engine itself holds pins (a pin is sent with the load)
     unload_frees: bool  # an unload frees the adapter's memory (vLLM's only drops the name)
+    loads_on_request: bool  # a request naming a registered adapter not in memory loads it (else a load call must)
     client: str  # "module:Class" of the client that speaks this kind's API
 
     def max_pinned(self, gpu_slots: int) -> int:
@@ -51,6 +52,7 @@ VLLM = EngineKind(
     load_fills_gpu=True,
     engine_pins=False,
     unload_frees=False,
+    loads_on_request=True,
     client="lorafleet.engines.vllm:VllmClient",
 )
 
@@ -66,6 +68,7 @@ SGLANG = EngineKind(
     load_fills_gpu=False,
     engine_pins=True,
     unload_frees=True,
+    loads_on_request=False,
     client="lorafleet.engines.sglang:SglangClient",
 )
 

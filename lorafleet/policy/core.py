@@ -146,11 +146,16 @@ class PolicyCore:
         adapter = event.adapter
         if adapter is None:
             return None
-        engine = event.engine
-        if engine is not None and engine in self.serving.get(adapter, ()):
+        engine = self.named_engine(event)
+        if engine is not None:
             return engine
         chosen = self.policy.route(event)
         return chosen if chosen is not None else self.place(adapter)
+
+    def named_engine(self, event: RequestEvent) -> str | None:
+        """The engine the log names for an adapter request, when it can serve the adapter."""
+        engine = event.engine
+        return engine if engine is not None and engine in self.serving.get(event.adapter or "", ()) else None
 
     def place(self, adapter: str) -> str | None:
         """The engine the placement rule picks among those that can serve the adapter."""

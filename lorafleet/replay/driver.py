@@ -159,7 +159,7 @@ class Simulation:
                 call = pending.popleft()
                 engine, adapter = call.engine, call.adapter
                 if call.action == LOAD:
-                    by_request = call.reason == DEMAND and not core.book.engines[engine].profile.unload_frees
+                    by_request = call.reason == DEMAND and core.book.engines[engine].profile.loads_on_request
                     loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
                     ready = standins.ready_at(engine, adapter)
                     answer = LOADED if loads else RELOADED
@@ -194,7 +194,8 @@ class Simulation:
                 progress(index)
             if not session.started:
                 carry_out(session.start(at), at)
-            engine = _engine_of(core, event)
+            # Routed before lorafleet knew of it: where the log says, else by the placement rule.
+            engine = core.named_engine(event) or core.place(event.adapter)
             if engine is None:
                 result.unserved += 1
             else:
@@ -218,30 +219,10 @@ class Simulation:
 
 
 _DONE, _ARRIVE, _READ = 0, 1, 2  # at one instant: loads done, then arrivals, then lines read
-# What lorafleet did and believed, counted by the session (as the daemon's journal has it), beside the stand-ins'.
-_SESSIONS_OWN = (
-    "gpu_hits",
-    "bypassed",
-    "cold_ms_avoided",
-    "loads",
-    "prefetch_loads",
-    "prefetch_used",
-    "wasted_prefetches",
-    "evictions",
-    "touches",
-    "unloads",
-    "failed",
-)
-
-
-def _engine_of(core: PolicyCore, event: RequestEvent) -> str | None:
-    """The engine that served a request at its arrival: the one the log names when it can serve the adapter, else
-    the one the placement rule picks (a gateway routed it before lorafleet knew of it)."""
-    adapter = event.adapter
-    assert adapter is not None
-    if event.engine is not None and event.engine in core.serving.get(adapter, ()):
-        return event.engine
-    return core.place(adapter)
+# What the stand-ins count (what the engines did with each request); every other count is the session's: what
+# lorafleet did and believed, as the daemon's journal has it.
+_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid"})
+_SESSIONS_OWN = tuple(f.name for f in dataclasses.fields(Counts) if f.name not in _STANDINS_OWN)
 
 
 def in_arrival_order(events: Sequence[RequestEvent]) -> Sequence[RequestEvent]:

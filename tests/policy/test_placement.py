@@ -68,6 +68,7 @@ def test_kind_profiles_are_the_one_table() -> None:
     assert VLLM.load_fills_gpu and not SGLANG.load_fills_gpu
     assert SGLANG.engine_pins and not VLLM.engine_pins
     assert SGLANG.unload_frees and not VLLM.unload_frees
+    assert VLLM.loads_on_request and not SGLANG.loads_on_request
     assert slot_keys() == ("max_loras", "max_cpu_loras", "max_loras_per_batch", "max_loaded_loras")
     assert equivalent_key("max_loras", SGLANG) == "max_loras_per_batch"
     assert equivalent_key("max_loaded_loras", VLLM) == "max_cpu_loras"
