@@ -19,6 +19,7 @@ from typing import Any
 
 LEADERS = 3  # successors kept ranked per (tenant, adapter): as many as a prediction looks at
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
+_FORGOTTEN = 2.0**-30  # a second-order context last seen 30 half-lives ago is dropped at the next rescale
 
 
 def _weight(item: tuple[str, float]) -> float:
@@ -82,12 +83,14 @@ class DemandModel:
         workflows: Mapping[str, Iterable[Iterable[str]]] | None = None,
         prior_weight: float = 2.0,
         min_evidence: float = 5.0,
+        context_prior: float = 15.0,
     ) -> None:
         self.rate = math.log(2) / half_life
         self.clock = 0  # requests observed
         self.step = math.exp(self.rate)
         self.weight = 1.0  # the weight of an observation now: grows by `step` per request
         self.min_evidence = min_evidence
+        self.context_prior = context_prior  # moves of evidence the first order weighs against a second-order context
         self.popularity: dict[str, float] = {}
         # A second memory, 32x longer: popularity blends both equally, so a drifting hot set is picked up
         # quickly while stable favourites are not forgotten after a burst of something else. (Weighing the two
@@ -102,6 +105,12 @@ class DemandModel:
         self.transition_seen: dict[tuple[str | None, str], float] = {}  # undecayed evidence per key
         self.leaders: dict[tuple[str | None, str], list[str]] = {}  # per key its LEADERS top counts, descending
         self.last: dict[str | None, str] = {}
+        # The move before the latest, per tenant: what came after a pair (before -> last) is the second-order
+        # context — a tool loop's next tool depends on the last tool, not on the planner that came between.
+        self.before: dict[str | None, str] = {}
+        self.transitions2: dict[tuple[str | None, str, str], dict[str, float]] = {}
+        self.transition2_totals: dict[tuple[str | None, str, str], float] = {}
+        self.transition2_seen: dict[tuple[str | None, str, str], float] = {}
         self.last_time: dict[str | None, float] = {}
         # tenant -> how many requests in a row, before the latest, asked for its current adapter: a step of a
         # workflow or agent loop often makes several calls, and a repeat is not a move to a next step
@@ -138,13 +147,17 @@ class DemandModel:
             self.tenant_activity,
             self.tenant_adapter,
             self.transition_totals,
+            self.transition2_totals,
+            *self.transitions.values(),
+            *self.transitions2.values(),
         )
         for table in tables:
             for key in table:
                 table[key] *= factor
-        for row in self.transitions.values():
-            for key in row:
-                row[key] *= factor
+        # Second-order contexts are many more than pairs (up to one per move): those long unseen are dropped, so the
+        # table (and the memory written with every checkpoint) holds the recent ones only.
+        for context in [c for c, total in self.transition2_totals.items() if total < _FORGOTTEN]:
+            del self.transitions2[context], self.transition2_totals[context], self.transition2_seen[context]
 
     def _add_transition(self, key: tuple[str | None, str], nxt: str, weight: float, evidence: float = 1.0) -> None:
         self.transition_seen[key] = self.transition_seen.get(key, 0.0) + evidence
@@ -193,6 +206,16 @@ class DemandModel:
             elif prev is not None:
                 self.repeats[tenant] = 0
                 self._add_transition((tenant, prev), adapter, w)
+                before = self.before.get(tenant)
+                if before is not None:
+                    context = (tenant, before, prev)
+                    row2 = self.transitions2.get(context)
+                    if row2 is None:
+                        row2 = self.transitions2[context] = {}
+                    row2[adapter] = row2.get(adapter, 0.0) + w
+                    self.transition2_totals[context] = self.transition2_totals.get(context, 0.0) + w
+                    self.transition2_seen[context] = self.transition2_seen.get(context, 0.0) + 1.0
+                self.before[tenant] = prev
                 key = (tenant, prev)
                 gaps = self.gaps.get(key)
                 if gaps is None:
@@ -268,3 +291,27 @@ class DemandModel:
             return [(a, row[a] / total) for a in self.leaders[key][:limit]]
         ranked = sorted(row.items(), key=_weight, reverse=True)[:limit]
         return [(a, w / total) for a, w in ranked]
+
+    def successors(self, tenant: str | None, adapter: str, limit: int = LEADERS) -> list[tuple[str, float]]:
+        """`next_after` for the tenant's latest request, sharpened by the move that led to it: the second-order
+        estimate (what followed before -> adapter) blended with the first-order one, weighted by their evidence
+        (the first order counts as `context_prior` moves), so an unseen or thin context predicts as before and a
+        well-seen one by itself. Gated by the first order's evidence, as `next_after`."""
+        first = self.next_after(tenant, adapter, limit=LEADERS)
+        before = self.before.get(tenant) if self.last.get(tenant) == adapter else None
+        if not first or before is None:
+            return first[:limit]
+        context = (tenant, before, adapter)
+        row2 = self.transitions2.get(context)
+        if not row2:
+            return first[:limit]
+        n2 = self.transition2_seen[context]
+        total2 = self.transition2_totals[context]
+        key = (tenant, adapter)
+        row1, total1 = self.transitions[key], self.transition_totals[key]
+        k = self.context_prior
+        blended = {
+            c: (n2 * row2.get(c, 0.0) / total2 + k * row1.get(c, 0.0) / total1) / (n2 + k)
+            for c in itertools.chain(self.leaders[key], row2)
+        }
+        return sorted(blended.items(), key=_weight, reverse=True)[:limit]

@@ -38,9 +38,10 @@ class LorafleetPolicy(Policy):
     - Preload: each tenant's pinned adapters on one engine that can serve them (pinned, never evicted), then
       the first steps of their workflows.
     - Prefetch: after each request, the adapters most likely to follow it for that tenant (transition model,
-      workflows as priors) are loaded onto the serving engine, displacing only adapters worth no more. The load is
-      timed: it starts a few load times (with margin) before the tenant's usual earliest next request (a low
-      quantile of its observed gaps after this adapter), so a prefetched adapter holds a slot only briefly.
+      workflows as priors, sharpened by the move that led to it: DemandModel.successors) are loaded onto the
+      serving engine, displacing only adapters worth no more. The load is timed: it starts a few load times
+      (with margin) before the tenant's usual earliest next request (a low quantile of its observed gaps after
+      this adapter), so a prefetched adapter holds a slot only briefly.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
@@ -236,7 +237,7 @@ class LorafleetPolicy(Policy):
                     if not entry:
                         del hot[predicted]
         self.trust[tenant], self.edge[tenant] = trust, edges
-        guesses = [(c, p) for c, p in demand.next_after(tenant, adapter, limit=LEADERS) if c != adapter]
+        guesses = [(c, p) for c, p in demand.successors(tenant, adapter) if c != adapter]
         if not guesses:
             return []
         # Every guess is scored next time, acted on or not, so a tenant can earn trust back. Its baseline is how

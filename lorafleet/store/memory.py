@@ -20,7 +20,7 @@ from lorafleet import __version__
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
-FORMAT = f"lorafleet {__version__} memory 2"  # 2: the predictor keeps edges per guess, the demand model repeats
+FORMAT = f"lorafleet {__version__} memory 3"  # 3: second-order contexts; 2: edges per guess, repeats
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

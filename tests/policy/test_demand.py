@@ -188,3 +188,65 @@ def test_a_period_allows_a_spread_of_half_the_median() -> None:
 def test_the_long_memory_is_32_times_the_short_one() -> None:
     demand = DemandModel(half_life=50.0)
     assert demand.long_popularity.rate == pytest.approx(math.log(2) / (50.0 * 32))
+
+
+# the second-order context -----------------------------------------------------------------------------------
+def tool_cycle(rounds: int) -> list[str]:
+    """A planner between tools; the next tool is set by the last one (t1 -> t2 -> t3 -> t1), not by the planner."""
+    tools = ["t1", "t2", "t3"]
+    return [a for i in range(rounds) for a in ("plan", tools[i % 3])]
+
+
+def test_the_next_tool_follows_the_last_tool_not_the_planner_between() -> None:
+    demand = DemandModel()
+    for i, adapter in enumerate(tool_cycle(60)):  # ends on t3
+        demand.observe("t", adapter, float(i))
+    demand.observe("t", "plan", 200.0)
+    first = dict(demand.next_after("t", "plan", limit=3))
+    assert all(p == pytest.approx(1 / 3, abs=0.05) for p in first.values())  # the planner alone: any tool
+    (best, p), *_ = demand.successors("t", "plan")
+    assert best == "t1" and p > 0.7  # after t3 -> plan: t1
+    demand.observe("t", "t1", 201.0)
+    demand.observe("t", "plan", 202.0)
+    assert demand.successors("t", "plan")[0][0] == "t2"
+
+
+def test_a_context_is_weighed_against_the_first_order_by_its_evidence() -> None:
+    """p = (n2·p2 + k·p1) / (n2 + k): the context's n2 moves against the first order's `context_prior` k."""
+    demand = DemandModel(half_life=1e12, min_evidence=1.0, context_prior=2.0)  # no decay: plain counts
+    for i, adapter in enumerate(["x", "a", "b", "y", "a", "c", "x", "a", "b", "x", "a"]):
+        demand.observe("t", adapter, float(i))
+    # a was followed by b, c, b (p1: b 2/3, c 1/3); after x -> a: b, b (n2 = 2, p2: b 1)
+    got = dict(demand.successors("t", "a"))
+    assert got["b"] == pytest.approx((2 * 1.0 + 2.0 * 2 / 3) / 4)
+    assert got["c"] == pytest.approx((2 * 0.0 + 2.0 * 1 / 3) / 4)
+
+
+def test_an_unseen_context_or_a_request_not_the_latest_predicts_as_the_first_order() -> None:
+    demand = DemandModel(min_evidence=1.0)
+    for i, adapter in enumerate(["x", "a", "b", "y", "a", "c", "z", "a"]):  # z -> a never seen before
+        demand.observe("t", adapter, float(i))
+    assert demand.successors("t", "a") == demand.next_after("t", "a", limit=3)
+    assert demand.successors("t", "b") == demand.next_after("t", "b", limit=3)  # b is not the latest: no context
+    assert demand.successors("nobody", "a") == []
+
+
+def test_second_order_counts_survive_a_rescale() -> None:
+    demand = DemandModel(half_life=0.05)  # the weight grows by 2^20 per request: rescaled every few requests
+    for i, adapter in enumerate(tool_cycle(30)):
+        demand.observe("t", adapter, float(i))
+    assert demand.weight <= 1e80
+    assert all(math.isfinite(v) and v > 0 for v in demand.transition2_totals.values())
+    assert sum(p for _, p in demand.successors("t", "t3")) == pytest.approx(1.0)
+
+
+def test_a_context_long_unseen_is_dropped_at_a_rescale() -> None:
+    demand = DemandModel(half_life=1.0)  # rescaled every 266 requests; 30 half-lives are 30 requests
+    for i, adapter in enumerate(["x", "a", "b"] * 5):
+        demand.observe("t", adapter, float(i))
+    assert ("t", "x", "a") in demand.transitions2
+    for i, adapter in enumerate(["c", "d"] * 200):  # x -> a is not seen again
+        demand.observe("t", adapter, 100.0 + i)
+    assert ("t", "x", "a") not in demand.transitions2 and ("t", "x", "a") not in demand.transition2_seen
+    assert ("t", "c", "d") in demand.transitions2  # the recent ones stay
+    assert ("t", "a") in demand.transitions  # the first order keeps everything, as before

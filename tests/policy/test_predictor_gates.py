@@ -167,3 +167,19 @@ def test_a_guess_needs_min_evidence_moves_of_its_own_not_only_its_row(tmp_path: 
     ask(core, rounds(5, 2000.0))
     policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
     assert "a1" in [c for c, _ in policy._predict("t", "a0")]
+
+
+# the second-order context ---------------------------------------------------------------------------------------
+def test_after_the_planner_the_prefetch_is_the_tool_the_last_tool_leads_to(tmp_path: Path) -> None:
+    """A planner (a0) between tools whose order is fixed by the last tool (a1 -> a2 -> a3 -> a1): after the planner,
+    each tool is a third of its successors (no lift), but after (a3, a0) it is always a1."""
+    inv = make_inventory(tmp_path, adapters=4, engines=ONE_SLOT)
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    ask(core, irregular([a for i in range(39) for a in (0, 1 + i % 3)]))  # ends on a3
+    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    assert [c for c, _ in policy._predict("t", "a3")] == ["a0"]
+    ask(core, [replace(stream([0], tenants=["t"])[0], time=5000.0)])
+    assert policy.predicted["t"][0][:1] == ["a1"]  # the top guess, made after (a3, a0)
+    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    assert [c for c, _ in policy._predict("t", "a0")] == ["a1"]
