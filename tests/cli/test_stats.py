@@ -190,6 +190,9 @@ def test_watch_refreshes_and_stops_on_sigint(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        # Ctrl-C as at a terminal, even when the tests themselves were started in the background (a shell starts a
+        # background job with SIGINT ignored, and a child inherits that: the command would never see it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     time.sleep(2.5)
     proc.send_signal(signal.SIGINT)
