@@ -2,9 +2,9 @@
 
 Replay and the daemon each hand the session requests and (live) the engines' answers; the session is the one
 home of what happens around the core:
-- time order: the policy's wakeups, the loads completing (simulated engines, when they stand in) and the
-  requests learned after their arrival are merged in time order before each request, so a wakeup sees the
-  engines as they are at its own time;
+- time order: the policy's wakeups and the loads completing (simulated engines, when they stand in) are merged
+  in time order before each request, so a wakeup sees the engines as they are at its own time (a request learned
+  from its line is taken when the driver reads it: replay's reading times are the driver's, replay/driver.py);
 - a request's two times: the engine serves it at its arrival (`RequestEvent.time`), lorafleet learns of it
   when it can know of it — a live daemon learns what it reads when it reads it; `hint` takes a request from the
   gateway's start hint, its counts held until its log line; a request learned only from its log line
