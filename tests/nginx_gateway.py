@@ -175,8 +175,13 @@ class NginxGateway:
 
     def start(self, timeout: float = 10.0) -> NginxGateway:
         """Start on a free port (another, when a racing process took it) and return once it accepts."""
+        # Never the hint port or an engine's: nginx listening where its own mirror sends would hint itself, and
+        # each hint would be a completion mirrored again, without end.
+        taken = {self.hints_port, *(int(loopback(e).rsplit(":", 1)[1]) for e in self.engines)}
         for _ in range(5):
             port = free_port()
+            while port in taken:
+                port = free_port()
             self._write(port)
             self.error_log.write_text("")
             command = [NGINX, "-p", f"{self.root}/", "-c", str(self.conf), "-e", str(self.error_log)]
