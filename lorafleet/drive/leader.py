@@ -5,18 +5,20 @@ Every shipped baseline (lru — the engines alone —, lfu, arc, wtinylfu, marko
 kernel: its own core, book, loaders and load times, so a shadow's figures are exactly what replaying that policy
 gives). Each request scores every expert by whether it was a hit on its copy; `Standings` keeps, per pool, the
 decayed count of requests each expert hit and another missed, pair by pair (LeCaR's regret, CACHEUS' experts,
-settled on whole policies rather than eviction orders alone).
+settled on whole policies rather than eviction orders alone), over two memories: a short one that follows a
+change of regime, and one `long_scale` times longer that sees a small lead that holds.
 
 The live decisions follow one expert, the leader. The predictor also runs live: while it leads, the live
 decisions are its own. While another expert leads, the live engines imitate it: a request the log does not place
 goes where the leader routed it, room is made by evicting first what the leader does not hold (least recently
 used first), and the leader's prefetches are made live — so the live engines converge on the leader's contents,
-engine by engine. The leader changes only when a challenger's record against it is ahead by more than `z`
-standard deviations of the requests the two differed on, plus `margin` requests; never on a request the leader
-hit.
+engine by engine. The leader changes only when a challenger's record against it, on either memory, is ahead by
+more than `z` standard deviations of the requests the two differed on, plus `margin` requests, and the leader's
+record against it on the other memory is not such a lead; never on a request the leader hit.
 
 The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
-most (a) the hysteresis — z·√d + margin requests per memory window, for the d requests the two differed on —,
+most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
+except while the leader is that far ahead of the expert over the long window —,
 (b) for each change of leader, the misses while the contents converge (at most one turnover of the engines'
 slots), and (c) nothing else: imitating the leader from a converged state is exact (tests/policy/test_leader.py).
 Touches count against the core's touch budget in every expert alike, so each is judged as the engines would
@@ -51,73 +53,112 @@ def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], 
     )
 
 
-class Standings:
-    """Pairwise records of n experts over the recent past, and which one is followed.
+class _Record:
+    """Pairwise decayed counts over one memory: `beats[i][j]` requests expert i hit and expert j missed, every
+    request's weight the previous one's divided by `keep`, so old requests fade without touching every cell."""
 
-    `beats[i][j]` is the decayed count of requests expert i hit and expert j missed; every request's weight is
-    the previous one's divided by `keep`, so old requests fade without touching every cell each time.
-    """
+    __slots__ = ("beats", "keep", "weight")
 
-    __slots__ = ("beats", "changes", "keep", "leader", "margin", "n", "weight", "z")
-
-    def __init__(self, n: int, memory: float, z: float, margin: float, leader: int = 0) -> None:
-        self.n = n
+    def __init__(self, n: int, memory: float) -> None:
         self.keep = 1.0 - 1.0 / max(2.0, memory)
-        self.z = z
-        self.margin = margin
         self.weight = 1.0
         self.beats = [[0.0] * n for _ in range(n)]
-        self.leader = leader
-        self.changes = 0
 
-    def record(self, hits: Sequence[bool]) -> bool:
-        """One request's outcome per expert; True when the leader changed."""
+    def add(self, winners: Sequence[int] = (), losers: Sequence[int] = ()) -> None:
+        """One request: each winner beats each loser (none on a request every expert hit or missed alike)."""
         self.weight /= self.keep
-        weight = self.weight
-        winners = [i for i, hit in enumerate(hits) if hit]
-        if not winners or len(winners) == self.n:
-            return False
-        beats = self.beats
-        losers = [i for i, hit in enumerate(hits) if not hit]
+        weight, beats = self.weight, self.beats
         for i in winners:
             row = beats[i]
             for j in losers:
                 row[j] += weight
         if weight > 1e150:
-            self._rescale()
+            scale = 1.0 / weight
+            for row in beats:
+                for j in range(len(row)):
+                    row[j] *= scale
+            self.weight = 1.0
+
+    def ahead(self, i: int, j: int) -> float:
+        beats = self.beats
+        return beats[i][j] - beats[j][i]
+
+    def best_against(self, leader: int) -> int | None:
+        best, lead = None, 0.0
+        for i in range(len(self.beats)):
+            if i != leader:
+                ahead = self.ahead(i, leader)
+                if ahead > lead:
+                    best, lead = i, ahead
+        return best
+
+    def clear(self, i: int, j: int, z: float, margin: float) -> bool:
+        won, lost = self.beats[i][j] / self.weight, self.beats[j][i] / self.weight
+        return won - lost > z * math.sqrt(won + lost) + margin
+
+
+class Standings:
+    """Pairwise records of n experts over the recent past and over a longer one, and which one is followed.
+
+    The short record follows a change of regime within a few turnovers of the slots; the long one sees a small
+    lead that holds (a point of hit ratio is a handful of requests per short window, lost in its noise). A
+    challenger takes the lead when it is clearly ahead on either record and the leader is not clearly ahead of
+    it on the other, so the two never pull the lead back and forth.
+    """
+
+    __slots__ = ("changes", "leader", "long", "margin", "n", "short", "z")
+
+    def __init__(
+        self, n: int, memory: float, z: float, margin: float, leader: int = 0, long_memory: float | None = None
+    ) -> None:
+        self.n = n
+        self.z = z
+        self.margin = margin
+        self.short = _Record(n, memory)
+        self.long = _Record(n, long_memory) if long_memory is not None else None
+        self.leader = leader
+        self.changes = 0
+
+    def record(self, hits: Sequence[bool]) -> bool:
+        """One request's outcome per expert; True when the leader changed."""
+        winners = [i for i, hit in enumerate(hits) if hit]
+        long = self.long
+        if not winners or len(winners) == self.n:
+            self.short.add()
+            if long is not None:
+                long.add()
+            return False
+        losers = [i for i, hit in enumerate(hits) if not hit]
+        self.short.add(winners, losers)
+        if long is not None:
+            long.add(winners, losers)
         leader = self.leader
         if hits[leader]:
             return False  # a request the leader hit never makes another one the leader
-        best = self.best_challenger()
-        if best is None or not self.clear(best, leader):
+        best = self._challenger()
+        if best is None:
             return False
         self.leader = best
         self.changes += 1
         return True
 
-    def best_challenger(self) -> int | None:
-        """The expert furthest ahead of the leader (in decayed requests), if any is ahead."""
-        leader, beats = self.leader, self.beats
-        best, lead = None, 0.0
-        for i in range(self.n):
-            if i != leader:
-                ahead = beats[i][leader] - beats[leader][i]
-                if ahead > lead:
-                    best, lead = i, ahead
-        return best
-
-    def clear(self, i: int, j: int) -> bool:
-        """Whether i's record against j is a clear lead: more than z standard deviations of the requests they
-        differed on (a fair coin's spread), plus the margin."""
-        won, lost = self.beats[i][j] / self.weight, self.beats[j][i] / self.weight
-        return won - lost > self.z * math.sqrt(won + lost) + self.margin
-
-    def _rescale(self) -> None:
-        scale = 1.0 / self.weight
-        for row in self.beats:
-            for j in range(self.n):
-                row[j] *= scale
-        self.weight = 1.0
+    def _challenger(self) -> int | None:
+        """The expert to follow instead of the leader, if one is clearly ahead on one record and the leader is not
+        clearly ahead of it on the other."""
+        leader, z, margin, short, long = self.leader, self.z, self.margin, self.short, self.long
+        best = short.best_against(leader)
+        if (
+            best is not None
+            and short.clear(best, leader, z, margin)
+            and (long is None or not long.clear(leader, best, z, margin))
+        ):
+            return best
+        if long is None:
+            return None
+        best = long.best_against(leader)
+        if best is not None and long.clear(best, leader, z, margin) and not short.clear(leader, best, z, margin):
+            return best
+        return None
 
 
 class _Shadow:
@@ -158,6 +199,7 @@ class LeaderPolicy(Policy):
     min_memory = 500.0  # ... and at least this many requests
     z = 2.0  # a challenger must lead by z standard deviations (five challengers: a few lucky runs do not count)
     margin = 2.0  # ... and by this many requests
+    long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
 
     def __init__(
         self,
@@ -201,7 +243,9 @@ class LeaderPolicy(Policy):
         for model, n in slots.items():
             if model not in self.standings:
                 memory = max(self.min_memory, self.memory * n)
-                self.standings[model] = Standings(len(self.shadows), memory, self.z, self.margin)
+                self.standings[model] = Standings(
+                    len(self.shadows), memory, self.z, self.margin, long_memory=memory * self.long_scale
+                )
 
     def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
         """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads

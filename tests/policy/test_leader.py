@@ -8,6 +8,8 @@ import random
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from lorafleet.drive.leader import LeaderPolicy, Standings
 from lorafleet.policy.baselines import LfuPolicy, LruPolicy, MarkovPolicy
 from lorafleet.policy.core import Policy, PolicyCore
@@ -56,7 +58,7 @@ def test_a_challenger_takes_the_lead_only_past_z_deviations_plus_the_margin() ->
 
 def test_a_request_the_leader_hit_never_changes_the_leader() -> None:
     standings = Standings(2, memory=1e9, z=0.0, margin=0.0)
-    standings.beats[1][0] = 100.0  # far ahead already
+    standings.short.beats[1][0] = 100.0  # far ahead already
     assert not standings.record([True, False]) and standings.leader == 0
     assert standings.record([False, True]) and standings.leader == 1
 
@@ -66,7 +68,7 @@ def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
     for _ in range(50):
         standings.record([True, True, True])
         standings.record([False, False, False])
-    assert standings.beats == [[0.0] * 3 for _ in range(3)] and standings.leader == 0
+    assert standings.short.beats == [[0.0] * 3 for _ in range(3)] and standings.leader == 0
 
 
 def test_old_evidence_fades_so_a_past_lead_does_not_hold_for_ever() -> None:
@@ -85,11 +87,55 @@ def test_old_evidence_fades_so_a_past_lead_does_not_hold_for_ever() -> None:
 
 
 def test_weights_rescale_without_changing_the_standings() -> None:
-    standings = Standings(2, memory=2.0, z=0.0, margin=0.0)
+    standings = Standings(2, memory=2.0, z=0.0, margin=0.0, long_memory=2.0)
     for _ in range(600):  # the weight doubles per request: rescaled long before it overflows
         standings.record([True, False])
-    assert math.isfinite(standings.weight) and standings.leader == 0
-    assert standings.beats[0][1] / standings.weight > 1.0
+        standings.record([True, True])  # agreeing requests age the records too
+    assert standings.leader == 0
+    for record in (standings.short, standings.long):
+        # each win is worth half the next request's: 1/2 + 1/8 + 1/32 + ... = 2/3 of the latest request
+        assert record is not None and math.isfinite(record.weight)
+        assert record.beats[0][1] / record.weight == pytest.approx(2 / 3)
+
+
+def _steady_edge(standings: Standings, rounds: int, won: int = 6, lost: int = 4) -> list[bool]:
+    """Rounds of ten differing requests the challenger wins `won` of (the leader missing them) and the leader
+    `lost` — a lead that holds, of 2 requests in 10."""
+    changed = []
+    for _ in range(rounds):
+        changed += [standings.record([True, False]) for _ in range(lost)]
+        changed += [standings.record([False, True]) for _ in range(won)]
+    return changed
+
+
+def test_a_small_lead_that_holds_is_seen_by_the_long_record_alone() -> None:
+    # In a window of 50 requests the lead is about 10, under 2·sqrt(50) + 2 = 16: the short record never sees it.
+    short_only = Standings(2, memory=50, z=2.0, margin=2.0)
+    assert not any(_steady_edge(short_only, 300)) and short_only.leader == 0
+    # Over 2,000 it is about 400, far over 2·sqrt(2000) + 2 = 91.
+    both = Standings(2, memory=50, z=2.0, margin=2.0, long_memory=2000)
+    assert any(_steady_edge(both, 300)) and both.leader == 1 and both.changes == 1
+
+
+def test_a_short_run_of_luck_does_not_take_the_lead_from_one_clearly_ahead_over_the_long_record() -> None:
+    def burst(standings: Standings) -> bool:
+        _steady_edge(standings, 200, won=4, lost=6)  # the leader 2 in 10 ahead, for 2,000 requests ...
+        return any(standings.record([False, True]) for _ in range(30))  # ... then 30 the challenger won in a row
+
+    assert burst(Standings(2, memory=50, z=2.0, margin=2.0))  # 30 > 2·sqrt(30) + 2: the short record alone flips
+    held = Standings(2, memory=50, z=2.0, margin=2.0, long_memory=2000)
+    assert not burst(held) and held.leader == 0
+    # A lasting change still passes: once the long record's lead has faded, the short one's clear lead counts.
+    assert any(held.record([False, True]) for _ in range(3000)) and held.leader == 1
+
+
+def test_a_lead_over_the_long_past_does_not_take_the_lead_from_one_clearly_ahead_lately() -> None:
+    standings = Standings(2, memory=50, z=2.0, margin=2.0, long_memory=2000)
+    standings.long.beats[1][0] = 500.0  # type: ignore[union-attr]  # the challenger far ahead over the long past ...
+    standings.short.beats[0][1] = 40.0  # ... and the leader clearly ahead lately
+    assert not standings.record([False, True]) and standings.leader == 0
+    standings.short.beats[0][1] = 0.0  # the leader no longer ahead lately: the long record's lead counts
+    assert standings.record([False, True]) and standings.leader == 1
 
 
 # --- following ----------------------------------------------------------------------------------------------
@@ -102,6 +148,9 @@ def test_a_bad_first_expert_is_dropped_for_the_one_doing_better(tmp_path: Path) 
     bad = run(MruPolicy(), inv, events)
     assert policy.leader_of("m") == "lru"
     assert bad.hits < alone.hits * 0.8
+    standings = policy.standings["m"]  # judged over 500 requests (the floor: 4 slots) and over 4 times as many
+    assert standings.long is not None and 1 / (1 - standings.long.keep) == pytest.approx(2000.0)
+    assert 1 / (1 - standings.short.keep) == pytest.approx(500.0)
     assert followed.hits >= alone.hits - 4 * 4  # a few turnovers of the 4 slots, while the lead was proven
 
 
