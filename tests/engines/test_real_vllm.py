@@ -19,7 +19,8 @@ import pytest
 
 from tests.sshd_server import free_port
 
-pytestmark = pytest.mark.vllm
+# The first test also waits for the module's engine: building its model (300 s at most) and starting it (240 s).
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent
 DEFAULT_PYTHON = Path.home() / ".cache" / "lorafleet" / "vllm-venv" / "bin" / "python"
 
