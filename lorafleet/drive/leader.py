@@ -122,43 +122,30 @@ class Standings:
     def record(self, hits: Sequence[bool]) -> bool:
         """One request's outcome per expert; True when the leader changed."""
         winners = [i for i, hit in enumerate(hits) if hit]
-        long = self.long
-        if not winners or len(winners) == self.n:
-            self.short.add()
-            if long is not None:
-                long.add()
-            return False
         losers = [i for i, hit in enumerate(hits) if not hit]
-        self.short.add(winners, losers)
-        if long is not None:
-            long.add(winners, losers)
+        records = self._records()
+        for record in records:
+            record.add(winners, losers)  # ages the record even when every expert hit or missed alike
+        if not winners or not losers:
+            return False
         leader = self.leader
         if hits[leader]:
             return False  # a request the leader hit never makes another one the leader
-        best = self._challenger()
-        if best is None:
-            return False
-        self.leader = best
-        self.changes += 1
-        return True
+        z, margin = self.z, self.margin
+        for record in records:
+            best = record.best_against(leader)
+            if (
+                best is not None
+                and record.clear(best, leader, z, margin)
+                and not any(other.clear(leader, best, z, margin) for other in records if other is not record)
+            ):
+                self.leader = best
+                self.changes += 1
+                return True
+        return False
 
-    def _challenger(self) -> int | None:
-        """The expert to follow instead of the leader, if one is clearly ahead on one record and the leader is not
-        clearly ahead of it on the other."""
-        leader, z, margin, short, long = self.leader, self.z, self.margin, self.short, self.long
-        best = short.best_against(leader)
-        if (
-            best is not None
-            and short.clear(best, leader, z, margin)
-            and (long is None or not long.clear(leader, best, z, margin))
-        ):
-            return best
-        if long is None:
-            return None
-        best = long.best_against(leader)
-        if best is not None and long.clear(best, leader, z, margin) and not short.clear(leader, best, z, margin):
-            return best
-        return None
+    def _records(self) -> tuple[_Record, ...]:
+        return (self.short,) if self.long is None else (self.short, self.long)
 
 
 class _Shadow:
