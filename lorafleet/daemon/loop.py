@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from lorafleet.collector import settle, unsettle
 from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, HintJoin, hint_headers
@@ -187,6 +188,7 @@ class Daemon:
             log.info("taking the gateway's start hints on http://%s", self.hints.serve(options.hints_addr))
             sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))  # the endpoint answers while the loop works
         try:
+            settle()  # the inventory, the books and what the policy learned before: long-lived
             self.metrics.beat()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
@@ -198,6 +200,7 @@ class Daemon:
         finally:
             self._finish()
             sys.setswitchinterval(switch)
+            unsettle()  # what the commits set aside is the collector's again (a run inside a longer process)
         return self.summary
 
     def _reconcile_first(self) -> None:
@@ -632,6 +635,7 @@ class Daemon:
             log.error("%d journal rows could not be stored (not UTF-8 text); committed the rest", dropped)
         self.summary.commits += 1
         self.metrics.commits.inc()
+        settle()  # what outlives a commit is the long-lived state: collections scan only what comes after it
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's

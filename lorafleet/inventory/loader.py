@@ -11,6 +11,7 @@ import logging
 import math
 from pathlib import Path
 
+from lorafleet.collector import paused
 from lorafleet.errors import InputError, InventoryError, Problem
 from lorafleet.inventory import schema
 from lorafleet.inventory.adapters import declared_adapters, read_adapters, read_base_models, read_tenants
@@ -56,6 +57,11 @@ def inventory_stamp(path: str | Path) -> tuple[tuple[str, str, int, int, int], .
 
 def load_inventory(path: str | Path) -> Inventory:
     """Read a YAML file or a folder of them; raise InventoryError listing every problem found."""
+    with paused():  # an inventory is many new, long-lived objects and no garbage cycles: nothing to collect
+        return _load(path)
+
+
+def _load(path: str | Path) -> Inventory:
     files = inventory_files(path)
     checker = Checker()
     docs: list[LDict] = []

@@ -7,12 +7,12 @@ so that validation can name `file:line` for every field.
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
 
+from lorafleet.collector import paused
 from lorafleet.errors import Problem
 
 
@@ -167,23 +167,20 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
     if problems:
         return None, problems
     loader = (C_LOADER or yaml.SafeLoader)(text)
-    collecting = gc.isenabled()
-    gc.disable()  # a big inventory is hundreds of thousands of new, long-lived objects: nothing to collect
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, [Problem(file, None, "", "the file is empty")]
-        return _Builder(file, loader, problems).build(node, ""), problems
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        what = exc.problem or exc.context or "invalid YAML"
-        if exc.context and exc.problem:
-            what = f"{exc.problem} ({exc.context})"
-        return None, [Problem(file, line, "", f"invalid YAML: {what}")]
-    except yaml.YAMLError as exc:
-        return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
-    finally:
-        loader.dispose()
-        if collecting:
-            gc.enable()
+    with paused():  # a big inventory is hundreds of thousands of new, long-lived objects: nothing to collect
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None, [Problem(file, None, "", "the file is empty")]
+            return _Builder(file, loader, problems).build(node, ""), problems
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark else None
+            what = exc.problem or exc.context or "invalid YAML"
+            if exc.context and exc.problem:
+                what = f"{exc.problem} ({exc.context})"
+            return None, [Problem(file, line, "", f"invalid YAML: {what}")]
+        except yaml.YAMLError as exc:
+            return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
+        finally:
+            loader.dispose()

@@ -17,6 +17,7 @@ import zlib
 from typing import Any
 
 from lorafleet import __version__
+from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
@@ -49,7 +50,8 @@ def fingerprint(inventory: Inventory) -> str:
 
 def freeze(core: PolicyCore) -> bytes:
     """The core's policy (with everything it holds) and demand model, as bytes."""
-    raw = pickle.dumps((core.policy, core.demand), protocol=pickle.HIGHEST_PROTOCOL)
+    with paused():  # the pickler's memo holds every object: a collection meanwhile would traverse them all
+        raw = pickle.dumps((core.policy, core.demand), protocol=pickle.HIGHEST_PROTOCOL)
     return zlib.compress(raw, 1)  # level 1: a third of level 6's time, 12% larger (it is written every second)
 
 
@@ -80,7 +82,8 @@ def thaw(
     if fingerprint_ != fingerprint(written if written is not None else inventory):
         raise MemoryRefusedError("it was learned on another inventory")
     try:
-        policy, demand = _Restricted(io.BytesIO(zlib.decompress(state))).load()
+        with paused():  # many new, long-lived objects and no garbage cycles
+            policy, demand = _Restricted(io.BytesIO(zlib.decompress(state))).load()
     except Exception as exc:  # whatever a damaged or foreign blob raises: never a traceback at start
         raise MemoryRefusedError(f"it cannot be read ({type(exc).__name__})") from None
     if not isinstance(policy, Policy) or policy.name != policy_name:
