@@ -101,3 +101,39 @@ def test_a_daemon_sets_its_state_aside_at_each_commit_and_gives_it_back_when_it_
     assert frozen_at_commit[0] > 0
     assert frozen_at_commit[-1] > frozen_at_commit[0]
     assert gc.get_freeze_count() == 0
+
+
+def test_a_replay_sets_what_it_built_aside_as_it_goes_and_gives_it_back_when_it_ends(tmp_path: Path) -> None:
+    from lorafleet.logs.reader import read_events
+    from lorafleet.replay.driver import SETTLE_EVERY, simulate
+
+    synth = synthesize("zipf", 3 * SETTLE_EVERY, 3, tmp_path / "t")
+    inventory = load_inventory(synth.inventory_path)
+    events, _ = read_events([synth.log_path], inventory)
+    frozen: list[int] = []
+    simulate(inventory, "lru", events, progress=lambda index: frozen.append(gc.get_freeze_count()))
+    assert len(frozen) >= 3
+    assert frozen[0] > 0 and frozen[-1] > frozen[0]
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_experts_cores_share_the_tables_the_live_core_reads_from_the_inventory(tmp_path: Path) -> None:
+    from lorafleet.drive.leader import LeaderPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    inventory = load_inventory(synthesize("zipf", 100, 3, tmp_path / "t").inventory_path)
+    core = PolicyCore(inventory, LeaderPolicy())
+    policy = core.policy
+    assert isinstance(policy, LeaderPolicy)
+    for shadow in policy.shadows:
+        expert = shadow.session.core
+        assert expert.book is not core.book  # each expert its own copy of the fleet ...
+        assert (expert.sizes, expert.pools, expert.serving, expert.load_ms) == (
+            core.sizes,
+            core.pools,
+            core.serving,
+            core.load_ms,
+        )
+        assert expert.pools is core.pools and expert.serving is core.serving  # ... built once
+    other = load_inventory(synthesize("zipf", 100, 3, tmp_path / "u").inventory_path)
+    assert PolicyCore(other, LeaderPolicy(), like=core).pools is not core.pools  # another inventory: its own

@@ -217,7 +217,7 @@ class LeaderPolicy(Policy):
         if not self.shadows:
             budget = core.touch_budget
             for name, make in self.factories:
-                expert = PolicyCore(inventory, make(), touch_budget=budget)
+                expert = PolicyCore(inventory, make(), touch_budget=budget, like=core)
                 self.shadows.append(_Shadow(name, expert))
             self._hits = [False] * len(self.shadows)
             self._routed = [None] * len(self.shadows)
@@ -254,7 +254,7 @@ class LeaderPolicy(Policy):
         inventory = self.core.inventory
         for shadow in self.shadows:
             old = shadow.session.core
-            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget)
+            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
             expert.demand = old.demand
             shadow.fleet(expert)
 

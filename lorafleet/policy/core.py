@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from lorafleet.inventory.model import Inventory
+from lorafleet.inventory.model import Inventory, LoadModel
 from lorafleet.policy.demand import DemandModel
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import place_in, pool_members, serving_pools
@@ -94,20 +94,30 @@ class PolicyCore:
         policy: Policy,
         half_life: float | None = None,
         touch_budget: float = TOUCH_BUDGET,
+        like: PolicyCore | None = None,
     ) -> None:
         """`touch_budget`: touches (1-token requests, real work on a GPU) each engine may be sent per adapter
         request it serves; `load` keeps every eviction within what the engine has earned (budget 0: what the
-        engine does alone, but for pins)."""
+        engine does alone, but for pins). `like`: a core on the same inventory whose tables read from it (sizes,
+        pools, load models: never written) this one shares — the experts' cores (seven on a 500-engine fleet of
+        50,000 adapters took 1.3 s to build them each)."""
         self.inventory = inventory
         self.touch_budget = touch_budget
         # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
         self.touch_credit: dict[str, float] = {}
         self.book = ResidencyBook.from_inventory(inventory)
-        self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
         engines = inventory.engines
-        self.pools = serving_pools(inventory)
-        self.serving = pool_members(self.pools)  # the pools as sets, for membership
-        self.load_ms = {e.key: e.load for e in engines}
+        self.sizes: dict[str, int]
+        self.pools: dict[str, list[str]]
+        self.serving: dict[str, frozenset[str]]
+        self.load_ms: dict[str, LoadModel]
+        if like is not None and like.inventory is inventory:
+            self.sizes, self.pools, self.serving, self.load_ms = like.sizes, like.pools, like.serving, like.load_ms
+        else:
+            self.sizes = {a.id: a.size_bytes for a in inventory.adapters.values()}
+            self.pools = serving_pools(inventory)
+            self.serving = pool_members(self.pools)  # the pools as sets, for membership
+            self.load_ms = {e.key: e.load for e in engines}
         workflows = {t.name: t.workflows for t in inventory.tenants.values() if t.workflows}
         if half_life is None:
             # Popularity should outlive a few turnovers of the fleet's cache, no more: 8x its adapter slots.

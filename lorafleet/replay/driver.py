@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lorafleet.collector import settle, unsettle
 from lorafleet.drive.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
 from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Counts, Session
 from lorafleet.drive.standin import StandInEngines
@@ -43,6 +44,7 @@ from lorafleet.times import FOLLOW_POLL_S
 
 LOG, HINTS = "log", "hints"
 VISIBILITY = (LOG, HINTS)  # when lorafleet learns of a request: from its log line, or from its start hint
+SETTLE_EVERY = 4096  # requests between the run's state being set aside from collections (and progress shown)
 
 
 @dataclass(slots=True)
@@ -104,14 +106,22 @@ class Simulation:
             self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
-        if self.standins is not None:
-            return self._run_learning_late(self.standins, progress)
+        try:
+            if self.standins is not None:
+                return self._run_learning_late(self.standins, progress)
+            return self._run(progress)
+        finally:
+            unsettle()  # what the run set aside is the collector's again
+
+    def _run(self, progress: Callable[[int], None] | None) -> PolicyResult:
         started = time.perf_counter()
         result, session = self.result, self.session
         request = session.request
         for index, event in enumerate(self.events):
-            if progress is not None and index % 4096 == 0:
-                progress(index)
+            if index % SETTLE_EVERY == 0:
+                settle()  # what the run has built so far is long-lived (collector.py)
+                if progress is not None:
+                    progress(index)
             if event.kind == ADAPTER:
                 if not session.started:
                     session.start(event.time)
@@ -190,8 +200,10 @@ class Simulation:
             if kind == _READ:
                 carry_out(session.request(event), at)
                 continue
-            if progress is not None and index % 4096 == 0:
-                progress(index)
+            if index % SETTLE_EVERY == 0:
+                settle()
+                if progress is not None:
+                    progress(index)
             if not session.started:
                 carry_out(session.start(at), at)
             # Routed before lorafleet knew of it: where the log says, else by the placement rule.
