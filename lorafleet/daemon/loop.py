@@ -139,7 +139,7 @@ class Daemon:
         self.baseline: Session | None = None
         if options.policy != LruPolicy.name:
             self.summary.engines_alone = Counts()
-            lru = PolicyCore(inventory, LruPolicy())
+            lru = PolicyCore(inventory, LruPolicy(), like=core)
             self.baseline = Session(lru, True, self.summary.engines_alone, answers=False)
         self.patterns = log_patterns(inventory, options.logs)
         saved = {c.path: c for c in read_checkpoints(store)}
