@@ -133,10 +133,10 @@ def latency(work: Path, lines: int) -> tuple[str, str, int]:
         engine.stop()
     buckets = [
         (float(m.group(1)), float(m.group(2)))
-        for m in re.finditer(r'lorafleet_decision_latency_seconds_bucket\{le="([^"]+)"\} (\S+)', text)
+        for m in re.finditer(r'lorafleet_decision_latency_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} (\S+)', text)
         if m.group(1) != "+Inf"
     ]
-    total = float(re.search(r"lorafleet_decision_latency_seconds_count (\S+)", text).group(1))  # type: ignore[union-attr]
+    total = float(re.search(r"lorafleet_decision_latency_seconds_count(?:\{[^}]*\})? (\S+)", text).group(1))  # type: ignore[union-attr]
 
     def quantile(q: float) -> str:
         for bound, count in buckets:
