@@ -137,3 +137,18 @@ def test_the_experts_cores_share_the_tables_the_live_core_reads_from_the_invento
         assert expert.pools is core.pools and expert.serving is core.serving  # ... built once
     other = load_inventory(synthesize("zipf", 100, 3, tmp_path / "u").inventory_path)
     assert PolicyCore(other, LeaderPolicy(), like=core).pools is not core.pools  # another inventory: its own
+
+
+def test_after_a_new_inventory_the_experts_cores_share_the_new_live_cores_tables(tmp_path: Path) -> None:
+    from lorafleet.drive.leader import LeaderPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    path = synthesize("zipf", 100, 3, tmp_path / "t").inventory_path
+    core = PolicyCore(load_inventory(path), LeaderPolicy())
+    reloaded = core.rebuilt(load_inventory(path))  # a reload: the same file, a new inventory
+    policy = reloaded.policy
+    assert isinstance(policy, LeaderPolicy)
+    for shadow in policy.shadows:
+        expert = shadow.session.core
+        assert expert.inventory is reloaded.inventory
+        assert expert.pools is reloaded.pools and expert.sizes is reloaded.sizes

@@ -565,7 +565,7 @@ class Daemon:
         self.inventory = inventory
         self.session.replace_inventory(inventory)
         if self.baseline is not None:
-            self.baseline.replace_inventory(inventory)
+            self.baseline.replace_inventory(inventory, like=self.session.core)
         self._use(inventory)
         self._sync_actors(reconcile=True)
         if before != after:

@@ -223,7 +223,7 @@ class LeaderPolicy(Policy):
             self._routed = [None] * len(self.shadows)
         else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
             for shadow in self.shadows:
-                shadow.session.replace_inventory(inventory)
+                shadow.session.replace_inventory(inventory, like=core)
         slots: dict[str, int] = {}
         for state in core.book.engines.values():
             slots[state.base_model] = slots.get(state.base_model, 0) + capacity(state)

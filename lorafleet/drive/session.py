@@ -437,10 +437,11 @@ class Session:
         if pinned:
             state.pin(adapter)
 
-    def replace_inventory(self, inventory: Inventory) -> None:
+    def replace_inventory(self, inventory: Inventory, like: PolicyCore | None = None) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
-        policy (bound to the new core) and the counts carry over."""
-        new = self.core.rebuilt(inventory)
+        policy (bound to the new core) and the counts carry over. `like`: a core on the new inventory whose
+        tables read from it the new core shares (PolicyCore)."""
+        new = self.core.rebuilt(inventory, like)
         self.core = new
         if self.sim is not None:
             budgets = {key: state.budget for key, state in new.book.engines.items()}

@@ -132,10 +132,10 @@ class PolicyCore:
         self.policy = policy
         policy.bind(self)
 
-    def rebuilt(self, inventory: Inventory) -> PolicyCore:
+    def rebuilt(self, inventory: Inventory, like: PolicyCore | None = None) -> PolicyCore:
         """This core on a new inventory: engines that stayed with the same budget keep their book; the demand
-        model and the policy (bound to the new core) carry over."""
-        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget)
+        model and the policy (bound to the new core) carry over; `like` as in the constructor."""
+        new = PolicyCore(inventory, self.policy, touch_budget=self.touch_budget, like=like)
         new.demand = self.demand
         new.touch_credit = {k: v for k, v in self.touch_credit.items() if k in new.book.engines}
         for key, state in self.book.engines.items():
