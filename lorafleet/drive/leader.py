@@ -20,7 +20,10 @@ The guarantee, in measured quantities: over any stretch of requests, the live en
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
 except while the leader is that far ahead of the expert over the long window —,
 (b) for each change of leader, the misses while the contents converge (at most one turnover of the engines'
-slots), and (c) nothing else: imitating the leader from a converged state is exact (tests/policy/test_leader.py).
+slots, where the touch budget pays for the evictions converging takes; on vLLM evicting the n-th least recently
+used costs n - 1 touches, and where the leader's own budget cannot bring divergent contents back they stay apart:
+on many-slots the live engines trailed a leader's copy by about a point, docs/benchmarks.md), and (c) nothing
+else: imitating the leader from a converged state is exact (tests/policy/test_leader.py).
 Touches count against the core's touch budget in every expert alike, so each is judged as the engines would
 carry it out.
 """

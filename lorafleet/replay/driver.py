@@ -47,6 +47,13 @@ VISIBILITY = (LOG, HINTS)  # when lorafleet learns of a request: from its log li
 SETTLE_EVERY = 4096  # requests between the run's state being set aside from collections (and progress shown)
 
 
+def _settle(index: int, progress: Callable[[int], None] | None) -> None:
+    """Every SETTLE_EVERY requests: what the run has built so far is long-lived (collector.py); progress shown."""
+    settle()
+    if progress is not None:
+        progress(index)
+
+
 @dataclass(slots=True)
 class PolicyResult(Counts):
     """One policy's replay: the session's counts, every request's wait, and what the simulated engines did."""
@@ -119,9 +126,7 @@ class Simulation:
         request = session.request
         for index, event in enumerate(self.events):
             if index % SETTLE_EVERY == 0:
-                settle()  # what the run has built so far is long-lived (collector.py)
-                if progress is not None:
-                    progress(index)
+                _settle(index, progress)
             if event.kind == ADAPTER:
                 if not session.started:
                     session.start(event.time)
@@ -201,9 +206,7 @@ class Simulation:
                 carry_out(session.request(event), at)
                 continue
             if index % SETTLE_EVERY == 0:
-                settle()
-                if progress is not None:
-                    progress(index)
+                _settle(index, progress)
             if not session.started:
                 carry_out(session.start(at), at)
             # Routed before lorafleet knew of it: where the log says, else by the placement rule.
