@@ -10,7 +10,7 @@ the decisions out, on simulated engines or through the daemon's actors, and repo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from lorafleet.inventory.model import Inventory, LoadModel
@@ -285,11 +285,14 @@ class PolicyCore:
             if alone or (complete and credit < 1.0):  # the engine's own choice (no need to rank)
                 victims = state.victims_for(size, state.resident)
             else:
-                allowed = list(victim_order())
-                victims = state.victims_for(size, allowed)
+                # The policy's order is read only as far as the victims need (a value order computes each score
+                # as it is read); the rest only when the credit cannot pay for them.
+                order = iter(victim_order())
+                taken: list[str] = []
+                victims = state.victims_for(size, _taking(order, taken))
                 if victims is not None and len(state.keep_for(victims)) > credit:
                     reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
-                    affordable = [a for a in allowed if a in reach]
+                    affordable = [a for a in itertools.chain(taken, order) if a in reach]
                     if complete:  # a demand load must make room: else what the engine would evict alone
                         victims = state.victims_for(size, dict.fromkeys([*affordable, *state.resident]))
                     else:  # a prefetch goes only where the credit pays for it
@@ -320,3 +323,11 @@ class PolicyCore:
         self.loading_reason[(engine, adapter)] = reason
         decisions.append(Decision(LOAD, engine, adapter, reason))
         return decisions
+
+
+def _taking(order: Iterator[str], taken: list[str]) -> Iterator[str]:
+    """`order`, each item also appended to `taken` as it is read (so a caller can read the order again from the
+    start without computing it twice)."""
+    for item in order:
+        taken.append(item)
+        yield item
