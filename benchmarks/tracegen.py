@@ -42,6 +42,7 @@ class Family:
     kind: str = "vllm"  # vllm | sglang | mixed
     slots: int = 16  # host-memory slots per engine (max_cpu_loras / max_loaded_loras)
     gpu_slots: int = 4
+    budget_mib: int | None = None  # lora_budget_mb per engine: bytes bind before slots when set low enough
     requests: int = 8000
     rate: float = 20.0  # requests per second over the fleet
     zipf: float = 1.0
@@ -85,6 +86,8 @@ FAMILIES = (
     Family("few-slots", slots=4, gpu_slots=2, adapters=60),
     Family("many-slots", slots=64, gpu_slots=16, adapters=1000, rate=60.0),
     Family("sglang-mixed", kind="mixed", zipf=1.1),
+    # Adapters of rank 8-128 (13-208 MiB) under a byte budget of about six average ones: bytes bind, not slots.
+    Family("bytes-bound", kind="mixed", zipf=0.9, slots=64, gpu_slots=16, budget_mib=600),
 )
 
 # Shapes between and beyond the suite's, for a check that nothing was fitted to the families above: never tuned
@@ -115,6 +118,7 @@ HOLDOUT = (
     Family("h-bursty-60", mode="bursty", tenants=60, slots=12),
     Family("h-periodic-few", mode="periodic", periodic_share=0.2, slots=12),
     Family("h-overload-0.7", zipf=0.7, adapters=300, rate=80.0, engines=1, slots=24),
+    Family("h-bytes-drift", mode="drift", drift_every=800, drift_shift=15, slots=48, gpu_slots=8, budget_mib=900),
 )
 
 
@@ -138,7 +142,7 @@ def _engine(i: int, family: Family) -> Engine:
         gpu_slots=family.gpu_slots,
         host_slots=family.slots,
         max_lora_rank=128,
-        lora_budget_bytes=None,
+        lora_budget_bytes=None if family.budget_mib is None else family.budget_mib * 2**20,
         api_key_env=None,
         load=LoadModel(),
         request_timeout_s=30.0,

@@ -47,7 +47,9 @@ class LorafleetPolicy(Policy):
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
       that tenant is to send a request within the horizon. A prediction lasts until the tenant's next request.
       Each engine follows popularity from its short memory alone instead, or from a quick memory, or plain
-      recency, while regret pairs say that has been clearly better lately (experts.py).
+      recency, while regret pairs say that has been clearly better lately (experts.py). On an engine with a
+      byte budget the order is by value per share of the budget an adapter takes (of its slots, or of its bytes
+      when that is more): a byte budget is a knapsack, and a large adapter must be worth its room.
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and each guess
       (by rank) is used only while guesses of that rank come true clearly more often than the tenant's usual
       mix gives that same adapter (its edge), and only when its odds are `min_lift` times the mix's, so tenants
@@ -161,6 +163,9 @@ class LorafleetPolicy(Policy):
                 a, counts = self.quick.rate / self.quick.weight, self.quick.counts.get
             by_share = [(min(1.0, a * counts(x, 0.0)), i, x) for i, x in enumerate(state.resident) if x != keep]
         horizon = self.horizon
+        if state.budget.budget_bytes:  # value per share of the budget each adapter takes
+            yield from self._densest_last(state, now, by_share)
+            return
         heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
         while by_share or pending:
@@ -169,6 +174,35 @@ class LorafleetPolicy(Policy):
                 heapq.heappush(pending, (self._boosted(x, now, s), i, x))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
+
+    def _densest_last(
+        self, state: EngineResidency, now: float, by_share: list[tuple[float, int, str]]
+    ) -> Iterator[tuple[float, str]]:
+        """`_cheapest` on an engine with a byte budget: residents by ascending value per share of the budget
+        (`cost`), lazily as there — the popularity part divided by the cost still bounds each full density from
+        below. What a byte budget holds is a knapsack: the adapters worth the most per byte should stay, and a
+        large adapter must be worth as much more as it takes room (GreedyDual-Size, Cao and Irani, 1997)."""
+        horizon = self.horizon
+        by_density = []
+        for s, i, x in by_share:
+            c = self.cost(state, x)
+            by_density.append(((1.0 - math.exp(-s * horizon)) / c, i, x, s, c))
+        heapq.heapify(by_density)
+        pending: list[tuple[float, int, str]] = []
+        while by_density or pending:
+            while by_density and (not pending or by_density[0][0] <= pending[0][0]):
+                _, i, x, s, c = heapq.heappop(by_density)
+                heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
+            density, _, adapter = heapq.heappop(pending)
+            yield density, adapter
+
+    def cost(self, state: EngineResidency, adapter: str) -> float:
+        """The share of an engine's budget an adapter takes: of its slots, or of its bytes when that is more."""
+        budget = state.budget
+        share = 1.0 / max(1, budget.slot_cap)
+        if budget.budget_bytes:
+            share = max(share, self.core.sizes[adapter] / budget.budget_bytes)
+        return share
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         blended = (adapter for _, adapter in self._cheapest(state, now))
@@ -377,6 +411,8 @@ class LorafleetPolicy(Policy):
         # chance of a request within the horizon saturates at 1, and between two adapters both certain to be asked
         # for, the one predicted for this tenant's next request is the sooner (LRU first among equals).
         bar = self.score(candidate, now) * self.displace_margin
+        if state.budget.budget_bytes:  # the residents come by value per share of the budget: so is the bar
+            bar /= self.cost(state, candidate)
 
         def cheaper() -> Iterator[str]:
             for score, adapter in self._cheapest(state, now, keep):

@@ -489,3 +489,80 @@ def test_a_prefetch_displaces_only_what_is_worth_no_more(
         state.admit(name, core.sizes[name])
     decisions = policy._prefetch(1.0, "h/e0", "a3", None)
     assert [(d.action, d.adapter) for d in decisions] == ([("unload", "a0"), ("load", "a3")] if displaced else [])
+
+
+BYTES_ENGINE = {"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 8}  # a0..a3: 8, 16, 32, 64 KiB
+
+
+@pytest.mark.parametrize(("budget_mb", "first"), [(0.1, "a3"), (100, "a0"), (None, "a0")])
+def test_under_a_byte_budget_residents_go_by_value_per_share_of_the_budget(
+    tmp_path: Path, budget_mb: float | None, first: str
+) -> None:
+    """a3 (64 KiB) is a little more popular than a0 (8 KiB), and the more recently used: where bytes bind
+    (0.1 MiB) it still goes first, being worth less per byte; where they cannot (100 MiB, or no byte budget)
+    each takes a slot's share and the less popular a0 goes first."""
+    engine = {**BYTES_ENGINE, **({"lora_budget_mb": budget_mb} if budget_mb is not None else {})}
+    policy = LorafleetPolicy()
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=[engine]), policy)
+    state = core.book["h/e0"]
+    for name in ("a0", "a3"):
+        state.admit(name, core.sizes[name])
+    for i in range(12):
+        core.demand.observe("t", "a3", 1.0)
+        if i < 10:
+            core.demand.observe("t", "a0", 1.0)
+    order = [a for _, a in policy._cheapest(state, 2.0)]
+    assert order[0] == first
+    assert policy.cost(state, "a0") == pytest.approx(1 / 8)  # its bytes are less than a slot's share
+    if budget_mb == 0.1:
+        assert policy.cost(state, "a3") == pytest.approx(65536 / int(0.1 * 2**20))
+
+
+@pytest.mark.parametrize(("budget_mb", "displaced"), [(0.07, True), (None, False)])
+def test_a_prefetch_under_a_byte_budget_weighs_value_per_share_of_the_budget(
+    tmp_path: Path, budget_mb: float | None, displaced: bool
+) -> None:
+    """a0 (8 KiB, worth 0.5) needs the room a3 (64 KiB, worth 1.0) takes: per share of a 0.07 MiB budget a0 is
+    worth more, so a3 gives way; counted in slots alone it would not."""
+    policy = _Scored({"a0": 0.5, "a3": 1.0})
+    full = {"max_loras_per_batch": 1, "max_loaded_loras": 1} if budget_mb is None else {"lora_budget_mb": budget_mb}
+    engine = {**BYTES_ENGINE, **full}  # full with a3: by its one slot, or by its bytes
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=[engine]), policy)
+    core.book["h/e0"].admit("a3", core.sizes["a3"])
+    decisions = policy._prefetch(1.0, "h/e0", "a0", None)
+    assert [(d.action, d.adapter) for d in decisions] == ([("unload", "a3"), ("load", "a0")] if displaced else [])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    requests=st.lists(st.integers(0, 3), max_size=40),
+    hot=st.dictionaries(st.integers(0, 3), st.floats(0.05, 1.0), max_size=3),
+    memory=st.sampled_from([BLENDED, SHORT, QUICK]),
+)
+def test_the_lazy_order_under_a_byte_budget_is_the_exact_order_of_full_densities(
+    tmp_path: Path, requests: list[int], hot: dict[int, float], memory: str
+) -> None:
+    """Residents come out by ascending full score per share of the budget, ties least recently used first."""
+    policy = LorafleetPolicy()
+    engine = {**BYTES_ENGINE, "lora_budget_mb": 0.2}
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=[engine]), policy)
+    state = core.book["h/e0"]
+    for name in ("a2", "a0", "a3", "a1"):
+        state.admit(name, core.sizes[name])
+    for i, a in enumerate(requests):
+        core.on_request(2.0 + i, RequestEvent(2.0 + i, ADAPTER, f"a{a}", "t", "h/e0"), "h/e0")
+    now = 2.0 + len(requests)
+    policy.hot = {f"a{i}": {"t": (p, now - 1.0, "a0", now + 100.0)} for i, p in hot.items()}
+    demand = core.demand
+
+    def share(a: str) -> float:
+        if memory == BLENDED:
+            return demand.share(a)
+        if memory == SHORT:
+            return min(1.0, demand.short_scale * demand.popularity.get(a, 0.0))
+        return min(1.0, policy.quick.rate / policy.quick.weight * policy.quick.counts.get(a, 0.0))
+
+    expected = sorted(
+        (policy._boosted(a, now, share(a)) / policy.cost(state, a), i, a) for i, a in enumerate(state.resident)
+    )
+    assert list(policy._cheapest(state, now, memory=memory)) == [(density, a) for density, _, a in expected]
