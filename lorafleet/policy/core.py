@@ -292,9 +292,9 @@ class PolicyCore:
                 victims = state.victims_for(size, _taking(order, taken))
                 if victims is not None and len(state.keep_for(victims)) > credit:
                     reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
-                    affordable = [a for a in itertools.chain(taken, order) if a in reach]
+                    affordable = _among(itertools.chain(taken, order), reach)
                     if complete:  # a demand load must make room: else what the engine would evict alone
-                        victims = state.victims_for(size, dict.fromkeys([*affordable, *state.resident]))
+                        victims = state.victims_for(size, _first_seen(itertools.chain(affordable, state.resident)))
                     else:  # a prefetch goes only where the credit pays for it
                         victims = state.victims_for(size, affordable)
             if victims is not None and not alone:
@@ -331,3 +331,23 @@ def _taking(order: Iterator[str], taken: list[str]) -> Iterator[str]:
     for item in order:
         taken.append(item)
         yield item
+
+
+def _among(order: Iterable[str], reach: set[str]) -> Iterator[str]:
+    """The items of `order` that are in `reach`, in its order; it stops reading once all of them came."""
+    left = len(reach)
+    for item in order:
+        if item in reach:
+            yield item
+            left -= 1
+            if not left:
+                return
+
+
+def _first_seen(items: Iterable[str]) -> Iterator[str]:
+    """Each item once, at its first place."""
+    seen: set[str] = set()
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            yield item
