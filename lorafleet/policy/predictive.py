@@ -197,12 +197,8 @@ class LorafleetPolicy(Policy):
             yield density, adapter
 
     def cost(self, state: EngineResidency, adapter: str) -> float:
-        """The share of an engine's budget an adapter takes: of its slots, or of its bytes when that is more."""
-        budget = state.budget
-        share = 1.0 / max(1, budget.slot_cap)
-        if budget.budget_bytes:
-            share = max(share, self.core.sizes[adapter] / budget.budget_bytes)
-        return share
+        """The share of an engine's budget an adapter takes (`Budget.share`)."""
+        return state.budget.share(self.core.sizes[adapter])
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         blended = (adapter for _, adapter in self._cheapest(state, now))

@@ -38,6 +38,14 @@ class Budget:
     def slot_cap(self) -> int:
         return slot_cap(self.gpu_slots, self.host_slots)
 
+    def share(self, size: int) -> float:
+        """The share of this budget an adapter of `size` bytes takes: one slot's, or its bytes' when that is more
+        (where bytes bind before slots, what the budget holds is a knapsack)."""
+        share = 1.0 / max(1, self.slot_cap)
+        if self.budget_bytes:
+            share = max(share, size / self.budget_bytes)
+        return share
+
 
 class EngineResidency:
     """One engine's tiers. `resident` and `gpu` are insertion-ordered: the first key is least recently used."""

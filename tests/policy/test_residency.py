@@ -149,3 +149,10 @@ def test_an_admitted_or_restored_adapter_is_not_an_unused_prefetch() -> None:
     e.admit("a", 1)
     e.restore([("b", 1, False)])
     assert e.evict("a") is False and e.evict("b") is False  # evicting them is not prefetch waste
+
+
+def test_an_adapters_share_of_a_budget_is_a_slots_or_its_bytes_whichever_is_more() -> None:
+    assert Budget(2, 8, None).share(10**9) == 1 / 8  # no byte budget: every adapter takes one slot's share
+    assert Budget(2, 8, 1000).share(100) == 1 / 8  # its bytes are less than a slot's share
+    assert Budget(2, 8, 1000).share(500) == 0.5  # ... or more
+    assert Budget(1, None, 1000).share(50) == 1.0  # SGLang without a host cap: its GPU slots
