@@ -68,6 +68,16 @@ def test_each_memory_estimates_the_same_steady_share(tmp_path: Path) -> None:
         assert scores["a0"] < 0.5 * expected  # the early favourite has faded from both
 
 
+def _share(policy: LorafleetPolicy, memory: str, adapter: str) -> float:
+    """An adapter's popularity share from the memory asked for, as `_cheapest` reads it."""
+    demand = policy.core.demand
+    if memory == BLENDED:
+        return demand.share(adapter)
+    if memory == SHORT:
+        return min(1.0, demand.short_scale * demand.popularity.get(adapter, 0.0))
+    return min(1.0, policy.quick.rate / policy.quick.weight * policy.quick.counts.get(adapter, 0.0))
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     requests=st.lists(st.integers(0, 5), max_size=40),
@@ -93,14 +103,7 @@ def test_the_lazy_order_is_the_exact_order_of_full_scores(
         for k in range(5):
             demand.observe("cron", f"a{i}", now - 50.0 + 10.0 * k)  # every 10 s
 
-    def share(a: str) -> float:
-        if memory == BLENDED:
-            return demand.share(a)
-        if memory == SHORT:
-            return min(1.0, demand.short_scale * demand.popularity.get(a, 0.0))
-        return min(1.0, policy.quick.rate / policy.quick.weight * policy.quick.counts.get(a, 0.0))
-
-    expected = sorted((policy._boosted(a, now, share(a)), i, a) for i, a in enumerate(state.resident))
+    expected = sorted((policy._boosted(a, now, _share(policy, memory, a)), i, a) for i, a in enumerate(state.resident))
     assert list(policy._cheapest(state, now, memory=memory)) == [(score, a) for score, _, a in expected]
 
 
@@ -553,16 +556,8 @@ def test_the_lazy_order_under_a_byte_budget_is_the_exact_order_of_full_densities
         core.on_request(2.0 + i, RequestEvent(2.0 + i, ADAPTER, f"a{a}", "t", "h/e0"), "h/e0")
     now = 2.0 + len(requests)
     policy.hot = {f"a{i}": {"t": (p, now - 1.0, "a0", now + 100.0)} for i, p in hot.items()}
-    demand = core.demand
-
-    def share(a: str) -> float:
-        if memory == BLENDED:
-            return demand.share(a)
-        if memory == SHORT:
-            return min(1.0, demand.short_scale * demand.popularity.get(a, 0.0))
-        return min(1.0, policy.quick.rate / policy.quick.weight * policy.quick.counts.get(a, 0.0))
-
     expected = sorted(
-        (policy._boosted(a, now, share(a)) / policy.cost(state, a), i, a) for i, a in enumerate(state.resident)
+        (policy._boosted(a, now, _share(policy, memory, a)) / policy.cost(state, a), i, a)
+        for i, a in enumerate(state.resident)
     )
     assert list(policy._cheapest(state, now, memory=memory)) == [(density, a) for density, _, a in expected]
