@@ -145,7 +145,8 @@ class LorafleetPolicy(Policy):
 
         Predictions only ever raise a score above its popularity part, so walking residents by popularity and
         holding back each one until nothing unseen can score lower yields the exact order while computing full
-        scores for only the first few. Ties go least recently used first.
+        scores for only the first few. Ties go least recently used first. On an engine with a byte budget the
+        order is by score per share of the budget (`_densest_last`).
         """
         demand = self.core.demand
         if memory == BLENDED:
