@@ -287,12 +287,11 @@ class PolicyCore:
             else:
                 # The policy's order is read only as far as the victims need (a value order computes each score
                 # as it is read); the rest only when the credit cannot pay for them.
-                order = iter(victim_order())
-                taken: list[str] = []
-                victims = state.victims_for(size, _taking(order, taken))
+                order, again = itertools.tee(victim_order())
+                victims = state.victims_for(size, order)
                 if victims is not None and len(state.keep_for(victims)) > credit:
                     reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
-                    affordable = _among(itertools.chain(taken, order), reach)
+                    affordable = _among(again, reach)
                     if complete:  # a demand load must make room: else what the engine would evict alone
                         victims = state.victims_for(size, _first_seen(itertools.chain(affordable, state.resident)))
                     else:  # a prefetch goes only where the credit pays for it
@@ -323,14 +322,6 @@ class PolicyCore:
         self.loading_reason[(engine, adapter)] = reason
         decisions.append(Decision(LOAD, engine, adapter, reason))
         return decisions
-
-
-def _taking(order: Iterator[str], taken: list[str]) -> Iterator[str]:
-    """`order`, each item also appended to `taken` as it is read (so a caller can read the order again from the
-    start without computing it twice)."""
-    for item in order:
-        taken.append(item)
-        yield item
 
 
 def _among(order: Iterable[str], reach: set[str]) -> Iterator[str]:
