@@ -30,6 +30,7 @@ from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, HintJoin, hint_headers
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Held, Session
 from lorafleet.engines import EngineClient, make_client
@@ -135,12 +136,17 @@ class Daemon:
         self._unremembered = False  # lines were committed since the memory last went with a commit
         self.session = Session(core, options.shadow, self.summary, placements)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
-        # policy is that baseline itself: its own counts are the figure).
-        self.baseline: Session | None = None
+        # policy is that baseline itself: its own counts are the figure). The lorafleet policy already simulates
+        # them, as its lru expert: that copy is the figure, not an eighth session per line doing the same work.
+        self.baseline: Session | None = None  # a session this loop drives beside the policy's
+        self.alone: Session | None = None  # the one whose counts are the engines-alone figure
         if options.policy != LruPolicy.name:
-            self.summary.engines_alone = Counts()
-            lru = PolicyCore(inventory, LruPolicy(), like=core)
-            self.baseline = Session(lru, True, self.summary.engines_alone, answers=False)
+            policy = core.policy
+            self.alone = policy.expert(LruPolicy.name) if isinstance(policy, LeaderPolicy) else None
+            if self.alone is None:
+                lru = PolicyCore(inventory, LruPolicy(), like=core)
+                self.alone = self.baseline = Session(lru, True, Counts(), answers=False)
+            self.summary.engines_alone = self.alone.counts
         self.patterns = log_patterns(inventory, options.logs)
         saved = {c.path: c for c in read_checkpoints(store)}
         self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
@@ -311,8 +317,8 @@ class Daemon:
                 deadline = time.monotonic() + self.options.settle_s
                 while not self.stop.is_set() and time.monotonic() < deadline and self._busy():
                     self._drain(wait_s=0.05)
-        if self.baseline is not None:
-            self.baseline.finish()
+        if self.alone is not None:
+            self.alone.finish()
         self.summary.unknown_names = _merged(stream.unknown_names for stream in self.streams)
         self.stop.set()
         self.metrics.stopped()

@@ -261,6 +261,11 @@ class LeaderPolicy(Policy):
             expert.demand = old.demand
             shadow.fleet(expert)
 
+    def expert(self, name: str) -> Session | None:
+        """The session of the expert called `name`, on its own copy of the fleet (the daemon reports lru's as
+        what the engines do alone); None when no expert has that name."""
+        return next((shadow.session for shadow in self.shadows if shadow.name == name), None)
+
     # --- which expert -------------------------------------------------------------------------------------
     def leader_of(self, base_model: str) -> str:
         """The name of the expert followed on a base model's pool."""
