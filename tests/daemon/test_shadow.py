@@ -226,3 +226,31 @@ def test_the_clock_follows_a_lines_writing_not_its_requests_arrival(tmp_path: Pa
         daemon = Daemon(inv, store, opts)
         daemon.run()
     assert daemon.log_now == t0 + 2
+
+
+@pytest.mark.parametrize("policy", ["lorafleet", "arc"])
+def test_the_engines_alone_figure_is_one_lru_simulation_the_lorafleet_policys_own_expert(
+    tmp_path: Path, policy: str
+) -> None:
+    """lorafleet already simulates the engines alone, as its lru expert: the summary's figure is that copy's, not
+    a second lru session fed every line beside it; another policy has no such expert and keeps its own."""
+    from lorafleet.drive.leader import LeaderPolicy
+
+    synth = synthesize("workflows", 200, 3, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    with open_store(tmp_path / "s.db") as store:
+        opts = DaemonOptions(policy=policy, shadow=True, once=True, from_start=True, retention_days=3650.0)
+        daemon = Daemon(inv, store, opts)
+        summary = daemon.run()
+    events, _ = read_events([synth.log_path], inv)
+    lru = simulate(inv, "lru", events)
+    alone = summary.engines_alone
+    assert alone is not None and (alone.hits, alone.misses, alone.loads) == (lru.hits, lru.misses, lru.loads)
+    core_policy = daemon.session.core.policy
+    if policy == "lorafleet":
+        assert isinstance(core_policy, LeaderPolicy)
+        expert = core_policy.expert("lru")
+        assert expert is not None and alone is expert.counts and daemon.baseline is None
+        assert core_policy.expert("no-such-expert") is None
+    else:
+        assert daemon.baseline is not None and alone is daemon.baseline.counts
