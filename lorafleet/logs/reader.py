@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -123,6 +124,14 @@ class LineParser:
         self.nginx = NginxFormat(source.log_format) if source.format == "nginx" and source.log_format else None
         self.tally = LogTally()
         self._order = 0
+        # Each field's key, looked up once here rather than per line; a mapping whose keys name no nested field
+        # (none has a dot) reads every line with the record's own `get`.
+        fields = self.fields
+        self._flat = not any("." in key for key in fields.values())
+        self._adapter = fields["adapter"]
+        self._time, self._tenant, self._engine = fields.get("time"), fields.get("tenant"), fields.get("engine")
+        self._request_id, self._duration = fields.get("request_id"), fields.get("duration_s")
+        self._numeric = tuple((name, fields[name], low, high) for name, low, high in NUMERIC_FIELDS if name in fields)
 
     def parse(self, raw: bytes | str) -> RequestEvent | None:
         self.tally.lines += 1
@@ -169,13 +178,13 @@ class LineParser:
         return self._event(record)
 
     def _event(self, record: dict[str, Any]) -> RequestEvent | None:
-        fields = self.fields
-        raw_model = _dig(record, fields["adapter"])
+        dig: Callable[[str], Any] = record.get if self._flat else partial(_dig, record)
+        raw_model = dig(self._adapter)
         if raw_model is None:
             self.tally.bad("missing adapter field")
             return None
-        if "time" in fields:
-            raw_time = _dig(record, fields["time"])
+        if self._time is not None:
+            raw_time = dig(self._time)
             if raw_time is None:
                 self.tally.bad("missing time field")
                 return None
@@ -187,16 +196,15 @@ class LineParser:
         else:
             when = float(self._order)  # no time in this log: one request per second, in order
         numbers: dict[str, float | None] = {}
-        for name, low, high in NUMERIC_FIELDS:
-            if name in fields:
-                try:
-                    numbers[name] = _number(_dig(record, fields[name]), low, high)
-                except ValueError:
-                    self.tally.bad(f"{name} not a number in [{low:g}, {high:g}]")
-                    return None
+        for name, key, low, high in self._numeric:
+            try:
+                numbers[name] = _number(dig(key), low, high)
+            except ValueError:
+                self.tally.bad(f"{name} not a number in [{low:g}, {high:g}]")
+                return None
         status = numbers.get("status")
-        tenant = _dig(record, fields["tenant"]) if "tenant" in fields else None
-        request_id = _dig(record, fields["request_id"]) if "request_id" in fields else None
+        tenant = None if self._tenant is None else dig(self._tenant)
+        request_id = None if self._request_id is None else dig(self._request_id)
         if not (_storable(raw_model) and _storable(tenant) and _storable(request_id)):
             self.tally.bad("not storable text (a lone surrogate)")
             return None
@@ -204,15 +212,15 @@ class LineParser:
         # a number (nginx's "-" for a request no upstream answered, several upstreams' "0.1, 0.2") leaves the
         # line's time as both: the request is kept, not dropped.
         seen = None
-        if "duration_s" in fields:
+        if self._duration is not None:
             try:
-                duration = _number(_dig(record, fields["duration_s"]), 0, 86_400)
+                duration = _number(dig(self._duration), 0, 86_400)
             except ValueError:
                 duration = None
             if duration is not None:
                 seen, when = when, when - duration
         kind, adapter, base = self.resolver.model(raw_model)
-        engine = self.resolver.engine(_dig(record, fields["engine"])) if "engine" in fields else None
+        engine = None if self._engine is None else self.resolver.engine(dig(self._engine))
         event = RequestEvent(
             time=when,
             kind=kind,

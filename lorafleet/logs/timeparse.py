@@ -31,12 +31,13 @@ def parse_time(value: object) -> float:
     text = value.strip()
     if len(text) > 64:
         raise TimeParseError("time too long")
-    try:
-        number = float(text)
-    except ValueError:
-        pass
-    else:
-        return _epoch(number)
+    if len(text) < 10 or text[4] != "-":  # not an ISO date (2026-...): a number, or nginx's local time
+        try:
+            number = float(text)
+        except ValueError:
+            pass
+        else:
+            return _epoch(number)
     if len(text) >= 26 and text[2] == "/" and text[6] == "/" and text[11] == ":":
         return _nginx_local(text)
     try:

