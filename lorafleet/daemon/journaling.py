@@ -78,11 +78,34 @@ class Journaling:
         self.batch = Batch()
         self._stamp = clock()
         self._stamp_second = -1
+        # Metrics counted since they were last published: a Prometheus counter takes a lock per increment, and a
+        # log line makes one to three of them, so they are summed here and published with each commit (at least
+        # once a second while lines come: a scrape sees them at most that late).
+        self._requests: dict[tuple[str, str], int] = {}
+        self._avoided_s: dict[str, float] = {}
+        self._paid_s: dict[str, float] = {}
+        self._actions: dict[tuple[str, str, str], int] = {}
+        self._load_s: list[tuple[str, float]] = []
 
     def take(self) -> Batch:
         """The batch to commit; a new one begins."""
         batch, self.batch = self.batch, Batch()
         return batch
+
+    def publish(self) -> None:
+        """The metrics counted since the last call, to Prometheus."""
+        metrics = self.metrics
+        for (engine, outcome), n in self._requests.items():
+            metrics.requests.labels(engine, outcome).inc(n)
+        for engine, seconds in self._avoided_s.items():
+            metrics.cold_seconds_avoided.labels(engine).inc(seconds)
+        for engine, seconds in self._paid_s.items():
+            metrics.cold_seconds_paid.labels(engine).inc(seconds)
+        for (engine, action, result), n in self._actions.items():
+            metrics.actions.labels(engine, action, result).inc(n)
+        for engine, seconds in self._load_s:
+            metrics.load_seconds.labels(engine).observe(seconds)
+        self._requests, self._avoided_s, self._paid_s, self._actions, self._load_s = {}, {}, {}, {}, []
 
     def refresh(self) -> None:
         """Live: rows from now on carry this wall time (one clock read per batch, not per row)."""
@@ -117,7 +140,7 @@ class Journaling:
             o.gpu_hits += served.gpu
             if served.avoided_ms:
                 o.avoided_ms += served.avoided_ms
-                self.metrics.cold_seconds_avoided.labels(engine).inc(served.avoided_ms / 1000.0)
+                self._avoided_s[engine] = self._avoided_s.get(engine, 0.0) + served.avoided_ms / 1000.0
         elif outcome == LATE:
             o.late += 1
         else:
@@ -128,9 +151,9 @@ class Journaling:
         o.cold_ms += waited.waited_ms
         o.avoided_ms += waited.avoided_ms
         engine = waited.request.engine
-        self.metrics.cold_seconds_paid.labels(engine).inc(waited.waited_ms / 1000.0)
+        self._paid_s[engine] = self._paid_s.get(engine, 0.0) + waited.waited_ms / 1000.0
         if waited.avoided_ms:
-            self.metrics.cold_seconds_avoided.labels(engine).inc(waited.avoided_ms / 1000.0)
+            self._avoided_s[engine] = self._avoided_s.get(engine, 0.0) + waited.avoided_ms / 1000.0
 
     def _performed(self, p: Performed) -> None:
         call = p.call
@@ -152,9 +175,10 @@ class Journaling:
         )
         if call.action in ENGINE_CALLS:  # sent to the engine (live) or simulated as sent (shadow)
             result = "ok" if p.ok else ("refused" if p.answer == REFUSED else "failed")
-            self.metrics.actions.labels(call.engine, call.action, result).inc()
+            key = (call.engine, call.action, result)
+            self._actions[key] = self._actions.get(key, 0) + 1
             if p.ok and call.action == LOAD and p.answer in LOAD_ANSWERS and p.ms is not None:
-                self.metrics.load_seconds.labels(call.engine).observe(p.ms / 1000.0)
+                self._load_s.append((call.engine, p.ms / 1000.0))
 
     # --- helpers --------------------------------------------------------------------------------------------
     @staticmethod
@@ -164,7 +188,8 @@ class Journaling:
         return (minute_key(event.time), event.tenant or "", event.adapter, served.engine)
 
     def _count_request(self, engine: str, outcome: str) -> None:
-        self.metrics.requests.labels(engine, outcome).inc()
+        key = (engine, outcome)
+        self._requests[key] = self._requests.get(key, 0) + 1
 
     def _stamp_of(self, at: float) -> str:
         if not self.shadow:

@@ -609,6 +609,7 @@ class Daemon:
     def _commit(self, final: bool = False) -> None:
         """The batch, in one transaction with its checkpoints; every `memory_every_s` or so (`memory_share`), and at
         the end, what the policy has learned goes with it, so a restart resumes both from the same line."""
+        self.journal.publish()
         remember = final or time.monotonic() >= self._next_memory
         started = self.session.started
         if self.journal.batch.empty() and not (final and started) and not (remember and started and self._unremembered):
