@@ -31,11 +31,13 @@ from lorafleet.times import hour_key, minute_of, minute_start_text, utc_now_text
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class ActionRow:
     """One action on an engine, as the journal holds it: a load, touch, unload or eviction by warm, unload or the
     daemon (or, in shadow mode, what the daemon would have done), and what came of it. Read back from the minute
-    counts (`counted_only`), one stands for `count` alike actions in the minute `at` starts."""
+    counts (`counted_only`), one stands for `count` alike actions in the minute `at` starts. Never changed once
+    made, but not frozen: the daemon makes one per action, and a frozen dataclass sets each field through
+    `object.__setattr__` (RequestEvent's reason, policy/events.py)."""
 
     at: str  # UTC ISO-8601 (times.utc_text)
     source: str  # warm, unload, daemon, daemon-shadow
