@@ -146,7 +146,7 @@ class LorafleetPolicy(Policy):
         Predictions only ever raise a score above its popularity part, so walking residents by popularity and
         holding back each one until nothing unseen can score lower yields the exact order while computing full
         scores for only the first few. Ties go least recently used first. On an engine with a byte budget the
-        order is by score per share of the budget (`_densest_last`).
+        order is by score per share of the budget.
         """
         demand = self.core.demand
         if memory == BLENDED:
@@ -164,38 +164,28 @@ class LorafleetPolicy(Policy):
                 a, counts = self.quick.rate / self.quick.weight, self.quick.counts.get
             by_share = [(min(1.0, a * counts(x, 0.0)), i, x) for i, x in enumerate(state.resident) if x != keep]
         horizon = self.horizon
-        if state.budget.budget_bytes:  # value per share of the budget each adapter takes
-            yield from self._densest_last(state, now, by_share)
-            return
-        heapq.heapify(by_share)  # usually only the first one or two are needed: no full sort
+        # Each resident's lower bound, the popularity part of its score, is compared with the full scores
+        # computed so far. Without a byte budget the heap is keyed by the share itself (the bound rises with it:
+        # computed only for the few compared); with one, by the bound per share of the budget (`cost`) — what a
+        # byte budget holds is a knapsack, and a large adapter must be worth as much more as it takes room
+        # (GreedyDual-Size, Cao and Irani, 1997).
+        heap: list[tuple[float, int, str, float, float]]
+        if state.budget.budget_bytes:
+            heap = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x in by_share]
+            bytes_bind = True
+        else:
+            heap = [(s, i, x, s, 1.0) for s, i, x in by_share]
+            bytes_bind = False
+        heapq.heapify(heap)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
-        while by_share or pending:
-            while by_share and (not pending or 1.0 - math.exp(-by_share[0][0] * horizon) <= pending[0][0]):
-                s, i, x = heapq.heappop(by_share)
-                heapq.heappush(pending, (self._boosted(x, now, s), i, x))
+        while heap or pending:
+            while heap and (
+                not pending or (heap[0][0] if bytes_bind else 1.0 - math.exp(-heap[0][0] * horizon)) <= pending[0][0]
+            ):
+                _, i, x, s, c = heapq.heappop(heap)
+                heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
-
-    def _densest_last(
-        self, state: EngineResidency, now: float, by_share: list[tuple[float, int, str]]
-    ) -> Iterator[tuple[float, str]]:
-        """`_cheapest` on an engine with a byte budget: residents by ascending value per share of the budget
-        (`cost`), lazily as there — the popularity part divided by the cost still bounds each full density from
-        below. What a byte budget holds is a knapsack: the adapters worth the most per byte should stay, and a
-        large adapter must be worth as much more as it takes room (GreedyDual-Size, Cao and Irani, 1997)."""
-        horizon = self.horizon
-        by_density = []
-        for s, i, x in by_share:
-            c = self.cost(state, x)
-            by_density.append(((1.0 - math.exp(-s * horizon)) / c, i, x, s, c))
-        heapq.heapify(by_density)
-        pending: list[tuple[float, int, str]] = []
-        while by_density or pending:
-            while by_density and (not pending or by_density[0][0] <= pending[0][0]):
-                _, i, x, s, c = heapq.heappop(by_density)
-                heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
-            density, _, adapter = heapq.heappop(pending)
-            yield density, adapter
 
     def cost(self, state: EngineResidency, adapter: str) -> float:
         """The share of an engine's budget an adapter takes (`Budget.share`)."""
