@@ -7,6 +7,7 @@ here was fitted to a policy's result.
 
 The shapes (docs/benchmarks.md, "Second generator"):
   wf-shared-pool       agentic chains over one adapter pool shared by every tenant, interleaved sessions
+  wf-large-pool        one fixed chain per tenant over a pool far larger than the engines hold (recency fails)
   tenants-500-longtail 500+ tenants, long-tailed adapter counts, Zipf activity, re-use bursts
   tool-loops           planner -> tool -> planner -> tool ... loops, planner ~40% of a tenant's traffic
   diurnal-switch       working sets that switch with (compressed) time of day, sinusoidal rates, regions
@@ -282,6 +283,68 @@ def wf_shared_pool(seed: int) -> Trace:
                 now += pareto(rng, think_scale, think_alpha, 120.0)
     gpu = rng.randint(2, 4)
     engines = [_engine(i, "vllm", gpu, 8) for i in range(2)]
+    return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
+
+
+# --- 1b. fixed chains over a pool far larger than the engines hold --------------------------------------------
+def wf_large_pool(seed: int) -> Trace:
+    """The agentic shape where recency fails and a next-step predictor wins: dozens of tenants of skewed
+    popularity, each with one fixed chain (sometimes two) of 2-5 distinct steps drawn from a pool of hundreds of
+    adapters shared by all, so the engines' few slots cannot hold the interleaved sessions' steps between calls;
+    a few calls per step, Pareto think times, some stray calls. (wf-shared-pool's pool fits the engines' host
+    slots, so there recency holds most steps.)"""
+    name = "wf-large-pool"
+    rng = _rng(name, seed)
+    limit = rng.randint(12_000, 16_000)
+    rate = rng.uniform(6.0, 12.0)
+    catalog = Catalog()
+    pool = [
+        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 4, 3, 1)))
+        for _ in range(rng.randint(200, 400))
+    ]
+    extras = [catalog.new("misc", _rank(rng, (8, 16, 32), (1, 2, 1))) for _ in range(rng.randint(8, 20))]
+    step_pick = Weighted(pool, zipf(len(pool), rng.uniform(0.5, 1.0)))
+    tenants = _tenant_names(rng.randint(40, 100), "team")
+    sigma = rng.uniform(0.8, 1.4)
+    weight = {t: math.exp(rng.gauss(0.0, sigma)) for t in tenants}
+    shortest, longest = rng.choice(((2, 3), (3, 5), (2, 5), (4, 5)))
+    calls_mean = rng.uniform(1.5, 3.0)
+    gap_median = rng.uniform(0.1, 0.4)  # between calls of one step
+    think_scale, think_alpha = rng.uniform(0.4, 1.5), rng.uniform(1.3, 1.8)
+    stray = rng.uniform(0.03, 0.15)
+    two_chains = rng.uniform(0.0, 0.4)  # the share of tenants with a second chain
+    chains: dict[str, Weighted] = {}
+    chain_steps: dict[str, list[str]] = {}
+    for t in tenants:
+        keys = []
+        for c in range(2 if rng.random() < two_chains else 1):
+            steps: list[str] = []
+            length = rng.randint(shortest, longest)
+            while len(steps) < length:
+                a = step_pick.draw(rng)
+                if a not in steps:
+                    steps.append(a)
+            for a in steps:
+                catalog.own(t, a)
+            key = f"{t}#{c}"
+            chain_steps[key] = steps
+            keys.append(key)
+        chains[t] = Weighted(keys, [math.exp(rng.gauss(0.0, 0.8)) for _ in keys])
+    per_session = (shortest + longest) / 2 * calls_mean
+    horizon = limit / rate * 1.2
+    total = sum(weight.values())
+    raw: list[tuple[float, str, str]] = []
+    everything = pool + extras
+    for t in tenants:
+        for start in poisson(rng, rate / per_session * weight[t] / total, 0.0, horizon):
+            now = start
+            for step in chain_steps[chains[t].draw(rng)]:
+                for _ in range(geometric(rng, calls_mean, 6)):
+                    target = rng.choice(everything) if rng.random() < stray else step
+                    raw.append((now, target, t))
+                    now += lognormal(rng, gap_median, 0.7)
+                now += pareto(rng, think_scale, think_alpha, 60.0)
+    engines = [_engine(i, "vllm", rng.randint(2, 4), rng.randint(8, 16)) for i in range(2)]
     return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
 
 
@@ -621,6 +684,7 @@ def mixed_ranks_bytes(seed: int) -> Trace:
 
 FAMILIES2: dict[str, Callable[[int], Trace | None]] = {
     "wf-shared-pool": wf_shared_pool,
+    "wf-large-pool": wf_large_pool,
     "tenants-500-longtail": tenants_500_longtail,
     "tool-loops": tool_loops,
     "diurnal-switch": diurnal_switch,
