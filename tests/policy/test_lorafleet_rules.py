@@ -295,6 +295,29 @@ def test_a_prefetch_waiting_on_a_saturated_loader_is_dropped(tmp_path: Path) -> 
     assert wait_out(core, policy, turn_over) == [] and not policy.scheduled  # the queue turned over, still full
 
 
+@pytest.mark.parametrize("turnovers", [1, 2])
+def test_a_loader_is_saturated_once_as_many_loads_as_max_in_flight_completed_meanwhile(
+    tmp_path: Path, turnovers: int
+) -> None:
+    """Exactly `max_in_flight` loads completed (and replaced) while the prefetch waited: the whole queue turned
+    over, so it is dropped; one fewer is a slow loader, and the prefetch goes after its retries."""
+    core, policy = busy_engine(tmp_path)
+    assert policy.max_in_flight == 2
+    state = core.book["h/e0"]
+    queue = iter(["a6", "a7"])
+    done = []
+
+    def turn_over(now: float) -> None:
+        if len(done) < turnovers:
+            finished = next(iter(state.in_flight))
+            core.load_finished(now, "h/e0", finished)
+            core.load(now, "h/e0", next(queue), DEMAND, lambda: list(state.resident))
+            done.append(finished)
+
+    loads = [d.adapter for d in wait_out(core, policy, turn_over) if d.action == LOAD]
+    assert loads == ([] if turnovers == policy.max_in_flight else ["a1"]) and not policy.scheduled
+
+
 def test_stale_scheduled_prefetches_are_dropped(tmp_path: Path) -> None:
     core, policy = busy_engine(tmp_path)
     core.book["h/e0"].finish_load("a5")  # one load in flight: the loader has room
