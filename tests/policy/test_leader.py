@@ -154,6 +154,29 @@ def test_a_bad_first_expert_is_dropped_for_the_one_doing_better(tmp_path: Path) 
     assert followed.hits >= alone.hits - 4 * 4  # a few turnovers of the 4 slots, while the lead was proven
 
 
+def test_the_standings_remember_sixteen_turnovers_of_a_large_pools_slots(tmp_path: Path) -> None:
+    """Past the 500-request floor the memory grows with the pool: 2 engines x 32 slots, 16 turnovers."""
+    engines = [{"kind": "sglang", "max_loras_per_batch": 8, "max_loaded_loras": 32}] * 2
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    PolicyCore(make_inventory(tmp_path, adapters=80, engines=engines), policy)
+    standings = policy.standings["m"]
+    assert 1 / (1 - standings.short.keep) == pytest.approx(16 * 64)
+    assert standings.long is not None and 1 / (1 - standings.long.keep) == pytest.approx(4 * 16 * 64)
+
+
+def test_the_shipped_policy_keeps_a_tenants_pin_through_a_change_of_leader(tmp_path: Path) -> None:
+    """`lorafleet` (the leader over the predictor and every baseline) preloads a pinned adapter and never evicts
+    it, whichever expert leads: a scan of every other adapter through the engine leaves it resident."""
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]  # a GPU slot to pin, one to serve the rest
+    inv = make_inventory(tmp_path, adapters=12, engines=engines, tenants={"p": "{pinned: [a11]}"})
+    policy = LeaderPolicy()
+    core = PolicyCore(inv, policy)
+    run_session(core, stream(loop_then_scan(), tenants=["q"]))
+    state = core.book["h/e0"]
+    assert policy.leader_of("m") != "predictive"  # the lead changed: another expert's contents are imitated
+    assert state.pins == {"a11"} and "a11" in state.resident
+
+
 def test_the_first_expert_is_the_live_policy_while_it_leads(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
     events = stream(loop_then_scan())
