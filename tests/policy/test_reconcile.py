@@ -58,3 +58,21 @@ def test_adapters_loaded_again_since_the_last_reconcile_are_no_survivors(tmp_pat
     book.start_load("a0", 1)
     session.answered(1000.5, Call(LOAD, "h/e0", "a0", "demand"), LOADED, True, 5.0)  # loaded after the restart
     assert session.reconciled(1001.0, "h/e0", ["a0"], (), ()).restarted  # a1 is gone: it restarted
+
+
+def test_another_process_warming_an_adapter_displaces_the_least_recently_used_that_is_not_pinned(
+    tmp_path: Path,
+) -> None:
+    """`warm` loaded a4 on a full engine: the book follows the engine, whose least recently used goes — a pin is
+    passed over; `unload` (or a warm of a pinned adapter) is followed too."""
+    from lorafleet.drive.session import LOADED, UNLOADED
+
+    session = live(tmp_path, "a0", "a1", "a2", "a3")  # a0 least recently used
+    book = session.core.book["h/e0"]
+    book.pin("a0")
+    session.noticed("h/e0", "a4", LOADED, False)
+    assert list(book.resident) == ["a0", "a2", "a3", "a4"] and book.pins == {"a0"}
+    session.noticed("h/e0", "a3", UNLOADED, False)
+    assert "a3" not in book.resident
+    session.noticed("h/e0", "a5", LOADED, True)
+    assert "a5" in book.resident and book.pins == {"a0", "a5"}

@@ -1,0 +1,38 @@
+"""A live session's load-time calibration: the model's cold-load time, scaled per engine by a moving average of
+what that engine's loads measured (a request's wait on a live load is estimated from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lorafleet.drive.policies import make_policy
+from lorafleet.drive.session import LOADED, RELOADED, Call, Session
+from lorafleet.policy.core import LOAD, PolicyCore
+from tests.policy.builders import make_inventory
+
+TWO = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}, {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+
+
+def answer_load(session: Session, engine: str, adapter: str, answer: str, ms: float) -> None:
+    session.core.book[engine].start_load(adapter, session.core.sizes[adapter])
+    session.answered(1000.0, Call(LOAD, engine, adapter, "demand"), answer, True, ms)
+
+
+def test_an_engines_measured_loads_scale_its_modelled_load_time_by_a_moving_average(tmp_path: Path) -> None:
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    model = session.model_ms("h/e0", "a1")
+    assert model > 0 and session.cold_ms("h/e0", "a1") == model  # nothing measured yet: the model itself
+    answer_load(session, "h/e0", "a0", LOADED, 3.0 * session.model_ms("h/e0", "a0"))
+    assert session.cold_ms("h/e0", "a1") == pytest.approx(3.0 * model)  # the first measure sets the scale
+    answer_load(session, "h/e0", "a2", LOADED, 1.0 * session.model_ms("h/e0", "a2"))
+    assert session.cold_ms("h/e0", "a1") == pytest.approx((0.8 * 3.0 + 0.2 * 1.0) * model)  # then it moves by a fifth
+    assert session.cold_ms("h/e1", "a1") == session.model_ms("h/e1", "a1")  # per engine
+
+
+def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> None:
+    """vLLM answers a load of a name it still holds at once: that time says nothing of its cold loads."""
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    answer_load(session, "h/e0", "a0", RELOADED, 1.0)
+    assert session.cold_ms("h/e0", "a1") == session.model_ms("h/e0", "a1")
