@@ -224,6 +224,77 @@ def _tenant_names(count: int, prefix: str = "org") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
 
+# --- agentic sessions: chains of steps, a few calls each ----------------------------------------------------
+def _chains(
+    rng: random.Random,
+    tenants: list[str],
+    catalog: Catalog,
+    step_pick: Weighted,
+    count: Callable[[], int],
+    length: Callable[[], int],
+    distinct: bool,
+) -> dict[str, tuple[Weighted, dict[str, list[str]]]]:
+    """Per tenant, `count()` chains of `length()` steps drawn from `step_pick` (no step twice in a chain when
+    `distinct`, else never twice in a row), the tenant owning each step, and how often it runs each chain."""
+    out: dict[str, tuple[Weighted, dict[str, list[str]]]] = {}
+    for t in tenants:
+        steps_of: dict[str, list[str]] = {}
+        for c in range(count()):
+            steps: list[str] = []
+            n = length()
+            while len(steps) < n:
+                a = step_pick.draw(rng)
+                if (a not in steps) if distinct else (not steps or steps[-1] != a):
+                    steps.append(a)
+            for a in steps:
+                catalog.own(t, a)
+            steps_of[f"{t}#{c}"] = steps
+        keys = list(steps_of)
+        out[t] = (Weighted(keys, [math.exp(rng.gauss(0.0, 0.8)) for _ in keys]), steps_of)
+    return out
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """How a tenant runs a chain: a geometric number of calls per step (mean `calls_mean`, at most
+    `calls_cap`) `gap_median` s apart (lognormal), a Pareto think time between steps, a share of stray calls to
+    any adapter, and a share of steps skipped."""
+
+    calls_mean: float
+    calls_cap: int
+    gap_median: float
+    think_scale: float
+    think_alpha: float
+    think_cap: float
+    stray: float
+    skip: float = 0.0
+
+    def emit(
+        self,
+        rng: random.Random,
+        weight: dict[str, float],
+        chains: dict[str, tuple[Weighted, dict[str, list[str]]]],
+        sessions_per_s: float,
+        horizon: float,
+        everything: list[str],
+    ) -> list[tuple[float, str, str]]:
+        """Sessions started by a Poisson process per tenant, at its share (`weight`) of `sessions_per_s`."""
+        total = sum(weight.values())
+        raw: list[tuple[float, str, str]] = []
+        for t, (pick, steps_of) in chains.items():
+            for start in poisson(rng, sessions_per_s * weight[t] / total, 0.0, horizon):
+                now = start
+                for step in steps_of[pick.draw(rng)]:
+                    if self.skip and rng.random() < self.skip:
+                        continue
+                    for _ in range(geometric(rng, self.calls_mean, self.calls_cap)):
+                        target = rng.choice(everything) if rng.random() < self.stray else step
+                        raw.append((now, target, t))
+                        now += lognormal(rng, self.gap_median, 0.7)
+                    now += pareto(rng, self.think_scale, self.think_alpha, self.think_cap)
+        return raw
+
+
 # --- 1. workflows over a shared pool ----------------------------------------------------------------------
 def wf_shared_pool(seed: int) -> Trace:
     """Dozens of tenants (lognormal popularity), each with 1-3 chains of 3-5 steps drawn from one pool shared by
@@ -248,39 +319,9 @@ def wf_shared_pool(seed: int) -> Trace:
     think_scale, think_alpha = rng.uniform(0.3, 1.2), rng.uniform(1.3, 2.2)
     stray = rng.uniform(0.05, 0.15)
     skip = rng.uniform(0.0, 0.1)  # a step left out of a session now and then
-    chains: dict[str, Weighted] = {}
-    chain_steps: dict[str, list[str]] = {}
-    for t in tenants:
-        keys = []
-        for c in range(rng.randint(1, 3)):
-            steps: list[str] = []
-            length = rng.randint(3, 5)
-            while len(steps) < length:
-                a = step_pick.draw(rng)
-                if not steps or steps[-1] != a:
-                    steps.append(a)
-            for a in steps:
-                catalog.own(t, a)
-            key = f"{t}#{c}"
-            chain_steps[key] = steps
-            keys.append(key)
-        chains[t] = Weighted(keys, [math.exp(rng.gauss(0.0, 0.8)) for _ in keys])
-    per_session = 4.0 * calls_mean
-    horizon = limit / rate * 1.2
-    total = sum(weight.values())
-    raw: list[tuple[float, str, str]] = []
-    everything = pool + extras
-    for t in tenants:
-        for start in poisson(rng, rate / per_session * weight[t] / total, 0.0, horizon):
-            now = start
-            for step in chain_steps[chains[t].draw(rng)]:
-                if rng.random() < skip:
-                    continue
-                for _ in range(geometric(rng, calls_mean, 4)):
-                    target = rng.choice(everything) if rng.random() < stray else step
-                    raw.append((now, target, t))
-                    now += lognormal(rng, gap_median, 0.7)
-                now += pareto(rng, think_scale, think_alpha, 120.0)
+    chains = _chains(rng, tenants, catalog, step_pick, lambda: rng.randint(1, 3), lambda: rng.randint(3, 5), False)
+    flow = Sessions(calls_mean, 4, gap_median, think_scale, think_alpha, 120.0, stray, skip)
+    raw = flow.emit(rng, weight, chains, rate / (4.0 * calls_mean), limit / rate * 1.2, pool + extras)
     gpu = rng.randint(2, 4)
     engines = [_engine(i, "vllm", gpu, 8) for i in range(2)]
     return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
@@ -313,37 +354,18 @@ def wf_large_pool(seed: int) -> Trace:
     think_scale, think_alpha = rng.uniform(0.4, 1.5), rng.uniform(1.3, 1.8)
     stray = rng.uniform(0.03, 0.15)
     two_chains = rng.uniform(0.0, 0.4)  # the share of tenants with a second chain
-    chains: dict[str, Weighted] = {}
-    chain_steps: dict[str, list[str]] = {}
-    for t in tenants:
-        keys = []
-        for c in range(2 if rng.random() < two_chains else 1):
-            steps: list[str] = []
-            length = rng.randint(shortest, longest)
-            while len(steps) < length:
-                a = step_pick.draw(rng)
-                if a not in steps:
-                    steps.append(a)
-            for a in steps:
-                catalog.own(t, a)
-            key = f"{t}#{c}"
-            chain_steps[key] = steps
-            keys.append(key)
-        chains[t] = Weighted(keys, [math.exp(rng.gauss(0.0, 0.8)) for _ in keys])
+    chains = _chains(
+        rng,
+        tenants,
+        catalog,
+        step_pick,
+        lambda: 2 if rng.random() < two_chains else 1,
+        lambda: rng.randint(shortest, longest),
+        True,
+    )
+    flow = Sessions(calls_mean, 6, gap_median, think_scale, think_alpha, 60.0, stray)
     per_session = (shortest + longest) / 2 * calls_mean
-    horizon = limit / rate * 1.2
-    total = sum(weight.values())
-    raw: list[tuple[float, str, str]] = []
-    everything = pool + extras
-    for t in tenants:
-        for start in poisson(rng, rate / per_session * weight[t] / total, 0.0, horizon):
-            now = start
-            for step in chain_steps[chains[t].draw(rng)]:
-                for _ in range(geometric(rng, calls_mean, 6)):
-                    target = rng.choice(everything) if rng.random() < stray else step
-                    raw.append((now, target, t))
-                    now += lognormal(rng, gap_median, 0.7)
-                now += pareto(rng, think_scale, think_alpha, 60.0)
+    raw = flow.emit(rng, weight, chains, rate / per_session, limit / rate * 1.2, pool + extras)
     engines = [_engine(i, "vllm", rng.randint(2, 4), rng.randint(8, 16)) for i in range(2)]
     return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
 
