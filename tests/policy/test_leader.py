@@ -281,6 +281,17 @@ def test_over_budget_the_policys_preference_among_affordable_victims_is_kept(tmp
     assert evicted == ["a1"] and touched == ["a0"] and core.touch_credit["h/e0"] == 0.0
 
 
+def test_over_budget_a_prefetch_passes_over_a_pinned_affordable_victim_to_the_next(tmp_path: Path) -> None:
+    """One touch of credit reaches a0 and a1; the policy lets go of a2 (two touches), then a1 (pinned), then a0:
+    the prefetch evicts a0, with no touch."""
+    core = full_engine(tmp_path)
+    core.book.engines["h/e0"].pins.add("a1")
+    core.touch_credit["h/e0"] = 1.0
+    decisions = core.load(0.0, "h/e0", "a4", "prefetch", lambda: ["a2", "a1", "a0"])
+    assert [(d.action, d.adapter) for d in decisions] == [("evict", "a0"), ("load", "a4")]
+    assert core.touch_credit["h/e0"] == 1.0
+
+
 def test_touch_budget_is_earned_per_request_and_banked_up_to_one_turnover(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     core = PolicyCore(inv, LruPolicy(), touch_budget=0.5)
