@@ -247,6 +247,23 @@ def test_a_prefetch_is_timed_before_the_tenants_earliest_next_request(tmp_path: 
     assert next((d.adapter, d.reason) for d in later if d.action == LOAD) == ("a1", PREFETCH)
 
 
+def test_a_timed_prediction_of_an_adapter_already_held_schedules_nothing(tmp_path: Path) -> None:
+    """a1 usually comes 30 s after a0; at the next a0, a1 is still resident: the prediction protects it (its
+    score), and no prefetch is scheduled for it — one that is not held is."""
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    a0, a1, a2, _ = stream([0, 1, 2, 3], ["t"])
+    for start in (0.0, 100.0, 200.0):
+        ask(core, [replace(a0, time=start), replace(a1, time=start + 30), replace(a2, time=start + 50)])
+    assert core.book["h/e0"].holds("a1")
+    ask(core, [replace(a0, time=300.0)])
+    assert [w.adapter for w in policy.scheduled] == []
+    core.book["h/e0"].evict("a1")
+    ask(core, [replace(a0, time=301.0)])  # another call of a0: the guess is made again, timed from it
+    assert [w.adapter for w in policy.scheduled] == ["a1"]
+
+
 def busy_engine(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
     policy = LorafleetPolicy()
     core = PolicyCore(make_inventory(tmp_path, adapters=8, engines=ENGINE), policy)
@@ -303,6 +320,7 @@ def test_a_loader_is_saturated_once_as_many_loads_as_max_in_flight_completed_mea
     over, so it is dropped; one fewer is a slow loader, and the prefetch goes after its retries."""
     core, policy = busy_engine(tmp_path)
     assert policy.max_in_flight == 2
+    policy.completed["h/e0"] = 5  # loads the engine completed before: only those completed since count
     state = core.book["h/e0"]
     queue = iter(["a6", "a7"])
     done = []
