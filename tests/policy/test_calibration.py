@@ -36,3 +36,21 @@ def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> 
     session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
     answer_load(session, "h/e0", "a0", RELOADED, 1.0)
     assert session.cold_ms("h/e0", "a1") == session.model_ms("h/e0", "a1")
+
+
+def test_a_live_session_counts_each_call_when_its_answer_comes(tmp_path: Path) -> None:
+    """A touch or an unload counts when the engine has done it; a failed call counts as failed only; an unload
+    the engine answers "no such adapter" is done as asked (counted, journaled as unloaded, with the reason)."""
+    from lorafleet.drive.session import NOT_REGISTERED, TOUCHED, UNLOADED, Performed
+    from lorafleet.policy.core import TOUCH, UNLOAD
+
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    session.answered(1.0, Call(TOUCH, "h/e0", "a0", "keep"), TOUCHED, True, 2.0)
+    session.answered(2.0, Call(UNLOAD, "h/e0", "a1", "a2", unused=True), UNLOADED, True, 3.0)
+    session.answered(3.0, Call(TOUCH, "h/e0", "a3", "keep"), "failed", False, None, "HTTP 500")
+    session.answered(4.0, Call(UNLOAD, "h/e0", "a4", "a2"), NOT_REGISTERED, True, 1.0)
+    counts = session.counts
+    assert (counts.touches, counts.unloads, counts.failed) == (1, 2, 1)
+    assert (counts.evictions, counts.wasted_prefetches) == (2, 1)
+    last = session.take_answers()[-1]
+    assert isinstance(last, Performed) and (last.answer, last.error) == (UNLOADED, "the engine no longer had it")
