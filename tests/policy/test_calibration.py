@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lorafleet.drive.policies import make_policy
-from lorafleet.drive.session import LOADED, RELOADED, Call, Session
-from lorafleet.policy.core import LOAD, PolicyCore
+from lorafleet.drive.session import LOADED, NOT_REGISTERED, RELOADED, TOUCHED, UNLOADED, Call, Performed, Session
+from lorafleet.policy.core import LOAD, TOUCH, UNLOAD, PolicyCore
 from tests.policy.builders import make_inventory
 
 TWO = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}, {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
@@ -38,17 +38,14 @@ def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> 
     assert session.cold_ms("h/e0", "a1") == session.model_ms("h/e0", "a1")
 
 
-def test_a_live_session_counts_each_call_when_its_answer_comes(tmp_path: Path) -> None:
-    """A touch or an unload counts when the engine has done it; a failed call counts as failed only; an unload
-    the engine answers "no such adapter" is done as asked (counted, journaled as unloaded, with the reason)."""
-    from lorafleet.drive.session import NOT_REGISTERED, TOUCHED, UNLOADED, Performed
-    from lorafleet.policy.core import TOUCH, UNLOAD
-
+def test_a_live_session_counts_each_call_from_the_engines_answer(tmp_path: Path) -> None:
+    """A touch or an unload answered as done counts as one; a failed call counts as failed only; an unload the
+    engine answers "no such adapter" is done as asked (counted, journaled as unloaded, with the reason)."""
     session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
     session.answered(1.0, Call(TOUCH, "h/e0", "a0", "keep"), TOUCHED, True, 2.0)
-    session.answered(2.0, Call(UNLOAD, "h/e0", "a1", "a2", unused=True), UNLOADED, True, 3.0)
+    session.answered(2.0, Call(UNLOAD, "h/e0", "a1", "prefetch", unused=True), UNLOADED, True, 3.0)
     session.answered(3.0, Call(TOUCH, "h/e0", "a3", "keep"), "failed", False, None, "HTTP 500")
-    session.answered(4.0, Call(UNLOAD, "h/e0", "a4", "a2"), NOT_REGISTERED, True, 1.0)
+    session.answered(4.0, Call(UNLOAD, "h/e0", "a4", "demand"), NOT_REGISTERED, True, 1.0)
     counts = session.counts
     assert (counts.touches, counts.unloads, counts.failed) == (1, 2, 1)
     assert (counts.evictions, counts.wasted_prefetches) == (2, 1)

@@ -166,7 +166,8 @@ def test_the_standings_remember_sixteen_turnovers_of_a_large_pools_slots(tmp_pat
 
 def test_the_shipped_policy_keeps_a_tenants_pin_through_a_change_of_leader(tmp_path: Path) -> None:
     """`lorafleet` (the leader over the predictor and every baseline) preloads a pinned adapter and never evicts
-    it, whichever expert leads: a scan of every other adapter through the engine leaves it resident."""
+    it, whichever expert leads: 600 requests of another tenant on a 4-slot engine (a loop over a0-a3, strays over
+    a4-a11) change the leader and leave it resident and pinned."""
     engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]  # a GPU slot to pin, one to serve the rest
     inv = make_inventory(tmp_path, adapters=12, engines=engines, tenants={"p": "{pinned: [a11]}"})
     policy = LeaderPolicy()

@@ -248,8 +248,8 @@ def test_a_prefetch_is_timed_before_the_tenants_earliest_next_request(tmp_path: 
 
 
 def test_a_timed_prediction_of_an_adapter_already_held_schedules_nothing(tmp_path: Path) -> None:
-    """a1 usually comes 30 s after a0; at the next a0, a1 is still resident: the prediction protects it (its
-    score), and no prefetch is scheduled for it — one that is not held is."""
+    """a1 usually comes 30 s after a0; at the next a0, a1 is still resident: no prefetch is scheduled for it.
+    Once it is gone, the next call of a0 schedules one, before a1's usual time."""
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
@@ -261,7 +261,7 @@ def test_a_timed_prediction_of_an_adapter_already_held_schedules_nothing(tmp_pat
     assert [w.adapter for w in policy.scheduled] == []
     core.book["h/e0"].evict("a1")
     ask(core, [replace(a0, time=301.0)])  # another call of a0: the guess is made again, timed from it
-    assert [w.adapter for w in policy.scheduled] == ["a1"]
+    assert [w.adapter for w in policy.scheduled] == ["a1"] and 301.0 < policy.scheduled[0].due < 331.0
 
 
 def busy_engine(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:

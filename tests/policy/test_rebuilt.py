@@ -27,7 +27,7 @@ def test_a_reload_keeps_what_each_engine_that_stayed_had_and_drops_the_engine_th
     assert new.touch_credit == {"h/e0": 3.0}
     assert new.loading_reason == {("h/e0", "a1"): "prefetch"}
     assert new.claimed == {("h/e0", "a1")} and new.unavailable == {("h/e0", "a5")}
-    assert new.demand is core.demand and new.policy is core.policy
+    assert new.demand is core.demand and new.policy is core.policy and new.policy.core is new  # bound anew
 
 
 def test_an_engine_whose_budget_changed_starts_an_empty_book(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_another_process_warming_an_adapter_displaces_the_least_recently_used_th
     tmp_path: Path,
 ) -> None:
     """`warm` loaded a4 on a full engine: the book follows the engine, whose least recently used goes — a pin is
-    passed over; `unload` (or a warm of a pinned adapter) is followed too."""
+    passed over; an `unload` is followed too, the pin of what it unloaded included, and a pinned warm pins."""
     from lorafleet.drive.session import LOADED, UNLOADED
 
     session = live(tmp_path, "a0", "a1", "a2", "a3")  # a0 least recently used
@@ -72,7 +72,7 @@ def test_another_process_warming_an_adapter_displaces_the_least_recently_used_th
     book.pin("a0")
     session.noticed("h/e0", "a4", LOADED, False)
     assert list(book.resident) == ["a0", "a2", "a3", "a4"] and book.pins == {"a0"}
-    session.noticed("h/e0", "a3", UNLOADED, False)
-    assert "a3" not in book.resident
+    session.noticed("h/e0", "a0", UNLOADED, False)
+    assert "a0" not in book.resident and book.pins == set()
     session.noticed("h/e0", "a5", LOADED, True)
-    assert "a5" in book.resident and book.pins == {"a0", "a5"}
+    assert "a5" in book.resident and book.pins == {"a5"}
