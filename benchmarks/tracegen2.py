@@ -235,13 +235,15 @@ def _chains(
     distinct: bool,
 ) -> dict[str, tuple[Weighted, dict[str, list[str]]]]:
     """Per tenant, `count()` chains of `length()` steps drawn from `step_pick` (no step twice in a chain when
-    `distinct`, else never twice in a row), the tenant owning each step, and how often it runs each chain."""
+    `distinct`, else never twice in a row) and how often it runs each; the tenant is made an owner of each step
+    in `catalog`. `count` and `length` draw from `rng` themselves, so the draws keep their order."""
     out: dict[str, tuple[Weighted, dict[str, list[str]]]] = {}
     for t in tenants:
         steps_of: dict[str, list[str]] = {}
         for c in range(count()):
             steps: list[str] = []
             n = length()
+            assert not distinct or n <= len(step_pick.items), "fewer adapters than distinct steps"
             while len(steps) < n:
                 a = step_pick.draw(rng)
                 if (a not in steps) if distinct else (not steps or steps[-1] != a):
@@ -319,7 +321,9 @@ def wf_shared_pool(seed: int) -> Trace:
     think_scale, think_alpha = rng.uniform(0.3, 1.2), rng.uniform(1.3, 2.2)
     stray = rng.uniform(0.05, 0.15)
     skip = rng.uniform(0.0, 0.1)  # a step left out of a session now and then
-    chains = _chains(rng, tenants, catalog, step_pick, lambda: rng.randint(1, 3), lambda: rng.randint(3, 5), False)
+    chains = _chains(
+        rng, tenants, catalog, step_pick, lambda: rng.randint(1, 3), lambda: rng.randint(3, 5), distinct=False
+    )
     flow = Sessions(calls_mean, 4, gap_median, think_scale, think_alpha, 120.0, stray, skip)
     raw = flow.emit(rng, weight, chains, rate / (4.0 * calls_mean), limit / rate * 1.2, pool + extras)
     gpu = rng.randint(2, 4)
@@ -332,8 +336,8 @@ def wf_large_pool(seed: int) -> Trace:
     """The agentic shape where recency fails and a next-step predictor wins: dozens of tenants of skewed
     popularity, each with one fixed chain (sometimes two) of 2-5 distinct steps drawn from a pool of hundreds of
     adapters shared by all, so the engines' few slots cannot hold the interleaved sessions' steps between calls;
-    a few calls per step, Pareto think times, some stray calls. (wf-shared-pool's pool fits the engines' host
-    slots, so there recency holds most steps.)"""
+    a few calls per step, Pareto think times, some stray calls. (wf-shared-pool's pool of 20-40 is small enough
+    that recency keeps most steps resident between calls.)"""
     name = "wf-large-pool"
     rng = _rng(name, seed)
     limit = rng.randint(12_000, 16_000)
@@ -361,7 +365,7 @@ def wf_large_pool(seed: int) -> Trace:
         step_pick,
         lambda: 2 if rng.random() < two_chains else 1,
         lambda: rng.randint(shortest, longest),
-        True,
+        distinct=True,
     )
     flow = Sessions(calls_mean, 6, gap_median, think_scale, think_alpha, 60.0, stray)
     per_session = (shortest + longest) / 2 * calls_mean
