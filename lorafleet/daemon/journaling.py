@@ -7,6 +7,7 @@ engine action, the matching metrics — so the journal `stats` reads holds exact
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -81,10 +82,10 @@ class Journaling:
         # Metrics counted since they were last published: a Prometheus counter takes a lock per increment, and a
         # log line makes one to three of them, so they are summed here and published with each commit (at least
         # once a second while lines come: a scrape sees them at most that late).
-        self._requests: dict[tuple[str, str], int] = {}
-        self._avoided_s: dict[str, float] = {}
-        self._paid_s: dict[str, float] = {}
-        self._actions: dict[tuple[str, str, str], int] = {}
+        self._requests: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self._avoided_s: defaultdict[str, float] = defaultdict(float)
+        self._paid_s: defaultdict[str, float] = defaultdict(float)
+        self._actions: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._load_s: list[tuple[str, float]] = []
 
     def take(self) -> Batch:
@@ -105,7 +106,8 @@ class Journaling:
             metrics.actions.labels(engine, action, result).inc(n)
         for engine, seconds in self._load_s:
             metrics.load_seconds.labels(engine).observe(seconds)
-        self._requests, self._avoided_s, self._paid_s, self._actions, self._load_s = {}, {}, {}, {}, []
+        for unpublished in (self._requests, self._avoided_s, self._paid_s, self._actions, self._load_s):
+            unpublished.clear()
 
     def refresh(self) -> None:
         """Live: rows from now on carry this wall time (one clock read per batch, not per row)."""
@@ -140,7 +142,7 @@ class Journaling:
             o.gpu_hits += served.gpu
             if served.avoided_ms:
                 o.avoided_ms += served.avoided_ms
-                self._avoided_s[engine] = self._avoided_s.get(engine, 0.0) + served.avoided_ms / 1000.0
+                self._avoided_s[engine] += served.avoided_ms / 1000.0
         elif outcome == LATE:
             o.late += 1
         else:
@@ -151,9 +153,9 @@ class Journaling:
         o.cold_ms += waited.waited_ms
         o.avoided_ms += waited.avoided_ms
         engine = waited.request.engine
-        self._paid_s[engine] = self._paid_s.get(engine, 0.0) + waited.waited_ms / 1000.0
+        self._paid_s[engine] += waited.waited_ms / 1000.0
         if waited.avoided_ms:
-            self._avoided_s[engine] = self._avoided_s.get(engine, 0.0) + waited.avoided_ms / 1000.0
+            self._avoided_s[engine] += waited.avoided_ms / 1000.0
 
     def _performed(self, p: Performed) -> None:
         call = p.call
@@ -175,8 +177,7 @@ class Journaling:
         )
         if call.action in ENGINE_CALLS:  # sent to the engine (live) or simulated as sent (shadow)
             result = "ok" if p.ok else ("refused" if p.answer == REFUSED else "failed")
-            key = (call.engine, call.action, result)
-            self._actions[key] = self._actions.get(key, 0) + 1
+            self._actions[(call.engine, call.action, result)] += 1
             if p.ok and call.action == LOAD and p.answer in LOAD_ANSWERS and p.ms is not None:
                 self._load_s.append((call.engine, p.ms / 1000.0))
 
@@ -188,8 +189,7 @@ class Journaling:
         return (minute_key(event.time), event.tenant or "", event.adapter, served.engine)
 
     def _count_request(self, engine: str, outcome: str) -> None:
-        key = (engine, outcome)
-        self._requests[key] = self._requests.get(key, 0) + 1
+        self._requests[(engine, outcome)] += 1
 
     def _stamp_of(self, at: float) -> str:
         if not self.shadow:

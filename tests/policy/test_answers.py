@@ -1,5 +1,6 @@
-"""A live session's load-time calibration: the model's cold-load time, scaled per engine by a moving average of
-what that engine's loads measured (a request's wait on a live load is estimated from it)."""
+"""How a live session takes its engines' answers: each call counted from its answer, and the load-time
+calibration — the model's cold-load time, scaled per engine by a moving average of what that engine's loads
+measured (a request's wait on a live load is estimated from it)."""
 
 from __future__ import annotations
 
