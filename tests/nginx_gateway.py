@@ -136,6 +136,7 @@ class NginxGateway:
         self.access_log = root / "access.jsonl"
         self.error_log = root / "error.log"
         self.conf = root / "nginx.conf"
+        self.pid_file = root / "nginx.pid"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -162,7 +163,7 @@ class NginxGateway:
             # As root the workers would switch to nobody, who cannot enter pytest's 0700 temporary folders.
             + ("user root;\n" if os.geteuid() == 0 else "")
             + f"worker_processes {self.workers};\n"
-            f"pid {self.root / 'nginx.pid'};\n"
+            f"pid {self.pid_file};\n"
             f"error_log {self.error_log} warn;\n"
             "events { worker_connections 1024; }\n"
             "http {\n"
@@ -184,6 +185,7 @@ class NginxGateway:
                 port = free_port()
             self._write(port)
             self.error_log.write_text("")
+            self.pid_file.unlink(missing_ok=True)
             command = [NGINX, "-p", f"{self.root}/", "-c", str(self.conf), "-e", str(self.error_log)]
             self.proc = subprocess.Popen(
                 [*command, "-g", "daemon off;"],
@@ -195,14 +197,25 @@ class NginxGateway:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    self.port = port
-                    return self
+                # Ready once nginx has written its pid (it does so only after binding every listener) and the
+                # port accepts: a connection alone could reach another process's socket on a port nginx failed
+                # to bind and is still retrying.
+                if self._wrote_pid():
+                    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        self.port = port
+                        return self
                 time.sleep(0.02)
             stderr = self._reap()
             if "Address already in use" not in stderr + self.errors():
                 raise RuntimeError(f"nginx did not start:\n{stderr}{self.errors()}")
         raise RuntimeError("nginx found no free port in 5 tries")
+
+    def _wrote_pid(self) -> bool:
+        assert self.proc is not None
+        try:
+            return self.pid_file.read_text().strip() == str(self.proc.pid)
+        except OSError:
+            return False
 
     def _reap(self) -> str:
         assert self.proc is not None

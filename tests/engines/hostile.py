@@ -26,14 +26,21 @@ class HostileServer:
         self._sock.listen(64)
         self._stop = threading.Event()
         self._open: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._serve, daemon=True)
+        self._acceptor.start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def stop(self) -> None:
+        """Stop listening for good. close() alone would not: the acceptor thread blocked in accept() keeps the
+        listening socket alive, and the port with it, and would answer the next connection that reaches it
+        (a later test's). shutdown() wakes it first."""
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._acceptor.join(timeout=5)
         for conn in [self._sock, *self._open]:
             with contextlib.suppress(OSError):
                 conn.close()
