@@ -10,6 +10,7 @@ from lorafleet.policy.core import PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+TWO_VLLM = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}] * 2  # h/e0 and h/e1, alike
 
 
 def make_inventory(

@@ -11,9 +11,7 @@ import pytest
 from lorafleet.drive.policies import make_policy
 from lorafleet.drive.session import LOADED, NOT_REGISTERED, RELOADED, TOUCHED, UNLOADED, Call, Performed, Session
 from lorafleet.policy.core import LOAD, TOUCH, UNLOAD, PolicyCore
-from tests.policy.builders import make_inventory
-
-TWO = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}, {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+from tests.policy.builders import TWO_VLLM, make_inventory
 
 
 def answer_load(session: Session, engine: str, adapter: str, answer: str, ms: float) -> None:
@@ -22,7 +20,7 @@ def answer_load(session: Session, engine: str, adapter: str, answer: str, ms: fl
 
 
 def test_an_engines_measured_loads_scale_its_modelled_load_time_by_a_moving_average(tmp_path: Path) -> None:
-    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru")))
     model = session.model_ms("h/e0", "a1")
     assert model > 0 and session.cold_ms("h/e0", "a1") == model  # nothing measured yet: the model itself
     answer_load(session, "h/e0", "a0", LOADED, 3.0 * session.model_ms("h/e0", "a0"))
@@ -34,7 +32,7 @@ def test_an_engines_measured_loads_scale_its_modelled_load_time_by_a_moving_aver
 
 def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> None:
     """vLLM answers a load of a name it still holds at once: that time says nothing of its cold loads."""
-    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru")))
     answer_load(session, "h/e0", "a0", RELOADED, 1.0)
     assert session.cold_ms("h/e0", "a1") == session.model_ms("h/e0", "a1")
 
@@ -42,7 +40,7 @@ def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> 
 def test_a_live_session_counts_each_call_from_the_engines_answer(tmp_path: Path) -> None:
     """A touch or an unload answered as done counts as one; a failed call counts as failed only; an unload the
     engine answers "no such adapter" is done as asked (counted, journaled as unloaded, with the reason)."""
-    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru")))
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru")))
     session.answered(1.0, Call(TOUCH, "h/e0", "a0", "keep"), TOUCHED, True, 2.0)
     session.answered(2.0, Call(UNLOAD, "h/e0", "a1", "prefetch", unused=True), UNLOADED, True, 3.0)
     session.answered(3.0, Call(TOUCH, "h/e0", "a3", "keep"), "failed", False, None, "HTTP 500")

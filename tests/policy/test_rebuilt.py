@@ -6,13 +6,11 @@ from pathlib import Path
 
 from lorafleet.drive.policies import make_policy
 from lorafleet.policy.core import PolicyCore
-from tests.policy.builders import make_inventory
-
-TWO = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}, {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+from tests.policy.builders import TWO_VLLM, make_inventory
 
 
 def test_a_reload_keeps_what_each_engine_that_stayed_had_and_drops_the_engine_that_left(tmp_path: Path) -> None:
-    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru"))
+    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru"))
     for engine in ("h/e0", "h/e1"):
         core.book[engine].admit("a0", core.sizes["a0"])
         core.book[engine].start_load("a1", core.sizes["a1"])
@@ -20,7 +18,7 @@ def test_a_reload_keeps_what_each_engine_that_stayed_had_and_drops_the_engine_th
         core.loading_reason[(engine, "a1")] = "prefetch"
         core.claimed.add((engine, "a1"))
         core.unavailable.add((engine, "a5"))
-    one = make_inventory(tmp_path, adapters=6, engines=TWO[:1], name="one.yaml")  # h/e1 left the fleet
+    one = make_inventory(tmp_path, adapters=6, engines=TWO_VLLM[:1], name="one.yaml")  # h/e1 left the fleet
     new = core.rebuilt(one)
     assert list(new.book.engines) == ["h/e0"]
     assert new.book["h/e0"] is core.book["h/e0"]  # the same budget: its book, as it was
@@ -31,10 +29,10 @@ def test_a_reload_keeps_what_each_engine_that_stayed_had_and_drops_the_engine_th
 
 
 def test_an_engine_whose_budget_changed_starts_an_empty_book(tmp_path: Path) -> None:
-    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO), make_policy("lru"))
+    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru"))
     core.book["h/e0"].admit("a0", core.sizes["a0"])
     core.book["h/e1"].admit("a0", core.sizes["a0"])
-    bigger = [TWO[0], {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 6}]
+    bigger = [TWO_VLLM[0], {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 6}]
     new = core.rebuilt(make_inventory(tmp_path, adapters=6, engines=bigger, name="bigger.yaml"))
     assert new.book["h/e0"] is core.book["h/e0"]
     assert new.book["h/e1"] is not core.book["h/e1"] and not new.book["h/e1"].resident

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorafleet.drive.policies import make_policy
-from lorafleet.drive.session import Session
+from lorafleet.drive.session import LOADED, UNLOADED, Session
 from lorafleet.policy.core import PolicyCore
 from tests.policy.builders import make_inventory
 
@@ -65,8 +65,6 @@ def test_another_process_warming_an_adapter_displaces_the_least_recently_used_th
 ) -> None:
     """`warm` loaded a4 on a full engine: the book follows the engine, whose least recently used goes — a pin is
     passed over; an `unload` is followed too, the pin of what it unloaded included, and a pinned warm pins."""
-    from lorafleet.drive.session import LOADED, UNLOADED
-
     session = live(tmp_path, "a0", "a1", "a2", "a3")  # a0 least recently used
     book = session.core.book["h/e0"]
     book.pin("a0")
