@@ -8,13 +8,15 @@ decayed count of requests each expert hit and another missed, pair by pair (LeCa
 settled on whole policies rather than eviction orders alone), over two memories: a short one that follows a
 change of regime, and one `long_scale` times longer that sees a small lead that holds.
 
-The live decisions follow one expert, the leader. The predictor also runs live: while it leads, the live
-decisions are its own. While another expert leads, the live engines imitate it: a request the log does not place
-goes where the leader routed it, room is made by evicting first what the leader does not hold (least recently
-used first), and the leader's prefetches are made live — so the live engines converge on the leader's contents,
-engine by engine. The leader changes only when a challenger's record against it, on either memory, is ahead by
-more than `z` standard deviations of the requests the two differed on, plus `margin` requests, and the leader's
-record against it on the other memory is not such a lead; never on a request the leader hit.
+The live decisions follow one expert, the leader, whichever it is: the live engines imitate it. A request the log
+does not place goes where the leader routed it, room is made by evicting first what the leader does not hold
+(least recently used first), and the leader's prefetches are made live — so the live engines converge on the
+leader's contents, engine by engine. The predictor is imitated like any other expert: a second copy of it
+deciding on the live engines made the same decisions once converged, at the cost of a whole predictor's work
+per request (docs/benchmarks.md). The leader changes only when a challenger's record against it, on either
+memory, is ahead by more than `z` standard deviations of the requests the two differed on, plus `margin`
+requests, and the leader's record against it on the other memory is not such a lead; never on a request the
+leader hit.
 
 The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
@@ -38,7 +40,7 @@ from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPo
 from lorafleet.policy.core import DEMAND, LOAD, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
-from lorafleet.policy.predictive import LorafleetPolicy
+from lorafleet.policy.predictive import LorafleetPolicy, initial_loads
 from lorafleet.policy.residency import EngineResidency
 
 PREDICTIVE = "predictive"  # lorafleet's own predictor, as an expert
@@ -177,14 +179,10 @@ class _Shadow:
 
 class LeaderPolicy(Policy):
     """Follow the whole-policy expert with the clearest recent lead, per base-model pool (module docstring).
-
-    The first expert, lorafleet's own predictor, also runs live (`own`, bound to the live core): while it leads,
-    its decisions are the live ones exactly; while another expert leads it keeps learning and prefetches nothing.
-    `experts` replaces the experts (tests), the first still run live."""
+    `experts` replaces the experts (tests); the first is followed until another proves better."""
 
     name = "lorafleet"
     honours_pins = True
-    observes_demand = True  # the live predictor's demand model is the live core's
     memory = 16.0  # the standings remember this many turnovers of the pool's slots (in requests) ...
     min_memory = 500.0  # ... and at least this many requests
     z = 2.0  # a challenger must lead by z standard deviations (five challengers: a few lucky runs do not count)
@@ -198,7 +196,6 @@ class LeaderPolicy(Policy):
     ) -> None:
         self.plan = tuple(plan)
         self.factories = tuple(experts) if experts is not None else default_experts(self.plan)
-        self.own = self.factories[0][1]()  # the first expert also runs live, on the live core
         self.names = tuple(name for name, _ in self.factories)
         self.shadows: list[_Shadow] = []
         self.standings: dict[str, Standings] = {}  # base model -> the pool's standings
@@ -215,7 +212,6 @@ class LeaderPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
-        self.own.bind(core)
         inventory = core.inventory
         if not self.shadows:
             budget = core.touch_budget
@@ -240,7 +236,6 @@ class LeaderPolicy(Policy):
     def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
         """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads
         them again), for the reason `resumed` gives: a copy holding what the engine lost prefetches none of it."""
-        self.own.on_forgotten(now, engine, adapters)
         for shadow in self.shadows:
             state = shadow.session.core.book.engines.get(engine)
             if state is None:
@@ -272,7 +267,7 @@ class LeaderPolicy(Policy):
         return self.names[self._leader(base_model)]
 
     def _leader(self, base_model: str | None) -> int:
-        """The index of the expert followed on a pool (0, the predictor, for a pool without standings)."""
+        """The index of the expert followed on a pool (0, the first, for a pool without standings)."""
         standings = self.standings.get(base_model) if base_model is not None else None
         return standings.leader if standings is not None else 0
 
@@ -281,20 +276,18 @@ class LeaderPolicy(Policy):
 
     # --- the live decisions -------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
-        """Every expert starts on its copy; live, the predictor's start (the plan, pins, workflow heads) is made:
-        the admin's plan and pins hold whichever expert is followed."""
+        """Every expert starts on its copy; live, the admin's plan, the pins and the workflow heads are loaded
+        (`initial_loads`): they hold whichever expert is followed."""
         for shadow in self.shadows:
             shadow.session.start(now)
             shadow.mirrorable()
-        return self.own.start(now)
+        return initial_loads(self.core, self.plan, now)
 
     def route(self, event: RequestEvent) -> str | None:
         """Every expert serves the request on its copy, routed as it would route it; live, a request the log
-        does not place goes where the leader sent it (so contents converge engine by engine), or, while the
-        predictor leads, where the core's rule sends it (None)."""
+        does not place goes where the leader sent it (so contents converge engine by engine)."""
         self._observe(event)
-        leader = self._leader(self._model(event))
-        return self._routed[leader] if leader else None
+        return self._routed[self._leader(self._model(event))]
 
     def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
         """Before the live core classifies a request: the experts' outcomes score them (the leader's book
@@ -303,19 +296,12 @@ class LeaderPolicy(Policy):
             self._observe(event)
         self._observed = None
         model = self._model(event)
-        leader = self._leader(model)
-        self.mirrored = self.shadows[leader].mirrorable() if leader else []
+        self.mirrored = self.shadows[self._leader(model)].mirrorable()
         for shadow in self.shadows:
             shadow.session.decided = []
         standings = self.standings.get(model) if model is not None else None
-        if engine is None or standings is None or model is None:
-            return
-        if standings.record(self._hits):
-            muted: set[str] = getattr(self.own, "muted", set())  # a predictor learns on, prefetching nothing
-            if standings.leader == 0:
-                muted.discard(model)
-            else:
-                muted.add(model)
+        if engine is not None and standings is not None:
+            standings.record(self._hits)
 
     def _model(self, event: RequestEvent) -> str | None:
         adapter = self.core.inventory.adapters.get(event.adapter or "")
@@ -333,10 +319,8 @@ class LeaderPolicy(Policy):
         self._observed = event
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
-        """The predictor's order while it leads; otherwise live residents the leader does not hold go first
-        (least recently used first), then the rest by recency: the live engine converges on the leader's."""
-        if not self._leader(state.base_model):
-            return self.own.victim_order(state, now)
+        """Live residents the leader does not hold go first (least recently used first), then the rest by
+        recency: the live engine converges on the leader's."""
         ahead = self._leader_state(state)
         if ahead is None:
             return list(state.resident)
@@ -344,36 +328,22 @@ class LeaderPolicy(Policy):
         return [a for a in state.resident if a not in held] + [a for a in state.resident if a in held]
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
-        decisions = self.own.on_request(now, event, engine, outcome)  # learns always; acts while it leads
         mirrored, self.mirrored = self.mirrored, []
-        return decisions + self._mirror(now, mirrored) if mirrored else decisions
-
-    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
-        return self.own.on_load_done(now, engine, adapter)
-
-    def on_evicted(self, now: float, engine: str, adapter: str) -> None:
-        self.own.on_evicted(now, engine, adapter)
+        return self._mirror(now, mirrored) if mirrored else []
 
     def next_wakeup(self) -> float | None:
         wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
-        own = self.own.next_wakeup()
-        if own is not None:
-            wakeups.append(own)
         return min(wakeups) if wakeups else None
 
     def tick(self, now: float) -> list[Decision]:
         decisions: list[Decision] = []
-        own = self.own.next_wakeup()
-        if own is not None and own <= now:
-            decisions += self.own.tick(now)
         for index, shadow in enumerate(self.shadows):
             wakeup = shadow.session.core.next_wakeup()
             if wakeup is None or wakeup > now:
                 continue
             shadow.session.advance(now)
             loads = shadow.mirrorable()
-            if index:
-                decisions += self._mirror(now, [d for d in loads if self._leads(index, d.engine)])
+            decisions += self._mirror(now, [d for d in loads if self._leads(index, d.engine)])
         return decisions
 
     def _leads(self, index: int, engine: str) -> bool:

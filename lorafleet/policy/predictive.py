@@ -93,7 +93,6 @@ class LorafleetPolicy(Policy):
         self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
         self.completed: dict[str, int] = {}  # loads completed per engine: how fast its loader turns over
         self.seq = 0
-        self.muted: set[str] = set()  # base models whose pool follows another expert (leader.py): learn only
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -199,30 +198,7 @@ class LorafleetPolicy(Policy):
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
-        core = self.core
-        decisions: list[Decision] = []
-        pinned = [a for t in core.inventory.tenants.values() for a in t.pinned]
-        heads = [chain[0] for t in core.inventory.tenants.values() for chain in t.workflows if chain]
-        engines = core.book.engines
-        for p in self.plan:
-            state = engines.get(p.engine)
-            if state is None or p.engine not in core.serving.get(p.adapter, ()) or state.holds(p.adapter):
-                continue
-            if state.has_room(core.sizes[p.adapter]):
-                pin = p.pinned and can_pin(state, p.adapter)
-                decisions += core.load(now, p.engine, p.adapter, PLAN, tuple, pin=pin)
-        for adapter in dict.fromkeys(pinned):
-            # One resident copy per pool: requests without an engine are routed to where it is resident.
-            for engine in rank_engines(adapter, core.pools.get(adapter, ()), engines):
-                state = engines[engine]
-                if can_pin(state, adapter) and state.has_room(core.sizes[adapter]):
-                    decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
-                    break
-        for adapter in dict.fromkeys(heads):
-            target = self.core.place(adapter)
-            if target is not None and engines[target].has_room(core.sizes[adapter]):
-                decisions += core.load(now, target, adapter, PLAN, tuple)
-        return decisions
+        return initial_loads(self.core, self.plan, now)
 
     # prediction ------------------------------------------------------------------------------------------
     def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
@@ -387,8 +363,6 @@ class LorafleetPolicy(Policy):
     def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
         core = self.core
         state = core.book.engines[target]
-        if state.base_model in self.muted:
-            return []
         if state.holds(candidate):
             return []
         if state.has_room(core.sizes[candidate]):
@@ -437,3 +411,31 @@ class LorafleetPolicy(Policy):
                 # Still the same loads in flight: a slow engine, not a flood. The prediction keeps its value.
             decisions += self._prefetch(now, work.engine, work.adapter, None)
         return decisions
+
+
+def initial_loads(core: PolicyCore, plan: Sequence[Placement], now: float) -> list[Decision]:
+    """What the fleet loads at start, whichever expert it follows: the admin's plan, each tenant's pinned adapters
+    on one engine that can serve them (pinned: never evicted), then the first steps of declared workflows."""
+    decisions: list[Decision] = []
+    pinned = [a for t in core.inventory.tenants.values() for a in t.pinned]
+    heads = [chain[0] for t in core.inventory.tenants.values() for chain in t.workflows if chain]
+    engines = core.book.engines
+    for p in plan:
+        state = engines.get(p.engine)
+        if state is None or p.engine not in core.serving.get(p.adapter, ()) or state.holds(p.adapter):
+            continue
+        if state.has_room(core.sizes[p.adapter]):
+            pin = p.pinned and can_pin(state, p.adapter)
+            decisions += core.load(now, p.engine, p.adapter, PLAN, tuple, pin=pin)
+    for adapter in dict.fromkeys(pinned):
+        # One resident copy per pool: requests without an engine are routed to where it is resident.
+        for engine in rank_engines(adapter, core.pools.get(adapter, ()), engines):
+            state = engines[engine]
+            if can_pin(state, adapter) and state.has_room(core.sizes[adapter]):
+                decisions += core.load(now, engine, adapter, PLAN, tuple, pin=True)
+                break
+    for adapter in dict.fromkeys(heads):
+        target = core.place(adapter)
+        if target is not None and engines[target].has_room(core.sizes[adapter]):
+            decisions += core.load(now, target, adapter, PLAN, tuple)
+    return decisions

@@ -22,7 +22,7 @@ from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 4"
+FORMAT = f"lorafleet {__version__} memory 5"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

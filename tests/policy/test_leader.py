@@ -223,7 +223,7 @@ def test_the_leaders_prefetches_are_made_live(tmp_path: Path) -> None:
     assert followed.prefetch_loads > 400 and followed.hits >= markov.hits - 30
 
 
-def test_the_predictor_learns_while_another_leads_and_prefetches_nothing(tmp_path: Path) -> None:
+def test_the_predictor_learns_while_another_leads_and_none_of_its_prefetches_is_made_live(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
     events = stream(loop_then_scan())
     policy = LeaderPolicy(experts=[("predictive", LorafleetPolicy), ("lru", LruPolicy)])
@@ -231,10 +231,21 @@ def test_the_predictor_learns_while_another_leads_and_prefetches_nothing(tmp_pat
     core = PolicyCore(inv, policy)
     for standings in policy.standings.values():
         standings.leader = 1
-    policy.own.muted.add("m")  # type: ignore[attr-defined]
     assert run_session(core, events, finish=False).prefetch_loads == 0
-    own = policy.own
-    assert isinstance(own, LorafleetPolicy) and own.trust  # it scored its predictions all along
+    predictor = policy.shadows[0].session
+    assert predictor.counts.prefetch_loads > 0  # on its own copy it prefetched ...
+    assert isinstance(predictor.core.policy, LorafleetPolicy) and predictor.core.policy.trust  # ... and scored
+
+
+def test_while_the_predictor_leads_its_prefetches_are_made_live(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR)
+    events = stream(loop_then_scan())
+    policy = LeaderPolicy(experts=[("predictive", LorafleetPolicy), ("lru", LruPolicy)])
+    policy.z = math.inf  # the predictor leads throughout
+    live = run_session(PolicyCore(inv, policy), events, finish=False)
+    predictor = policy.shadows[0].session.counts
+    assert predictor.prefetch_loads > 0 and live.prefetch_loads == predictor.prefetch_loads
+    assert live.hits == predictor.hits  # imitated from the same start: exactly its copy's outcomes
 
 
 def test_the_default_experts_are_the_predictor_then_every_baseline(tmp_path: Path) -> None:
@@ -243,7 +254,7 @@ def test_the_default_experts_are_the_predictor_then_every_baseline(tmp_path: Pat
     policy = LeaderPolicy()
     assert policy.names == ("predictive", *BASELINES)
     PolicyCore(make_inventory(tmp_path), policy)
-    assert isinstance(policy.own, LorafleetPolicy)
+    assert isinstance(policy.shadows[0].session.core.policy, LorafleetPolicy)
 
 
 # --- the touch budget ---------------------------------------------------------------------------------------
