@@ -1,8 +1,8 @@
 """The registry of policies: every name `replay` (and the daemon) accepts, and how to make one.
 
 lru is what the engines do alone; lfu, arc, wtinylfu and markov are strong baselines (policy/baselines.py);
-lorafleet is ours: it follows whichever of those and its own predictor (policy/predictive.py) has been doing
-best (policy/leader.py); oracle sees the future and runs in replay only (policy/oracle.py).
+lorafleet is ours: it follows whichever of those and its own predictor (policy/predictive.py, as shipped and
+eager) has been doing best (drive/leader.py); oracle sees the future and runs in replay only (policy/oracle.py).
 """
 
 from __future__ import annotations

@@ -78,7 +78,10 @@ class LorafleetPolicy(Policy):
     hot_ttl_s = 300.0
     trust_rate = 0.1
 
-    def __init__(self, plan: Sequence[Placement] = ()) -> None:
+    def __init__(self, plan: Sequence[Placement] = (), min_evidence: float | None = None) -> None:
+        """`min_evidence`: moves of a tenant from an adapter before a guess from it is acted on (None: the demand
+        model's own bar); the eager expert of the lorafleet policy acts after one (drive/leader.py)."""
+        self.min_evidence = min_evidence
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
         # tenant -> per guess rank, how much more often that guess came true than its usual mix would give it
@@ -96,6 +99,8 @@ class LorafleetPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
+        if self.min_evidence is not None:
+            core.demand.min_evidence = self.min_evidence
         self.horizon = float(sum(e.slot_cap for e in core.inventory.engines) or 1)
         # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
         # Bound again (a reload, a restart's memory): what it learned stays, for the engines that stayed.

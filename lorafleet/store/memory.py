@@ -21,6 +21,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
 FORMAT = f"lorafleet {__version__} memory 5"
 

@@ -169,6 +169,21 @@ def test_a_guess_needs_min_evidence_moves_of_its_own_not_only_its_row(tmp_path: 
     assert "a1" in [c for c, _ in policy._predict("t", "a0")]
 
 
+def test_the_eager_predictor_acts_on_a_move_seen_once_and_the_default_needs_five(tmp_path: Path) -> None:
+    """The lorafleet policy's eager expert (drive/leader.py) is the predictor with a bar of one move: a chain seen
+    once is prefetched on its second occurrence, where the shipped predictor waits for its fifth."""
+    inv = make_inventory(tmp_path, adapters=4, engines=ONE_SLOT)
+    eager, default = LorafleetPolicy(min_evidence=1.0), LorafleetPolicy()
+    eager_core, default_core = PolicyCore(inv, eager), PolicyCore(inv, default)
+    assert eager_core.demand.min_evidence == 1.0 and default_core.demand.min_evidence == 5.0
+    once = [replace(e, time=1000.0 + 10.0 * i) for i, e in enumerate(stream([0, 1, 2], tenants=["t"]))]
+    for policy, core in ((eager, eager_core), (default, default_core)):
+        ask(core, once)
+        policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]  # only the evidence can refuse
+    assert [c for c, _ in eager._predict("t", "a0")] == ["a1"]
+    assert default._predict("t", "a0") == []
+
+
 # the second-order context ---------------------------------------------------------------------------------------
 def test_after_the_planner_the_prefetch_is_the_tool_the_last_tool_leads_to(tmp_path: Path) -> None:
     """A planner (a0) between tools whose order is fixed by the last tool (a1 -> a2 -> a3 -> a1): after the planner,
