@@ -505,14 +505,15 @@ class Session:
         served = Served(now, event, engine, outcome, False, used, 0.0) if answers is not None else None
         if served is not None:
             answers.append(served)  # type: ignore[union-attr]
-        cold = self.cold_ms(engine, adapter)
         if adapter not in state.in_flight:
             if outcome != LATE:  # no room could be made: served by a load the engine does not keep
                 counts.bypassed += 1
+            cold = self.cold_ms(engine, adapter)
             self._waited(served, cold, cold, used, held)
         elif self.sim is not None:  # the simulated load's completion says exactly how long it waited
             self.waiters.setdefault((engine, adapter), []).append((now, served, used, held))
         else:
+            cold = self.cold_ms(engine, adapter)
             started = self.load_started.get((engine, adapter), now) if outcome == LATE else now
             self._waited(served, max(0.0, min(cold, cold - (now - started) * 1000.0)), cold, used, held)
 
@@ -538,9 +539,11 @@ class Session:
         core = self.core
         if engine not in core.book.engines:
             return _NO_CALLS  # the engine left the inventory while this loaded
-        cold = self.cold_ms(engine, adapter)
-        for arrived, served, used, held in self.waiters.pop(key, ()):
-            self._waited(served, (at - arrived) * 1000.0, cold, used, held)
+        waiting = self.waiters.pop(key, None)
+        if waiting:
+            cold = self.cold_ms(engine, adapter)
+            for arrived, served, used, held in waiting:
+                self._waited(served, (at - arrived) * 1000.0, cold, used, held)
         reason = core.loading_reason.get(key, DEMAND)
         self._loaded(reason)
         if self.answers is not None:

@@ -275,13 +275,14 @@ class PolicyCore:
         if state.holds(adapter) or (engine, adapter) in self.unavailable:
             return []
         size = self.sizes[adapter]
-        kept: list[str] = []
+        kept: list[str] | None = []
         if state.has_room(size):
             victims: list[str] | None = []
         elif state.profile.unload_frees:
             victims = state.victims_for(size, victim_order())
         else:
             credit = self.touch_credit.get(engine, 0.0)
+            kept = None  # the touches the victims take, once known
             if alone or (complete and credit < 1.0):  # the engine's own choice (no need to rank)
                 victims = state.victims_for(size, state.resident)
             else:
@@ -289,15 +290,20 @@ class PolicyCore:
                 # as it is read); the rest only when the credit cannot pay for them.
                 order, again = itertools.tee(victim_order())
                 victims = state.victims_for(size, order)
-                if victims is not None and len(state.keep_for(victims)) > credit:
-                    reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
-                    affordable = _among(again, reach)
-                    if complete:  # a demand load must make room: else what the engine would evict alone
-                        victims = state.victims_for(size, _first_seen(itertools.chain(affordable, state.resident)))
-                    else:  # a prefetch goes only where the credit pays for it
-                        victims = state.victims_for(size, affordable)
+                if victims is not None:
+                    kept = state.keep_for(victims)
+                    if len(kept) > credit:
+                        kept = None
+                        reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
+                        affordable = _among(again, reach)
+                        if complete:  # a demand load must make room: else what the engine would evict alone
+                            chain = _first_seen(itertools.chain(affordable, state.resident))
+                            victims = state.victims_for(size, chain)
+                        else:  # a prefetch goes only where the credit pays for it
+                            victims = state.victims_for(size, affordable)
             if victims is not None and not alone:
-                kept = state.keep_for(victims)
+                if kept is None:
+                    kept = state.keep_for(victims)
                 if not complete and len(kept) > credit:
                     victims, kept = None, []
                 else:

@@ -404,17 +404,27 @@ class HolderIndex:
 
     def moved(self, state: EngineResidency, adapter: str) -> None:
         key = state.key
-        for table, held in ((self.resident, adapter in state.resident), (self.loading, adapter in state.in_flight)):
-            holders = table.get(adapter)
-            if held:
-                if holders is None:
-                    table[adapter] = {key}
-                else:
-                    holders.add(key)
-            elif holders is not None:
-                holders.discard(key)
-                if not holders:
-                    del table[adapter]
+        resident, loading = self.resident, self.loading  # written out for both: it runs on every load and eviction
+        holders = resident.get(adapter)
+        if adapter in state.resident:
+            if holders is None:
+                resident[adapter] = {key}
+            else:
+                holders.add(key)
+        elif holders is not None:
+            holders.discard(key)
+            if not holders:
+                del resident[adapter]
+        holders = loading.get(adapter)
+        if adapter in state.in_flight:
+            if holders is None:
+                loading[adapter] = {key}
+            else:
+                holders.add(key)
+        elif holders is not None:
+            holders.discard(key)
+            if not holders:
+                del loading[adapter]
         self.reweigh(state)
 
     def reweigh(self, state: EngineResidency) -> None:
