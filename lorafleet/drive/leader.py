@@ -1,7 +1,7 @@
 """The `lorafleet` policy: follow, per base-model pool, whichever whole policy has been doing best lately.
 
 Every shipped baseline (lru — the engines alone —, lfu, arc, wtinylfu, markov), lorafleet's own predictor
-(policy/predictive.py), and that predictor and markov made eager (`default_experts`) run in shadow,
+(policy/predictive.py) and that predictor made eager (one move of evidence, `default_experts`) runs in shadow,
 each in its own session on its own simulated copy of the fleet (the replay kernel: its own core, book, loaders
 and load times, so a shadow's figures are exactly what replaying that policy gives). Each request scores every
 expert by whether it was a hit on its copy; `Standings` keeps, per pool, the decayed count of requests each
@@ -46,20 +46,16 @@ from lorafleet.policy.residency import EngineResidency
 
 PREDICTIVE = "predictive"  # lorafleet's own predictor, as an expert
 EAGER = "predictive-eager"  # the same predictor acting on a tenant's move after one occurrence, as markov does
-MARKOV_EAGER = "markov-eager"  # markov acting on a successor that came next 30% of the time, not half
 
 
 def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], Policy]], ...]:
     """The experts: lorafleet's predictor first (followed until another proves better), every baseline, and the
-    predictor and markov made eager.
+    predictor made eager.
 
     How much evidence a guess needs is a trade no single setting wins: acting after one move learns a fixed chain
     as soon as markov does (an agentic workflow over a pool far larger than the engines hold), but acts on a
-    noisy tenant's chance sequences too; five moves are safe there and slow on the chain. Likewise how likely a
-    successor must be: where the adapters a step may lead to far outnumber the slots, what a prefetch displaces
-    is seldom wanted again soon, so a guess right a third of the time pays; where the slots hold most of what
-    is asked, it displaces something worth more. Each side of each trade runs, and the standings follow whichever
-    is doing better where it matters, with the same bounded loss as any expert."""
+    noisy tenant's chance sequences too; five moves are safe there and slow on the chain. Both run, and the
+    standings follow whichever is doing better where it matters, with the same bounded loss as any expert."""
     return (
         (PREDICTIVE, lambda: LorafleetPolicy(plan)),
         ("lru", LruPolicy),
@@ -68,7 +64,6 @@ def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], 
         ("wtinylfu", WTinyLfuPolicy),
         ("markov", MarkovPolicy),
         (EAGER, lambda: LorafleetPolicy(plan, min_evidence=1.0)),
-        (MARKOV_EAGER, lambda: MarkovPolicy(min_probability=0.3)),
     )
 
 
@@ -199,7 +194,7 @@ class LeaderPolicy(Policy):
     honours_pins = True
     memory = 16.0  # the standings remember this many turnovers of the pool's slots (in requests) ...
     min_memory = 500.0  # ... and at least this many requests
-    z = 2.0  # a challenger must lead by z standard deviations (seven challengers: a few lucky runs do not count)
+    z = 2.0  # a challenger must lead by z standard deviations (six challengers: a few lucky runs do not count)
     margin = 2.0  # ... and by this many requests
     long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
 
@@ -382,4 +377,4 @@ class LeaderPolicy(Policy):
         return decisions
 
 
-__all__ = ["EAGER", "MARKOV_EAGER", "PREDICTIVE", "LeaderPolicy", "Standings", "default_experts"]
+__all__ = ["EAGER", "PREDICTIVE", "LeaderPolicy", "Standings", "default_experts"]

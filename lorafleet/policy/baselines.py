@@ -190,12 +190,12 @@ class WTinyLfuPolicy(Policy):
 class MarkovPolicy(Policy):
     """LRU, plus a per-tenant next-adapter prefetch: on the first call of a new step (repeats collapsed), the
     tenant's most frequent successor of this adapter is loaded on the serving engine when it has come next at
-    least `min_probability` of the time, half by default (counts shrunk by one pseudo-count)."""
+    least half the time (counts shrunk by one pseudo-count)."""
 
     name = "markov"
+    min_probability = 0.5
 
-    def __init__(self, min_probability: float = 0.5) -> None:
-        self.min_probability = min_probability
+    def __init__(self) -> None:
         self.last: dict[str | None, str] = {}
         self.successors: dict[tuple[str | None, str], dict[str, int]] = {}
 

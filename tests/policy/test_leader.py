@@ -248,20 +248,16 @@ def test_while_the_predictor_leads_its_prefetches_are_made_live(tmp_path: Path) 
     assert live.hits == predictor.hits  # imitated from the same start: exactly its copy's outcomes
 
 
-def test_the_default_experts_are_the_predictor_every_baseline_and_both_made_eager(tmp_path: Path) -> None:
+def test_the_default_experts_are_the_predictor_every_baseline_and_the_eager_predictor(tmp_path: Path) -> None:
     from lorafleet.drive.policies import BASELINES
 
     policy = LeaderPolicy()
-    assert policy.names == ("predictive", *BASELINES, "predictive-eager", "markov-eager")
+    assert policy.names == ("predictive", *BASELINES, "predictive-eager")
     PolicyCore(make_inventory(tmp_path), policy)
-    cores = {shadow.name: shadow.session.core for shadow in policy.shadows}
-    predictor, eager = cores["predictive"], cores["predictive-eager"]
+    predictor, eager = policy.shadows[0].session.core, policy.shadows[-1].session.core
     assert isinstance(predictor.policy, LorafleetPolicy) and predictor.policy.min_evidence is None
     assert isinstance(eager.policy, LorafleetPolicy) and eager.demand.min_evidence == 1.0
     assert predictor.demand.min_evidence == 5.0
-    markov, markov_eager = cores["markov"].policy, cores["markov-eager"].policy
-    assert isinstance(markov, MarkovPolicy) and markov.min_probability == 0.5
-    assert isinstance(markov_eager, MarkovPolicy) and markov_eager.min_probability == 0.3
 
 
 # --- the touch budget ---------------------------------------------------------------------------------------
