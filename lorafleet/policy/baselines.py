@@ -217,4 +217,4 @@ class MarkovPolicy(Policy):
         if count / (sum(row.values()) + 1) < self.min_probability or engine not in self.core.serving.get(guess, ()):
             return []
         state = self.core.book.engines[engine]
-        return self.core.load(now, engine, guess, PREFETCH, lambda: [a for a in state.resident if a != adapter])
+        return self.core.load(now, engine, guess, PREFETCH, lambda: (a for a in state.resident if a != adapter))

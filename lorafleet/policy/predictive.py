@@ -153,11 +153,14 @@ class LorafleetPolicy(Policy):
         order is by score per share of the budget.
         """
         demand = self.core.demand
+        # Each resident's share, capped at 1 (written out rather than `min`: this runs for every resident at
+        # every eviction), as (share, position, adapter, share, 1.0): the heap's entries where no byte budget binds.
+        heap: list[tuple[float, int, str, float, float]]
         if memory == BLENDED:
             a, b = demand.share_weights()
             short, long = demand.popularity.get, demand.long_popularity.counts.get
-            by_share = [
-                (min(1.0, a * short(x, 0.0) + b * long(x, 0.0)), i, x)
+            heap = [
+                (s := v if (v := a * short(x, 0.0) + b * long(x, 0.0)) < 1.0 else 1.0, i, x, s, 1.0)
                 for i, x in enumerate(state.resident)
                 if x != keep
             ]
@@ -166,20 +169,20 @@ class LorafleetPolicy(Policy):
                 a, counts = demand.short_scale, demand.popularity.get
             else:
                 a, counts = self.quick.rate / self.quick.weight, self.quick.counts.get
-            by_share = [(min(1.0, a * counts(x, 0.0)), i, x) for i, x in enumerate(state.resident) if x != keep]
+            heap = [
+                (s := v if (v := a * counts(x, 0.0)) < 1.0 else 1.0, i, x, s, 1.0)
+                for i, x in enumerate(state.resident)
+                if x != keep
+            ]
         horizon = self.horizon
         # Each resident's lower bound, the popularity part of its score, is compared with the full scores
         # computed so far. Without a byte budget the heap is keyed by the share itself (the bound rises with it:
         # computed only for the few compared); with one, by the bound per share of the budget (`cost`) — what a
         # byte budget holds is a knapsack, and a large adapter must be worth as much more as it takes room
         # (GreedyDual-Size, Cao and Irani, 1997).
-        heap: list[tuple[float, int, str, float, float]]
-        if state.budget.budget_bytes:
-            heap = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x in by_share]
-            bytes_bind = True
-        else:
-            heap = [(s, i, x, s, 1.0) for s, i, x in by_share]
-            bytes_bind = False
+        bytes_bind = bool(state.budget.budget_bytes)
+        if bytes_bind:
+            heap = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x, _, _ in heap]
         heapq.heapify(heap)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
         while heap or pending:
