@@ -384,6 +384,20 @@ class _Group:
             heapq.heappop(heap)
 
 
+def _holds(table: dict[str, set[str]], adapter: str, key: str, held: bool) -> None:
+    """Whether engine `key` holds `adapter`, in one of the index's tables (adapter -> engine keys)."""
+    holders = table.get(adapter)
+    if held:
+        if holders is None:
+            table[adapter] = {key}
+        else:
+            holders.add(key)
+    elif holders is not None:
+        holders.discard(key)
+        if not holders:
+            del table[adapter]
+
+
 class HolderIndex:
     """Who holds what, kept by the book's mutators: per adapter the engines where it is resident and where it is
     loading, and per serving pool asked about a least-loaded order (`_Group`). Built by `ResidencyBook.indexed`
@@ -404,27 +418,8 @@ class HolderIndex:
 
     def moved(self, state: EngineResidency, adapter: str) -> None:
         key = state.key
-        resident, loading = self.resident, self.loading  # written out for both: it runs on every load and eviction
-        holders = resident.get(adapter)
-        if adapter in state.resident:
-            if holders is None:
-                resident[adapter] = {key}
-            else:
-                holders.add(key)
-        elif holders is not None:
-            holders.discard(key)
-            if not holders:
-                del resident[adapter]
-        holders = loading.get(adapter)
-        if adapter in state.in_flight:
-            if holders is None:
-                loading[adapter] = {key}
-            else:
-                holders.add(key)
-        elif holders is not None:
-            holders.discard(key)
-            if not holders:
-                del loading[adapter]
+        _holds(self.resident, adapter, key, adapter in state.resident)
+        _holds(self.loading, adapter, key, adapter in state.in_flight)
         self.reweigh(state)
 
     def reweigh(self, state: EngineResidency) -> None:
