@@ -407,6 +407,7 @@ class Daemon:
                 more, held = session.hint(event)
                 self.journal.fold(session.take_answers())
                 self._send(calls + more, time.monotonic())
+                session.idle()  # sent: the policy's deferred work (the experts that do not lead) runs now
                 self.joins.add(event, held)
                 self.log_now = event.time if self.log_now is None else max(event.time, self.log_now)
                 self.log_read_at = time.monotonic()
@@ -433,6 +434,7 @@ class Daemon:
         calls = started + session.request(event, held=held)
         self.journal.fold(session.take_answers())
         self._send(calls, read_at)
+        session.idle()  # sent: the policy's deferred work (the experts that do not lead) runs now
         if self.baseline is not None:
             self.baseline.start(event.time)
             self.baseline.request(event)

@@ -210,6 +210,11 @@ class LeaderPolicy(Policy):
         self.standings: dict[str, Standings] = {}  # base model -> the pool's standings
         self.mirrored: list[Decision] = []  # the leader's prefetches for the request being classified
         self._observed: RequestEvent | None = None  # the request the experts have just served
+        # The request only the leader's copy has served so far (the other experts serve it in `catch_up`), the
+        # leader's index then, and whether the live engines served it (its outcomes then score the standings).
+        self._pending: RequestEvent | None = None
+        self._pending_lead = 0
+        self._pending_scores = False
         self._hits: list[bool] = []  # ... whether it was a hit, per expert
         self._routed: list[str | None] = []  # ... the engine each routed it to
 
@@ -220,6 +225,8 @@ class LeaderPolicy(Policy):
         return state
 
     def bind(self, core: PolicyCore) -> None:
+        if self.shadows:
+            self.catch_up()
         super().bind(core)
         inventory = core.inventory
         if not self.shadows:
@@ -245,6 +252,7 @@ class LeaderPolicy(Policy):
     def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
         """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads
         them again), for the reason `resumed` gives: a copy holding what the engine lost prefetches none of it."""
+        self.catch_up()
         for shadow in self.shadows:
             state = shadow.session.core.book.engines.get(engine)
             if state is None:
@@ -258,6 +266,7 @@ class LeaderPolicy(Policy):
         book, keeping its policy's learning and the standings. Kept as they were, the copies would hold what
         the live engines no longer do: a leader that already holds the next step decides no prefetch of it, so
         the live engine, which lost it, would never get it (the next round after a `kill -9` went cold)."""
+        self.catch_up()
         inventory = self.core.inventory
         for shadow in self.shadows:
             old = shadow.session.core
@@ -268,11 +277,13 @@ class LeaderPolicy(Policy):
     def expert(self, name: str) -> Session | None:
         """The session of the expert called `name`, on its own copy of the fleet (the daemon reports lru's as
         what the engines do alone); None when no expert has that name."""
+        self.catch_up()
         return next((shadow.session for shadow in self.shadows if shadow.name == name), None)
 
     # --- which expert -------------------------------------------------------------------------------------
     def leader_of(self, base_model: str) -> str:
         """The name of the expert followed on a base model's pool."""
+        self.catch_up()
         return self.names[self._leader(base_model)]
 
     def _leader(self, base_model: str | None) -> int:
@@ -293,39 +304,63 @@ class LeaderPolicy(Policy):
         return initial_loads(self.core, self.plan, now)
 
     def route(self, event: RequestEvent) -> str | None:
-        """Every expert serves the request on its copy, routed as it would route it; live, a request the log
-        does not place goes where the leader sent it (so contents converge engine by engine)."""
+        """The leader serves the request on its copy, routed as it would route it; live, a request the log does
+        not place goes where the leader sent it (so contents converge engine by engine)."""
         self._observe(event)
         return self._routed[self._leader(self._model(event))]
 
     def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
-        """Before the live core classifies a request: the experts' outcomes score them (the leader's book
-        already shows what it evicted for it, so the live eviction can follow)."""
+        """Before the live core classifies a request: the leader's book already shows what it evicted for it, so
+        the live eviction can follow, and its prefetches are taken to be made live. The other experts serve it
+        and the outcomes score them after the live calls are sent (`catch_up`): nothing live waits on them, and
+        a change of leader it brings applies from the next request."""
         if self._observed is not event:
             self._observe(event)
         self._observed = None
-        model = self._model(event)
-        self.mirrored = self.shadows[self._leader(model)].mirrorable()
-        for shadow in self.shadows:
-            shadow.session.decided = []
-        standings = self.standings.get(model) if model is not None else None
-        if engine is not None and standings is not None:
-            standings.record(self._hits)
+        self._pending_scores = engine is not None
+        self.mirrored = self.shadows[self._leader(self._model(event))].mirrorable()
 
     def _model(self, event: RequestEvent) -> str | None:
         adapter = self.core.inventory.adapters.get(event.adapter or "")
         return adapter.base_model if adapter is not None else None
 
     def _observe(self, event: RequestEvent) -> None:
-        """Each expert's session takes the request: where it routed it, and whether it was a hit there."""
-        hits, routed = self._hits, self._routed
-        for i, shadow in enumerate(self.shadows):
-            before = shadow.counts.hits
-            session = shadow.session
-            session.request(event)
-            hits[i] = shadow.counts.hits > before
-            routed[i] = session.last_engine
+        """The leader's session takes the request (where it routed it, whether it was a hit there); the other
+        experts' wait for `catch_up`."""
+        self.catch_up()
+        lead = self._leader(self._model(event))
+        self._serve(lead, event)
+        self._pending, self._pending_lead, self._pending_scores = event, lead, False
         self._observed = event
+
+    def _serve(self, index: int, event: RequestEvent) -> None:
+        shadow = self.shadows[index]
+        before = shadow.counts.hits
+        session = shadow.session
+        session.request(event)
+        self._hits[index] = shadow.counts.hits > before
+        self._routed[index] = session.last_engine
+
+    def idle(self) -> None:
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """The other experts serve the latest request on their copies, and every expert's outcome scores the
+        standings (when the live engines served it). Whatever reads or moves the experts runs this first, so each
+        copy takes the requests in order; the daemon runs it once the request's calls are sent."""
+        event = self._pending
+        if event is None:
+            return
+        self._pending = None
+        lead = self._pending_lead
+        for i, shadow in enumerate(self.shadows):
+            if i != lead:
+                self._serve(i, event)
+                shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
+        model = self._model(event)
+        standings = self.standings.get(model) if model is not None else None
+        if self._pending_scores and standings is not None:
+            standings.record(self._hits)
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         """Live residents the leader does not hold go first (least recently used first), then the rest by
@@ -341,10 +376,12 @@ class LeaderPolicy(Policy):
         return self._mirror(now, mirrored) if mirrored else []
 
     def next_wakeup(self) -> float | None:
+        self.catch_up()
         wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
         return min(wakeups) if wakeups else None
 
     def tick(self, now: float) -> list[Decision]:
+        self.catch_up()
         decisions: list[Decision] = []
         for index, shadow in enumerate(self.shadows):
             wakeup = shadow.session.core.next_wakeup()

@@ -215,6 +215,10 @@ class Session:
         more = self._arrive(now, event, engine, None)
         return calls + more if calls else more
 
+    def idle(self) -> None:
+        """The calls of the latest request or hint are sent: the policy's deferred work runs now (`Policy.idle`)."""
+        self.core.policy.idle()
+
     def hint(self, event: RequestEvent) -> tuple[list[Call], Held]:
         """A request starting now, from the gateway's start hint: its arrival — routed, served, learned, its
         decisions made — with its counts held until its log line, the record of truth, comes

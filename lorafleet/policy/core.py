@@ -75,6 +75,11 @@ class Policy:
     def tick(self, now: float) -> list[Decision]:
         return []
 
+    def idle(self) -> None:
+        """The calls for the latest request are on their way: work that no decision waits on may run now (a
+        driver calls this after sending; anything the policy does next runs it first, so skipping it only moves
+        the work)."""
+
     def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
         """A reconcile found an engine without these adapters (restarted, or unloaded by someone else): the book
         has forgotten them. Policies that keep copies of the engines forget them there too."""
