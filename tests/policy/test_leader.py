@@ -154,6 +154,37 @@ def test_a_bad_first_expert_is_dropped_for_the_one_doing_better(tmp_path: Path) 
     assert followed.hits >= alone.hits - 4 * 4  # a few turnovers of the 4 slots, while the lead was proven
 
 
+def test_the_experts_that_do_not_lead_serve_a_request_after_its_live_decision(tmp_path: Path) -> None:
+    """Before `idle` only the leader's copy has served the latest request and the standings have not scored
+    it; after, every copy has, and the change of leader it brings applies from the next request on."""
+    from lorafleet.drive.session import Session
+
+    inv = make_inventory(tmp_path, adapters=12, engines=FOUR_SGLANG, zero_load=True)
+    events = stream(loop_then_scan())
+    policy = LeaderPolicy(experts=[("mru", MruPolicy), ("lru", LruPolicy)])
+    session = Session(PolicyCore(inv, policy), simulate=True, answers=False)
+    session.start(events[0].time)
+    mru, lru = (shadow.session.counts for shadow in policy.shadows)
+    standings = policy.standings["m"]
+    switched = None
+    for n, event in enumerate(events, start=1):
+        weight = standings.short.weight
+        session.request(event)
+        assert (mru.requests, lru.requests) == (n, n - 1)  # mru leads throughout: lru waits
+        assert standings.short.weight == weight  # not scored yet
+        live_leader = standings.leader
+        session.idle()
+        assert mru.requests == lru.requests == n and standings.short.weight > weight
+        if standings.leader != live_leader:
+            switched = n
+            break
+    assert switched is not None and standings.leader == 1
+    before = policy.shadows[1].session.counts.requests
+    session.request(events[switched])  # the next request: lru's copy serves it at once, as the leader's now
+    assert policy.shadows[1].session.counts.requests == before + 1
+    assert policy.shadows[0].session.counts.requests == before  # mru's waits
+
+
 def test_the_standings_remember_sixteen_turnovers_of_a_large_pools_slots(tmp_path: Path) -> None:
     """Past the 500-request floor the memory grows with the pool: 2 engines x 32 slots, 16 turnovers."""
     engines = [{"kind": "sglang", "max_loras_per_batch": 8, "max_loaded_loras": 32}] * 2
