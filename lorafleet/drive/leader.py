@@ -17,11 +17,15 @@ deciding on the live engines made the same decisions once converged, at the cost
 per request (docs/benchmarks.md). The leader changes only when a challenger's record against it, on either
 memory, is ahead by more than `z` standard deviations of the requests the two differed on, plus `margin`
 requests, and the leader's record against it on the other memory is not such a lead; never on a request the
-leader hit.
+leader hit. Only the leader's copy serves a request before the live decision; the other experts serve it, and
+the standings score it, after the live calls are sent (`catch_up`, run by `idle` or by whatever reads or moves
+the experts next): nothing live waits on them, so a decision costs the live core and one expert, not all of
+them, and a change of leader applies from the next request.
 
 The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
-except while the leader is that far ahead of the expert over the long window —,
+except while the leader is that far ahead of the expert over the long window, plus the one request a change of
+leader waits for —,
 (b) for each change of leader, the misses while the contents converge (at most one turnover of the engines'
 slots, where the touch budget pays for the evictions converging takes; on vLLM evicting the n-th least recently
 used costs n - 1 touches, and where the leader's own budget cannot bring divergent contents back they stay apart:
