@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -113,11 +114,14 @@ class Checker:
             return INVALID
         return value
 
-    def number(self, m: LDict, key: str, path: str, positive: bool = True) -> Any:
+    def number(self, m: LDict, key: str, path: str, positive: bool = True, maximum: float | None = None) -> Any:
         value = m[key]
         p = join(path, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.add(m, key, p, f"expected a number, got {describe(value)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.add(m, key, p, f"expected a finite number, got {describe(value)}")
+            return INVALID
+        if maximum is not None and value > maximum:
+            self.add(m, key, p, f"must be at most {maximum:,.0f}, got {value:g}")
             return INVALID
         if positive and value <= 0:
             self.add(m, key, p, f"must be greater than 0, got {value}")

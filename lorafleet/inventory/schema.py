@@ -30,8 +30,8 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Reader:
     return lambda c, m, k, p: c.integer(m, k, p, minimum=minimum, maximum=maximum)
 
 
-def number(positive: bool = True) -> Reader:
-    return lambda c, m, k, p: c.number(m, k, p, positive=positive)
+def number(positive: bool = True, maximum: float | None = None) -> Reader:
+    return lambda c, m, k, p: c.number(m, k, p, positive=positive, maximum=maximum)
 
 
 def choice(options: tuple[str, ...], what: str) -> Reader:
@@ -109,6 +109,7 @@ class Section:
         return {f.name: f.default for f in self.fields if f.default is not None}
 
 
+MAX_MIB = float(2**30)  # a size in MiB past a pebibyte is a typo (and past ~1e302 would overflow in bytes)
 SECRET_HINT = "secrets are never stored in the inventory: name an environment variable with {env} instead"
 FORBIDDEN = {
     "api_key": SECRET_HINT.format(env="api_key_env"),
@@ -209,11 +210,11 @@ TUNING = Section(
         Field("h2d_gbps", number()),
         Field("request_timeout_s", number(), default=30.0),
         Field("call_deadline_s", number()),
-        Field("max_response_mb", number()),
+        Field("max_response_mb", number(maximum=MAX_MIB)),
         Field("proxy", proxy_url()),
         Field("api_key_env", ENV_NAME),
         Field("api_key_file", text()),
-        Field("lora_budget_mb", number()),
+        Field("lora_budget_mb", number(maximum=MAX_MIB)),
         Field("max_lora_rank", integer(minimum=1)),
     ),
     FORBIDDEN,

@@ -98,6 +98,20 @@ CASES = [
         "must be greater than 0, got -5",
     ),
     (
+        "budget-past-a-pebibyte",  # would overflow once turned into bytes
+        edit("        max_loras: 2", "        max_loras: 2\n        lora_budget_mb: 1.0e+302"),
+        14,
+        "hosts[0].engines[0].lora_budget_mb",
+        "must be at most 1,073,741,824, got 1e+302",
+    ),
+    (
+        "infinite-budget",
+        edit("        max_loras: 2", "        max_loras: 2\n        lora_budget_mb: .inf"),
+        14,
+        "hosts[0].engines[0].lora_budget_mb",
+        "expected a finite number",
+    ),
+    (
         "zero-slots",
         edit("        max_loras: 2", "        max_loras: 0"),
         13,
