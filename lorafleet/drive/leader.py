@@ -214,13 +214,12 @@ class LeaderPolicy(Policy):
         self.standings: dict[str, Standings] = {}  # base model -> the pool's standings
         self.mirrored: list[Decision] = []  # the leader's prefetches for the request being classified
         self._observed: RequestEvent | None = None  # the request the experts have just served
-        # The request only the leader's copy has served so far (the other experts serve it in `catch_up`), the
-        # leader's index then, and whether the live engines served it (its outcomes then score the standings).
-        self._pending: RequestEvent | None = None
-        self._pending_lead = 0
-        self._pending_scores = False
         self._hits: list[bool] = []  # ... whether it was a hit, per expert
         self._routed: list[str | None] = []  # ... the engine each routed it to
+        # The request only the leader's copy has served so far (the other experts serve it in `catch_up`; the
+        # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
+        self._pending: RequestEvent | None = None
+        self._pending_scores = False
 
     def __getstate__(self) -> dict[str, object]:
         """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once."""
@@ -332,9 +331,8 @@ class LeaderPolicy(Policy):
         """The leader's session takes the request (where it routed it, whether it was a hit there); the other
         experts' wait for `catch_up`."""
         self.catch_up()
-        lead = self._leader(self._model(event))
-        self._serve(lead, event)
-        self._pending, self._pending_lead, self._pending_scores = event, lead, False
+        self._serve(self._leader(self._model(event)), event)
+        self._pending, self._pending_scores = event, False
         self._observed = event
 
     def _serve(self, index: int, event: RequestEvent) -> None:
@@ -356,12 +354,12 @@ class LeaderPolicy(Policy):
         if event is None:
             return
         self._pending = None
-        lead = self._pending_lead
+        model = self._model(event)
+        lead = self._leader(model)  # as when the leader served it: only this scoring changes it
         for i, shadow in enumerate(self.shadows):
             if i != lead:
                 self._serve(i, event)
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
-        model = self._model(event)
         standings = self.standings.get(model) if model is not None else None
         if self._pending_scores and standings is not None:
             standings.record(self._hits)
