@@ -30,7 +30,8 @@ leader waits for —,
 slots, where the touch budget pays for the evictions converging takes; on vLLM evicting the n-th least recently
 used costs n - 1 touches, and where the leader's own budget cannot bring divergent contents back they stay apart:
 on many-slots the live engines trailed a leader's copy by about a point, docs/benchmarks.md), and (c) nothing
-else: imitating the leader from a converged state is exact (tests/policy/test_leader.py).
+else: imitating the leader from a converged state is exact (tests/policy/test_leader.py). The whole bound is
+checked on traces hypothesis draws, where convergence costs no touches (tests/policy/test_leader_bound.py).
 Touches count against the core's touch budget in every expert alike, so each is judged as the engines would
 carry it out.
 """
