@@ -85,9 +85,13 @@ class NameResolver:
         if value in self.engines:
             return self.engines[value]
         if "://" in value:
-            parts = urlsplit(value)
-            if parts.hostname and parts.port:
-                return self.engines.get(f"{parts.hostname}:{parts.port}")
+            try:  # a malformed address (an unclosed IPv6 bracket, a port past 65535) names no engine
+                parts = urlsplit(value)
+                host, port = parts.hostname, parts.port
+            except ValueError:
+                return None
+            if host and port:
+                return self.engines.get(f"{host}:{port}")
         return None
 
 

@@ -108,6 +108,16 @@ def test_junk_lines_are_counted_not_fatal(line: bytes, reason: str) -> None:
     assert parser.tally.bad_reasons == {reason: 1}
 
 
+@pytest.mark.parametrize(
+    "upstream", ["http://[::1", "http://10.20.1.15:99999", "http://10.20.1.15:abc", "http://10.20.1.15\uff0f@x:8000"]
+)
+def test_a_malformed_upstream_address_names_no_engine_and_the_request_still_counts(upstream: str) -> None:
+    parser = LineParser(JSONL, REFERENCE)
+    event = parser.parse(json.dumps({"ts": "2026-11-29T12:00:00Z", "model": "code-llama3-r64", "upstream": upstream}))
+    assert event is not None and event.adapter == "code-llama3-r64" and event.engine is None
+    assert parser.tally.adapter_requests == 1 and not parser.tally.bad_reasons
+
+
 NGINX_LINES = [
     '10.0.3.7 - - [29/Nov/2026:12:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 200 5123 "globex-dev" '
     '"review-llama3-r32" 10.20.1.15:8000 0.412',
