@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -37,8 +38,17 @@ def _fail(
             else [{"file": p.file, "line": p.line, "field": p.path, "message": p.message} for p in problems]
         )
         error = {"message": message or (lines[0] if lines else ""), "lines": lines, "hint": hint, "exit_code": code}
-        click.echo(json.dumps({"error": {**error, "problems": located}}, indent=2))
+        try:
+            click.echo(json.dumps({"error": {**error, "problems": located}}, indent=2))
+        except OSError:  # stdout's reader is gone or its disk full: the stderr lines and the exit code say it
+            _drop_stdout()
     sys.exit(code)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what could not be written raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 _JSON_ASKED = False  # the command line asked for --json (set as main starts)
@@ -123,12 +133,17 @@ class LorafleetGroup(click.Group):
             click.echo("error: interrupted", err=True)
             sys.exit(130)
         except BrokenPipeError:  # `lorafleet … | head`: the reader has what it wanted; leave quietly, exit 0
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush finds no closed pipe
+            _drop_stdout()
             sys.exit(0)
         except Exception as exc:  # a bug: say so in one line, keep the traceback behind LORAFLEET_DEBUG
             if _debug():
                 raise
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # a full disk is no bug: say which
+                try:
+                    sys.stdout.flush()
+                except OSError:  # the output itself did not fit
+                    _drop_stdout()
+                _fail([f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")], None, 1)
             _fail(
                 [f"internal error: {type(exc).__name__}: {exc}"],
                 "run again with LORAFLEET_DEBUG=1 for the traceback",

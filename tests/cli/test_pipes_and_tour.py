@@ -26,6 +26,26 @@ def test_a_table_piped_to_head_exits_0_quietly() -> None:
         assert proc.stderr.read() == b""
 
 
+def test_an_error_in_json_to_a_closed_pipe_or_a_full_disk_is_the_error_and_its_exit_code() -> None:
+    """`--json` writes the error to stdout as well: when nothing can read it, the stderr line and the exit code
+    still say what went wrong, with no traceback; a full disk under a normal answer is said in one line."""
+    bad = [sys.executable, "-m", "lorafleet", "inventory", "check", "-i", str(ROOT / "no-such.yaml"), "--json"]
+    proc = subprocess.Popen(bad, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader left before the answer came
+    assert proc.wait(timeout=30) == 2
+    err = proc.stderr.read().decode()
+    assert err.startswith("error: ") and "Traceback" not in err
+    show = [sys.executable, "-m", "lorafleet", "inventory", "show", "-i", str(INVENTORIES / "onprem-dgx.yaml")]
+    for args in (bad, show, [*show, "--json"]):
+        with open("/dev/full", "w") as full:
+            result = subprocess.run(args, env=ENV, stdout=full, stderr=subprocess.PIPE, text=True, timeout=30)
+        assert result.returncode == (2 if args is bad else 1), result.stderr
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+        if args is not bad:
+            assert result.stderr == "error: No space left on device\n"
+
+
 def test_the_emulator_takes_free_ports_and_writes_the_tour_inventory(tmp_path: Path) -> None:
     inventory = tmp_path / "demo-live.yaml"
     proc = subprocess.Popen(
