@@ -88,25 +88,55 @@ def where(container: Any, key: Any = None) -> tuple[str | None, int | None]:
 _STR = "tag:yaml.org,2002:str"
 
 
+MAX_ALIASED_VALUES = 1_000_000  # entries an inventory's aliases and merges may copy in all (a big fleet: ~100k)
+
+
+class _TooBigError(Exception):
+    """The aliases expand past any real inventory (a "billion laughs" file): stop before memory runs out."""
+
+
 class _Builder:
     def __init__(self, file: str, loader: Any, problems: list[Problem]) -> None:
         self.file = file
         self.loader = loader
         self.problems = problems
+        self.built: set[int] = set()  # the collections built once: building one again is an alias's copy
+        self.open: set[int] = set()  # the collections being built: an alias to one of them is a cycle
+        self.copies = 0  # entries of the collections copied so far
 
     def build(self, node: yaml.Node, path: str) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, yaml.SequenceNode):
-            out = new_llist(self.file, node.start_mark.line + 1)
-            for i, item in enumerate(node.value):
-                out.append(self.build(item, f"{path}[{i}]"))
-                out.item_lines.append(item.start_mark.line + 1)
-                out.item_files.append(self.file)
-            return out
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            key = id(node)
+            if key in self.open:
+                self.problems.append(Problem(self.file, node.start_mark.line + 1, path, "an alias refers to itself"))
+                return None
+            if key in self.built:  # an alias's copy (or a merge's): what it copies counts against the bound
+                self.copies += len(node.value)
+                if self.copies > MAX_ALIASED_VALUES:
+                    raise _TooBigError
+            else:
+                self.built.add(key)
+            self.open.add(key)
+            try:
+                return self._mapping(node, path) if isinstance(node, yaml.MappingNode) else self._sequence(node, path)
+            finally:
+                self.open.discard(key)
         if node.tag == _STR:
             return node.value  # the resolver already said it is a plain string; skip the constructor
-        return self.loader.construct_object(node, deep=True)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except ValueError as exc:  # a number past Python's digit limit for int(), say
+            reason = str(exc).split(":")[0]
+            self.problems.append(Problem(self.file, node.start_mark.line + 1, path, f"unreadable value ({reason})"))
+            return None
+
+    def _sequence(self, node: yaml.SequenceNode, path: str) -> LList:
+        out = new_llist(self.file, node.start_mark.line + 1)
+        for i, item in enumerate(node.value):
+            out.append(self.build(item, f"{path}[{i}]"))
+            out.item_lines.append(item.start_mark.line + 1)
+            out.item_files.append(self.file)
+        return out
 
     def _mapping(self, node: yaml.MappingNode, path: str) -> LDict:
         out = new_ldict(self.file, node.start_mark.line + 1)
@@ -124,8 +154,12 @@ class _Builder:
                                 out.key_lines[k] = key_node.start_mark.line + 1
                                 out.key_files[k] = self.file
                 continue
-            key = key_node.value if key_node.tag == _STR else self.loader.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            try:
+                key = key_node.value if key_node.tag == _STR else self.loader.construct_object(key_node, deep=True)
+            except ValueError as exc:
+                self.problems.append(Problem(self.file, line, path, f"unreadable key ({str(exc).split(':')[0]})"))
+                continue
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 self.problems.append(Problem(self.file, line, path, "mapping keys must be plain names"))
                 continue
@@ -180,7 +214,17 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
             if exc.context and exc.problem:
                 what = f"{exc.problem} ({exc.context})"
             return None, [Problem(file, line, "", f"invalid YAML: {what}")]
+        except yaml.reader.ReaderError as exc:  # a character YAML does not allow: its line, in one line
+            if isinstance(exc.character, str):  # PyYAML's reader: a position in characters
+                code, line = ord(exc.character), text.count("\n", 0, exc.position) + 1
+            else:  # libyaml's: the character's code, its position in the UTF-8 bytes
+                code, line = exc.character, text.encode("utf-8", "replace").count(b"\n", 0, exc.position) + 1
+            return None, [Problem(file, line, "", f"invalid YAML: character {code:#06x}: {exc.reason}")]
         except yaml.YAMLError as exc:
             return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
+        except _TooBigError:
+            return None, [
+                Problem(file, None, "", f"its aliases copy more than {MAX_ALIASED_VALUES:,} values: not an inventory")
+            ]
         finally:
             loader.dispose()

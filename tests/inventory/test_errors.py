@@ -269,6 +269,15 @@ CASES = [
         "password_env",
     ),
     ("nginx-field", BASE + NGINX, 26, "gateway.logs[0].fields.adapter", "$http_x_adapter is not in log_format"),
+    ("control-character", edit("    gpus: 2", "    gpus: 2\x01"), 7, "", "character 0x0001"),
+    ("integer-past-python's-limit", edit("    gpus: 2", "    gpus: " + "9" * 4301), 7, "hosts[0].gpus", "4300 digits"),
+    (
+        "alias-to-itself",
+        edit("tenants:\n  t1: {pinned: [a1]}", "tenants:\n  t1: &t {pinned: [a1], x: *t}"),
+        20,
+        "tenants.t1.x",
+        "refers to itself",
+    ),
     (
         "kv-heads",
         edit("num_kv_heads: 8}", "num_kv_heads: 5}"),
@@ -365,3 +374,14 @@ def test_a_host_without_provider_still_has_its_engines_checked(tmp_path: Path) -
     messages = [str(p) for p in info.value.problems]
     assert any("host has no provider" in m for m in messages), messages
     assert any("'m2' is not a base model" in m for m in messages), messages
+
+
+def test_aliases_that_copy_past_any_inventory_are_refused_at_once(write_yaml, run_cli) -> None:
+    """A "billion laughs" file (ten aliases of ten, eight deep: 10^8 values from 400 bytes) is refused after a
+    million copies, before it takes the machine's memory."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 8)]
+    inv = write_yaml("\n".join(levels) + "\n")
+    result = run_cli("inventory", "check", "-i", str(inv))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {inv}: its aliases copy more than 1,000,000 values: not an inventory\n"
