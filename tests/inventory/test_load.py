@@ -118,7 +118,9 @@ def test_host_ranges(pattern: str, expected: list[str]) -> None:
     assert expand_hostname(pattern) == expected
 
 
-@pytest.mark.parametrize("pattern", ["n[3:1]", "n[1-3]", "n[1:3", "n]", "n[0:99999]"])
+@pytest.mark.parametrize(
+    "pattern", ["n[3:1]", "n[1-3]", "n[1:3", "n]", "n[0:99999]", "r[1:200]-n[1:200]", "n[0:999999999999999]"]
+)
 def test_bad_host_ranges(pattern: str) -> None:
     with pytest.raises(ValueError):
         expand_hostname(pattern)
