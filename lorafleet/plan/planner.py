@@ -82,7 +82,7 @@ class _Planner:
         """A further copy must be worth more than an average adapter's only copy: rate x 0.5^copy > the mean."""
         rates, adapters = self.rates, self.inventory.adapters
         mean_rate = sum(rates.get(a, 0.0) for a in adapters) / max(1, len(adapters))
-        for copy in range(1, max_replicas):
+        for copy in range(1, min(max_replicas, len(self.inventory.engines))):  # a copy per engine at most
             for adapter in sorted(self.held, key=self.busiest_first):
                 worth = rates.get(adapter, 0.0) * REPLICA_DISCOUNT**copy
                 if worth <= mean_rate or len(self.held[adapter]) != copy:

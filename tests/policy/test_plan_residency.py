@@ -125,6 +125,10 @@ def test_a_copy_is_made_only_while_it_is_worth_more_than_an_average_adapter(tmp_
     assert len(copies) == 2 and len(set(copies)) == 2
     flat = plan_residency(inv, {"a0": 1.0, "a1": 1.0, "a2": 1.0}, max_replicas=3)
     assert len(flat.placements) == 3  # equal demand: nobody earns a copy
+    # No more copies than engines, however many are allowed (a huge --replicas once ran for ever).
+    assert plan_residency(inv, {"a0": 1e30, "a1": 1.0, "a2": 1.0}, max_replicas=10**20) == plan_residency(
+        inv, {"a0": 1e30, "a1": 1.0, "a2": 1.0}, max_replicas=3
+    )
 
 
 def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> None:
