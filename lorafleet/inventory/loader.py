@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import stat
 from pathlib import Path
 
 from lorafleet.collector import paused
@@ -36,6 +37,8 @@ def inventory_files(path: str | Path) -> list[Path]:
             raise InputError(f"{root}: folder holds no .yaml or .yml files")
         return files
     if root.exists():
+        if not (root.is_file() or stat.S_ISFIFO(root.stat().st_mode)):  # a pipe: `-i <(make-inventory)`
+            raise InputError(f"inventory {str(root)!r} is not a file (a device?)")
         return [root]
     raise InputError(
         f"inventory {str(root)!r} not found",

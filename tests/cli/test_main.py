@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,19 @@ def test_default_inventory_is_lorafleet_yaml_in_cwd(run_cli, tmp_path: Path, mon
     assert result.stderr.splitlines()[0] == "error: inventory 'lorafleet.yaml' not found"
     (tmp_path / "lorafleet.yaml").write_text((INVENTORIES / "demo.yaml").read_text())
     assert run_cli("inventory", "check").exit_code == 0
+
+
+def test_an_inventory_that_is_a_device_is_refused_and_a_pipe_is_read(run_cli, tmp_path: Path) -> None:
+    """/dev/zero would be read for ever; a pipe (`-i <(generate-inventory)`) is how scripts pass one."""
+    result = run_cli("inventory", "check", "-i", "/dev/zero")
+    assert result.exit_code == 2 and result.stderr == "error: inventory '/dev/zero' is not a file (a device?)\n"
+    fifo = tmp_path / "inventory.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text((INVENTORIES / "demo.yaml").read_text()))
+    writer.start()
+    result = run_cli("inventory", "check", "-i", str(fifo))
+    writer.join(timeout=10)
+    assert result.exit_code == 0 and "fleet demo" in result.stdout
 
 
 def test_usage_errors_are_one_line_and_exit_2(run_cli) -> None:
