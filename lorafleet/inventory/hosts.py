@@ -358,7 +358,11 @@ def _render_url(c: Checker, m: LDict, path: str, template: str, host: str, addre
         c.add(m, "url", spot, f"unknown placeholder {{{sorted(unknown)[0]}}} (known: {known})")
         return None
     url = template.replace("{host}", address).replace("{name}", host)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket, say: not shown, it may hold a secret
+        c.add(m, "url", spot, f"not a valid URL ({exc}); the URL is not shown")
+        return None
     secret = schema.url_secret(parts)
     if secret:
         c.add(m, "url", spot, f"{secret}; the URL is not shown — name the key's variable in api_key_env instead")

@@ -171,7 +171,11 @@ def proxy_url() -> Reader:
         value = c.string(m, key, path)
         if value is INVALID:
             return INVALID
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+        except ValueError as exc:  # an unclosed IPv6 bracket, say: not shown, it may hold a secret
+            c.add(m, key, join(path, key), f"not a valid URL ({exc}); the URL is not shown")
+            return INVALID
         secret = url_secret(parts)
         if secret:
             c.add(m, key, join(path, key), f"{secret}; the URL is not shown")

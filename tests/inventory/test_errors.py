@@ -269,6 +269,14 @@ CASES = [
         "password_env",
     ),
     ("nginx-field", BASE + NGINX, 26, "gateway.logs[0].fields.adapter", "$http_x_adapter is not in log_format"),
+    (
+        "url-unclosed-bracket",
+        edit("url: http://127.0.0.1:8000", 'url: "http://[127.0.0.1:8000"'),
+        11,
+        "hosts[0].engines[0].url",
+        "not a valid URL (Invalid IPv6 URL)",
+    ),
+    ("proxy-unclosed-bracket", "defaults:\n  proxy: 'http://[::1'\n" + BASE, 2, "defaults.proxy", "not a valid URL"),
     ("control-character", edit("    gpus: 2", "    gpus: 2\x01"), 7, "", "character 0x0001"),
     ("integer-past-python's-limit", edit("    gpus: 2", "    gpus: " + "9" * 4301), 7, "hosts[0].gpus", "4300 digits"),
     (
