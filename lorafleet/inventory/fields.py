@@ -14,6 +14,8 @@ from lorafleet.inventory.yamlsource import LDict, LList, where
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+MAX_COUNT = 2**31 - 1  # the largest integer any field takes: a bound on slots, ranks, model sizes and counts
+
 
 class Invalid:
     """Marks a value that failed its check (the problem is already recorded)."""
@@ -109,8 +111,10 @@ class Checker:
             rule = "positive" if minimum == 1 else f"at least {minimum}"
             self.add(m, key, p, f"must be {rule}, got {value}")
             return INVALID
-        if maximum is not None and value > maximum:
-            self.add(m, key, p, f"must be at most {maximum}, got {value}")
+        if value > (MAX_COUNT if maximum is None else maximum):  # a count, a size, a rank: none is past 2^31
+            bound = MAX_COUNT if maximum is None else maximum
+            got = str(value) if value < 10**20 else f"a number of {len(str(value))} digits"
+            self.add(m, key, p, f"must be at most {bound}, got {got}")
             return INVALID
         return value
 

@@ -277,6 +277,13 @@ CASES = [
         "not a valid URL (Invalid IPv6 URL)",
     ),
     ("proxy-unclosed-bracket", "defaults:\n  proxy: 'http://[::1'\n" + BASE, 2, "defaults.proxy", "not a valid URL"),
+    (
+        "rank-past-any-count",
+        edit("    rank: 8", "    rank: 1" + "0" * 400),
+        18,
+        "adapters[0].rank",
+        "at most 2147483647, got a number of 401 digits",
+    ),
     ("control-character", edit("    gpus: 2", "    gpus: 2\x01"), 7, "", "character 0x0001"),
     ("integer-past-python's-limit", edit("    gpus: 2", "    gpus: " + "9" * 4301), 7, "hosts[0].gpus", "4300 digits"),
     (
