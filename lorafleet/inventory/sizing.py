@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorafleet.inventory.fields import MAX_COUNT
 from lorafleet.inventory.model import BaseModel
 
 SAFETENSORS_DTYPE_BYTES = {
@@ -33,6 +34,7 @@ SAFETENSORS_DTYPE_BYTES = {
 KNOWN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODULE_ALIASES = {"all-linear": KNOWN_MODULES}
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
+_MAX_ADAPTER_BYTES = 2**50  # a pebibyte: past any adapter, and past it the sums stop
 
 
 class SizingError(ValueError):
@@ -98,8 +100,8 @@ def read_safetensors_bytes(path: Path) -> int:
         raise SizingError(f"{path}: truncated safetensors header")
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SizingError(f"{path}: safetensors header is not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a number past the digit limit, deep nesting
+        raise SizingError(f"{path}: safetensors header is not valid JSON ({_reason(exc)})") from exc
     if not isinstance(header, dict):
         raise SizingError(f"{path}: safetensors header is not a JSON object")
     total = 0
@@ -109,13 +111,23 @@ def read_safetensors_bytes(path: Path) -> int:
         if not isinstance(info, dict) or "dtype" not in info or "shape" not in info:
             raise SizingError(f"{path}: tensor {name!r} has no dtype or shape in the header")
         dtype = info["dtype"]
-        if dtype not in SAFETENSORS_DTYPE_BYTES:
+        if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPE_BYTES:
             raise SizingError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
         shape = info["shape"]
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise SizingError(f"{path}: tensor {name!r} has a malformed shape {shape!r}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise SizingError(f"{path}: tensor {name!r} has a malformed shape {str(shape)[:80]}")
         total += math.prod(shape) * SAFETENSORS_DTYPE_BYTES[dtype]
+        if total > _MAX_ADAPTER_BYTES:
+            raise SizingError(f"{path}: its tensors declare more than a pebibyte: not an adapter's weights")
     return total
+
+
+def _reason(exc: Exception) -> str:
+    """A parse error's reason in one short line (a RecursionError's says nothing useful)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc)
+    return "a number past Python's 4300-digit limit" if text.startswith("Exceeds the limit") else text[:120]
 
 
 def measure_adapter(folder: Path) -> MeasuredAdapter:
@@ -127,8 +139,10 @@ def measure_adapter(folder: Path) -> MeasuredAdapter:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SizingError(f"{folder}: no adapter_config.json") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SizingError(f"{config_path}: not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise SizingError(f"{config_path}: cannot read: {exc.strerror}") from exc
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, a number past the digit limit, deep nesting
+        raise SizingError(f"{config_path}: not valid JSON ({_reason(exc)})") from exc
     if not isinstance(config, dict):
         raise SizingError(f"{config_path}: expected a JSON object")
     weights = folder / "adapter_model.safetensors"
@@ -140,9 +154,11 @@ def measure_adapter(folder: Path) -> MeasuredAdapter:
     modules = config.get("target_modules") or ()
     if isinstance(modules, str):
         modules = (modules,)
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+        raise SizingError(f"{config_path}: target_modules must be a name or a list of names")
     rank = config.get("r")
     return MeasuredAdapter(
-        rank=rank if isinstance(rank, int) else None,
+        rank=rank if type(rank) is int and 0 < rank <= MAX_COUNT else None,  # `true` is no rank
         target_modules=tuple(str(m) for m in modules),
         size_bytes=read_safetensors_bytes(weights),
         weights_file=str(weights),

@@ -65,6 +65,11 @@ def test_measured_equals_estimate_for_real_shapes(tmp_path: Path) -> None:
     assert read_safetensors_bytes(tmp_path / "full" / "adapter_model.safetensors") == 671_088_640
 
 
+def _header(text: str) -> bytes:
+    raw = text.encode()
+    return len(raw).to_bytes(8, "little") + raw
+
+
 _Q4 = b'{"w": {"dtype": "Q4", "shape": []}}'
 _NEG = b'{"w": {"dtype": "F32", "shape": [-1, 2]}}'
 
@@ -78,6 +83,12 @@ _NEG = b'{"w": {"dtype": "F32", "shape": [-1, 2]}}'
         (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "not a JSON object"),
         (len(_Q4).to_bytes(8, "little") + _Q4, "unknown dtype 'Q4'"),
         (len(_NEG).to_bytes(8, "little") + _NEG, "malformed shape"),
+        (_header('{"w": {"dtype": ["BF16"], "shape": [2]}}'), "unknown dtype"),
+        (_header('{"w": {"dtype": "F32", "shape": [true, 2]}}'), "malformed shape"),
+        (_header('{"w": {"dtype": "F32", "shape": [1e300]}}'), "malformed shape"),
+        (_header('{"w": {"dtype": "F32", "shape": [4294967296, 4294967296]}}'), "more than a pebibyte"),
+        (_header('{"w": {"dtype": "F32", "shape": [' + "9" * 5000 + "]}}"), "4300-digit limit"),
+        (_header("[" * 100_000 + "]" * 100_000), "nested too deeply"),
     ],
 )
 def test_bad_safetensors_headers(tmp_path: Path, content: bytes, words: str) -> None:
@@ -113,3 +124,25 @@ def test_rank_disagreeing_with_adapter_config_is_an_error(tmp_path: Path, write_
     with pytest.raises(InventoryError, match="problem") as caught:
         load_inventory(write_yaml(text))
     assert "rank 32 disagrees with r=16" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ('{"r": 8, "target_modules": 5}', "target_modules must be a name or a list of names"),
+        ('{"r": 8, "target_modules": {"q_proj": 1}}', "target_modules must be a name or a list of names"),
+        ('{"r": ' + "9" * 5000 + "}", "4300-digit limit"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_bad_adapter_configs(tmp_path: Path, config: str, words: str) -> None:
+    write_peft_adapter(tmp_path / "a", rank=8, modules={"q_proj": (64, 64)}, layers=1, dtype="F32")
+    (tmp_path / "a" / "adapter_config.json").write_text(config)
+    with pytest.raises(SizingError, match=words):
+        measure_adapter(tmp_path / "a")
+
+
+def test_a_rank_of_true_is_no_rank(tmp_path: Path) -> None:
+    write_peft_adapter(tmp_path / "a", rank=8, modules={"q_proj": (64, 64)}, layers=1, dtype="F32")
+    (tmp_path / "a" / "adapter_config.json").write_text('{"r": true, "target_modules": ["q_proj"]}')
+    assert measure_adapter(tmp_path / "a").rank is None
