@@ -35,7 +35,11 @@ def read_discovery(
     got = schema.DISCOVERY.read(c, m, "discovery")
     kubeconfig = got.get("kubeconfig")
     if kubeconfig is not None:
-        path = Path(kubeconfig).expanduser()
+        try:
+            path = Path(kubeconfig).expanduser()
+        except RuntimeError:  # ~user of a user this machine does not have
+            c.add(m, "kubeconfig", "discovery.kubeconfig", f"{kubeconfig!r}: no such user's home folder here")
+            path = Path(kubeconfig)
         file, _ = where(m, "kubeconfig")
         if not path.is_absolute() and file:
             path = Path(file).parent / path  # like the gateway's logs: an inventory and its files move together

@@ -284,6 +284,13 @@ CASES = [
         "adapters[0].rank",
         "at most 2147483647, got a number of 401 digits",
     ),
+    (
+        "kubeconfig-of-no-user",
+        BASE + "discovery:\n  kubeconfig: '~no-such-user-here/kc'\n  groups: []\n",
+        22,
+        "discovery.kubeconfig",
+        "no such user's home folder here",
+    ),
     ("control-character", edit("    gpus: 2", "    gpus: 2\x01"), 7, "", "character 0x0001"),
     ("integer-past-python's-limit", edit("    gpus: 2", "    gpus: " + "9" * 4301), 7, "hosts[0].gpus", "4300 digits"),
     (
