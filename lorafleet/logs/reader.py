@@ -284,8 +284,13 @@ def source_for(path: str | os.PathLike[str], inventory: Inventory) -> LogSource:
 
 
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
-    """Raw lines, each capped so a line without newlines cannot exhaust memory."""
-    with open(path, "rb") as fh:
+    """Raw lines, each capped so a line without newlines cannot exhaust memory; a log that cannot be opened (a
+    folder, no permission) is an input error naming it."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below; only the open's failure is the input's
+    except OSError as exc:
+        raise InputError(f"cannot read log {os.fspath(path)}: {exc.strerror}") from exc
+    with fh:
         while True:
             line = fh.readline(MAX_LINE_BYTES + 1)
             if not line:

@@ -118,6 +118,15 @@ def test_a_malformed_upstream_address_names_no_engine_and_the_request_still_coun
     assert parser.tally.adapter_requests == 1 and not parser.tally.bad_reasons
 
 
+def test_a_log_that_cannot_be_opened_is_an_input_error_naming_it(tmp_path: Path) -> None:
+    from lorafleet.errors import InputError
+
+    folder = tmp_path / "access.jsonl"
+    folder.mkdir()  # a glob of the inventory's gateway logs matches it
+    with pytest.raises(InputError, match=f"cannot read log {folder}: Is a directory"):
+        read_events([folder], REFERENCE)
+
+
 NGINX_LINES = [
     '10.0.3.7 - - [29/Nov/2026:12:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 200 5123 "globex-dev" '
     '"review-llama3-r32" 10.20.1.15:8000 0.412',
