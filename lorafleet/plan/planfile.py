@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from lorafleet.errors import InputError, InventoryError, Problem
-from lorafleet.inventory.fields import Checker, describe
+from lorafleet.inventory.fields import INVALID, Checker, describe
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.yamlsource import LDict, LList, load_yaml
 from lorafleet.plan.window import Demand
@@ -65,11 +65,15 @@ def read_plan(path: str | Path, inventory: Inventory) -> PlannedResidency:
         elif inventory.fleet is not None and doc.get("fleet") not in (None, inventory.fleet):
             c.add(doc, "fleet", "fleet", f"written for fleet {doc.get('fleet')!r}, not {inventory.fleet!r}")
         else:
-            ratio = float(doc.get("expected_hit_ratio") or 0.0)
+            if "expected_hit_ratio" in doc:
+                got = c.number(doc, "expected_hit_ratio", "", positive=False, maximum=1.0)
+                ratio = 0.0 if got is INVALID else float(got)
             placements = _placements(c, doc, inventory)
-            unplaced = [
-                (str(u.get("adapter")), str(u.get("reason"))) for u in doc.get("unplaced") or [] if isinstance(u, dict)
-            ]
+            rows = doc.get("unplaced") or []
+            if not isinstance(rows, list):
+                c.add(doc, "unplaced", "unplaced", f"expected a list of adapters, got {describe(rows)}")
+                rows = []
+            unplaced = [(str(u.get("adapter")), str(u.get("reason"))) for u in rows if isinstance(u, dict)]
     if c.problems:
         raise InventoryError(sorted(c.problems, key=lambda p: (p.file, p.line or 0)), what=f"the plan {path}")
     return PlannedResidency(tuple(placements), tuple(unplaced), ratio)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from lorafleet.inventory import load_inventory
@@ -49,6 +50,8 @@ def test_malformed_or_foreign_plans_are_refused_with_file_and_line(run_cli, tmp_
         "adapter": (text.replace("  - adapter: ", "  - adapter: ghost-", 1), "is not an adapter of this inventory"),
         "fleet": (text.replace("fleet: demo", "fleet: prod"), "written for fleet 'prod'"),
         "yaml": (text + "  : [\n", "invalid YAML"),
+        "ratio": (re.sub(r"expected_hit_ratio: .*", "expected_hit_ratio: abc", text), "expected a finite number"),
+        "unplaced": (re.sub(r"(?ms)^unplaced:.*", "unplaced: 5\n", text), "unplaced: expected a list of adapters"),
     }
     for name, (body, words) in cases.items():
         bad = tmp_path / f"{name}.yaml"
