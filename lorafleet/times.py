@@ -22,6 +22,9 @@ _SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _MINUTE = "%Y-%m-%dT%H:%MZ"
 
 
+MAX_SPAN_S = 1000 * 365.25 * 86400  # past any log or journal: and a date that far ahead has no calendar
+
+
 def parse_span(text: str) -> float:
     """Seconds in a span such as `90s`, `30m`, `1h30m`, `1.5h` or `7d` (parts largest first, each unit once).
     ValueError saying what is wrong otherwise."""
@@ -38,6 +41,8 @@ def parse_span(text: str) -> float:
     seconds = sum(float(n) * SPAN_UNITS[u] for n, u in parts) if well_formed else 0.0
     if seconds <= 0:
         raise ValueError(f"{text!r} is not a span like 90s, 30m, 1h30m or 7d")
+    if seconds > MAX_SPAN_S:
+        raise ValueError(f"{text!r} is longer than a thousand years")
     return seconds
 
 
@@ -119,13 +124,20 @@ def parse_moment(text: str, now: float) -> float:
     if value == "now":
         return now
     try:
-        return now - parse_span(value)
-    except ValueError:
-        pass
-    try:
-        return parse_utc_text(value)
-    except ValueError:
-        raise ValueError(f"{text!r} is neither a span like 30m, 1h30m, 7d nor an ISO-8601 time") from None
+        moment = now - parse_span(value)
+    except ValueError as exc:
+        if value[:1].isdigit() and str(exc).endswith("a thousand years"):
+            raise
+        try:
+            moment = parse_utc_text(value)
+        except ValueError:
+            raise ValueError(f"{text!r} is neither a span like 30m, 1h30m, 7d nor an ISO-8601 time") from None
+    if not 0.0 <= moment < LAST_MOMENT:  # a journal's minutes are keyed by four-digit years, from the epoch on
+        raise ValueError(f"{text!r} is not between 1970 and 2999")
+    return moment
+
+
+LAST_MOMENT = 32503680000.0  # 3000-01-01T00:00:00Z
 
 
 __all__ = [

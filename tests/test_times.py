@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet.times import minute_key
+from lorafleet.times import minute_key, parse_span
 
 instants = st.floats(min_value=0.0, max_value=4e9, allow_nan=False)
 
@@ -27,3 +28,21 @@ def test_instants_either_side_of_a_minute_boundary_get_their_own_minutes() -> No
         "2027-01-15T08:00Z",
         "2027-01-15T08:01Z",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90.0), ("30m", 1800.0), ("1h30m", 5400.0), ("1.5h", 5400.0), ("7d", 604800.0)]
+)
+def test_spans(text: str, seconds: float) -> None:
+    assert parse_span(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "30x", "30m1h", "1h1h", "9" * 30 + "d", "1001y"])
+def test_bad_spans_say_so(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is not a span like|longer than a thousand years"):
+        parse_span(text)
+
+
+def test_a_span_past_a_thousand_years_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="longer than a thousand years"):
+        parse_span("9" * 30 + "d")

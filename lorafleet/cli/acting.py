@@ -12,7 +12,7 @@ from rich.text import Text
 
 from lorafleet.actions.runner import CANCELLED, SKIPPED, ActionsInterrupted, RunOptions, WarmResult, restore_book
 from lorafleet.cli import shapes
-from lorafleet.cli.options import complete_engines, settings, wide_option
+from lorafleet.cli.options import Finite, complete_engines, count, settings, wide_option
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json, safe
 from lorafleet.cli.signals import terminate_as_interrupt
@@ -109,7 +109,7 @@ def engine_option(what: str) -> Callable[[Callable[..., None]], Callable[..., No
 def deadline_option(f: Callable[..., None]) -> Callable[..., None]:
     return click.option(
         "--deadline",
-        type=click.FloatRange(min=0, min_open=True),
+        type=Finite(min=0, min_open=True, max=1e7),
         help="Stop after SECONDS: what is not done by then is reported (exit 1), not waited for.",
     )(f)
 
@@ -125,9 +125,7 @@ def run_options(what: str) -> Callable[[Callable[..., None]], Callable[..., None
         options = (
             wide_option,
             click.option("--dry-run", is_flag=True, help=f"Show what would be {what}; only reads the registries."),
-            click.option(
-                "--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Engines at once."
-            ),
+            click.option("--parallel", type=count(), default=8, show_default=True, help="Engines at once."),
             deadline_option,
         )
         for option in reversed(options):

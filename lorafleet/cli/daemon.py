@@ -13,6 +13,7 @@ import click
 
 from lorafleet.cli.options import (
     SPAN,
+    Finite,
     UtcLines,
     complete_policies,
     global_options,
@@ -95,7 +96,7 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str | None)
 )
 @click.option(
     "--reconcile-every",
-    type=click.FloatRange(min=1),
+    type=Finite(min=1),
     default=30.0,
     show_default=True,
     metavar="SECONDS",

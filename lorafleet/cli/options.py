@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,6 +137,22 @@ def global_options(with_env: bool, state: bool = True) -> Callable[[F], F]:
     return decorate
 
 
+class Finite(click.FloatRange):
+    """A number in a range, never NaN or infinite: click's FloatRange lets NaN through (every comparison with it
+    is false), and an infinite one overflows wherever it meets an integer."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def count(minimum: int = 1) -> click.IntRange:
+    """A whole number of things, at most 2^31 - 1 (a SQLite LIMIT past 2^63 is an OverflowError)."""
+    return click.IntRange(min=minimum, max=2**31 - 1)
+
+
 class SpanType(click.ParamType):
     """A span such as 90s, 30m, 1h30m or 7d, as seconds: every option that takes a span reads it this way."""
 
@@ -168,7 +185,7 @@ def touch_budget_option(f: F) -> F:
 
     return click.option(
         "--touch-budget",
-        type=click.FloatRange(min=0.0),
+        type=Finite(min=0.0),
         default=TOUCH_BUDGET,
         show_default=True,
         help="Touches (1-token requests that steer vLLM's own LRU) each engine may be sent per adapter request "

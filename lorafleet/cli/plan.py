@@ -11,7 +11,7 @@ from lorafleet.actions.warm import WarmOptions
 from lorafleet.actions.warm import warm as run_warm
 from lorafleet.cli import shapes
 from lorafleet.cli.acting import act_and_report, deadline_option
-from lorafleet.cli.options import SPAN, global_options, json_option, settings
+from lorafleet.cli.options import SPAN, Finite, count, global_options, json_option, settings
 from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.inventory.model import Inventory
 from lorafleet.plan.flags import FlagAdvice
@@ -35,7 +35,7 @@ def replay_lorafleet(inventory: Inventory, events: Sequence[RequestEvent]) -> fl
 @click.option(
     "--window", type=SPAN, default="24h", show_default=True, help="Demand over the last WINDOW of the logs (30m, 1d)."
 )
-@click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="Most copies per adapter.")
+@click.option("--replicas", type=count(), default=3, show_default=True, help="Most copies per adapter.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the plan file here (warm --plan reads it).")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option(
@@ -46,12 +46,16 @@ def replay_lorafleet(inventory: Inventory, events: Sequence[RequestEvent]) -> fl
     help="Show what would change from the plan in FILE.",
 )
 @click.option("--recommend-flags", is_flag=True, help="The launch flags each engine needs for the plan.")
-@click.option("--assume-free-gb", type=float, help="Free GPU memory per engine, for --recommend-flags.")
+@click.option(
+    "--assume-free-gb",
+    type=Finite(min=0, min_open=True, max=1e6),
+    help="Free GPU memory per engine, for --recommend-flags.",
+)
 @click.option("--apply", is_flag=True, help="Warm the plan's placements now (as warm does).")
 @click.option(
     "--target-hit-ratio",
     "target",
-    type=click.FloatRange(0, 1),
+    type=Finite(0, 1),
     help="Replay the window at 1, 2, 4 … slots per engine and recommend the fewest that reach this hit ratio.",
 )
 @click.option("--wide", is_flag=True, help="Show every column.")

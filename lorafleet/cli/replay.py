@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import complete_policies, global_options, json_option, settings, touch_budget_option
+from lorafleet.cli.options import complete_policies, count, global_options, json_option, settings, touch_budget_option
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json
 from lorafleet.drive.policies import POLICY_NAMES
@@ -211,7 +211,7 @@ def trace() -> None:
     show_default=True,
     help="The traffic's shape (docs/replay.md).",
 )
-@click.option("--requests", type=click.IntRange(min=1), default=None, help="Requests to write [default: per shape].")
+@click.option("--requests", type=count(), default=None, help="Requests to write [default: per shape].")
 @click.option("--seed", type=int, default=1, show_default=True, help="The same seed writes the same log.")
 @click.option(
     "--out", type=click.Path(file_okay=False), required=True, help="Folder for access.jsonl and inventory.yaml."

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lorafleet.cli.options import global_options, json_option, settings, wide_option
+from lorafleet.cli.options import Finite, count, global_options, json_option, settings, wide_option
 from lorafleet.cli.render import Column, Report, console, print_json, safe, table
 from lorafleet.errors import InputError
 
@@ -128,11 +128,11 @@ def lru_figure(since: float, until: float) -> float | None:
     show_default=True,
     help="What the breakdown is by.",
 )
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per breakdown.")
+@click.option("--top", type=count(), default=10, show_default=True, help="Rows per breakdown.")
 @click.option("--wide", is_flag=True, help="Every column (the default fits 80 columns).")
 @click.option(
     "--watch",
-    type=click.FloatRange(min=0.2),
+    type=Finite(min=0.2),
     is_flag=False,
     flag_value=2.0,
     default=None,
@@ -263,7 +263,7 @@ def _watch(store: Any, since: float, until: float, by: str, top: int, wide: bool
 @until_option
 @click.option("--engine", help="Only this engine (HOST/ENGINE).")
 @click.option("--adapter", help="Only this adapter.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="The newest this many.")
+@click.option("--limit", type=count(), default=100, show_default=True, help="The newest this many.")
 @wide_option
 def loads(
     as_json: bool, since: float, until: float, engine: str | None, adapter: str | None, limit: int, wide: bool

@@ -6,7 +6,7 @@ import click
 from rich.text import Text
 
 from lorafleet.cli import shapes
-from lorafleet.cli.options import global_options, json_option, settings, wide_option
+from lorafleet.cli.options import count, global_options, json_option, settings, wide_option
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json, safe
 from lorafleet.inventory.model import PROVIDERS, Inventory
@@ -31,9 +31,7 @@ def usage_bar(used: int | None, total: int | None, width: int = 12) -> Text:
 @click.option("--provider", type=click.Choice(PROVIDERS), help="Only hosts of this provider.")
 @click.option("--group", help="Only hosts of this inventory group.")
 @click.option("--by", type=click.Choice(["host", "engine"]), default="host", show_default=True, help="Table layout.")
-@click.option(
-    "--parallel", type=click.IntRange(min=1), default=DEFAULT_PARALLEL, show_default=True, help="Hosts probed at once."
-)
+@click.option("--parallel", type=count(), default=DEFAULT_PARALLEL, show_default=True, help="Hosts probed at once.")
 @click.option(
     "--accept-new-host-keys",
     is_flag=True,

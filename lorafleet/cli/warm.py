@@ -9,7 +9,7 @@ from lorafleet.actions.targets import choose_targets, plan_targets, registry_siz
 from lorafleet.actions.warm import WarmOptions
 from lorafleet.actions.warm import warm as run_warm
 from lorafleet.cli.acting import Pairs, act_and_report, engine_option, run_options
-from lorafleet.cli.options import complete_adapters, global_options, json_option, settings
+from lorafleet.cli.options import complete_adapters, count, global_options, json_option, settings
 from lorafleet.inventory.lookup import resolve_adapters
 from lorafleet.plan.planfile import read_plan
 from lorafleet.policy.residency import ResidencyBook
@@ -26,9 +26,7 @@ from lorafleet.policy.residency import ResidencyBook
     type=click.Path(exists=True, dir_okay=False),
     help="Warm the placements of this plan (lorafleet plan --out); with ADAPTERS, only theirs.",
 )
-@click.option(
-    "--replicas", type=click.IntRange(min=1), help="At most this many engines per adapter, least loaded first."
-)
+@click.option("--replicas", type=count(), help="At most this many engines per adapter, least loaded first.")
 @click.option("--prime", is_flag=True, help="Also send a 1-token request so the adapter holds a GPU slot.")
 @click.option("--pin", is_flag=True, help="Pin it (at most GPU slots - 1 per engine); lorafleet never evicts it.")
 @click.option("--unpin", is_flag=True, help="Release a pin (SGLang: reloads the adapter unpinned).")

@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import click
 import pytest
 
 from lorafleet import __version__
@@ -63,6 +64,44 @@ def test_an_inventory_that_is_a_device_is_refused_and_a_pipe_is_read(run_cli, tm
     result = run_cli("inventory", "check", "-i", str(fifo))
     writer.join(timeout=10)
     assert result.exit_code == 0 and "fleet demo" in result.stdout
+
+
+def test_no_number_option_takes_nan_or_infinity_or_a_count_past_2_to_the_31(run_cli) -> None:
+    """click's FloatRange lets NaN through and an unbounded one takes infinity; every float option of every
+    command is a `Finite`, and every count is bounded, so each is refused in one line before anything runs."""
+    from lorafleet.cli.main import COMMANDS, cli
+    from lorafleet.cli.options import Finite
+
+    ctx = click.Context(cli)
+    checked = 0
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        subcommands = getattr(command, "commands", {})
+        for path, leaf in [([name], command)] + [([name, sub], c) for sub, c in subcommands.items()]:
+            for param in leaf.params:
+                if not isinstance(param, click.Option):
+                    continue
+                assert (param.type is not click.FLOAT and not isinstance(param.type, click.FloatRange)) or isinstance(
+                    param.type, Finite
+                ), (path, param.name)
+                counted = isinstance(param.type, click.IntRange) and not param.count  # -v -v is no number
+                if counted:
+                    assert param.type.max is not None and param.type.max <= 2**31 - 1, (path, param.name)
+                bad = ["nan", "inf"] if isinstance(param.type, Finite) else []
+                bad += ["9223372036854775808"] if counted else []
+                for value in bad:
+                    result = run_cli(*path, param.opts[0], value, "-i", DEMO)
+                    assert result.exit_code == 2, (path, param.name, value, result.stderr)
+                    assert result.stderr.startswith(f"error: Invalid value for '{param.opts[0]}'"), result.stderr
+                    checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00", "9999-12-31T23:59:59", "1969-12-31T23:00"])
+def test_stats_refuses_a_moment_outside_its_journals_years(run_cli, moment: str, tmp_path: Path) -> None:
+    result = run_cli("stats", "--since", moment, "--state", str(tmp_path / "s.db"), "-i", DEMO)
+    assert result.exit_code == 2 and "is not between 1970 and 2999" in result.stderr
 
 
 def test_usage_errors_are_one_line_and_exit_2(run_cli) -> None:
