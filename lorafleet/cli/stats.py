@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ SERIES_BUCKETS = 12
 
 
 def sparkline(values: list[float | None]) -> str:
-    return "".join(" " if v is None else BARS[min(len(BARS) - 1, int(v * len(BARS)))] for v in values)
+    return "".join(" " if v is None else BARS[max(0, min(len(BARS) - 1, int(v * len(BARS))))] for v in values)
 
 
 def parse_time_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
@@ -60,6 +63,21 @@ def open_journal() -> Any:
             hint="start the daemon (lorafleet daemon, or --shadow to try it) or pass --state PATH",
         )
     return open_store(path, read_only=True)
+
+
+@contextlib.contextmanager
+def reading(store: Any) -> Iterator[Any]:
+    """The journal, read and closed: a file whose pages or tables SQLite cannot read (damaged, or another
+    program's that happens to carry lorafleet's migration rows) is an input error naming it, not a traceback."""
+    try:
+        yield store
+    except sqlite3.Error as exc:
+        raise InputError(
+            f"journal {store.path} cannot be read: {exc}",
+            hint="it is damaged or not lorafleet's: point --state at the daemon's journal",
+        ) from exc
+    finally:
+        store.close()
 
 
 @dataclass
@@ -161,15 +179,12 @@ def stats(
     if ctx.invoked_subcommand is not None:
         return
     check_window(since, until)
-    store = open_journal()
-    try:
+    with reading(open_journal()) as store:
         if watch is not None:
             _watch(store, since, until, by, top, wide, watch)
             return
         lru = None if no_replay else lru_figure(since, until)
         snap = collect(store, since, until, by, top, lru)
-    finally:
-        store.close()
     if as_json:
         print_json(snap.data)
         return
@@ -278,13 +293,10 @@ def loads(
     from lorafleet.store import stats as q
 
     check_window(since, until)
-    store = open_journal()
-    try:
+    with reading(open_journal()) as store:
         lines = q.action_log(store, q.window_of(since, until), engine, adapter, limit)
         if not lines and (engine or adapter):
             _check_names(store, engine, adapter)
-    finally:
-        store.close()
     if as_json:
         print_json(shapes.stats_loads(lines))
         return

@@ -119,6 +119,21 @@ def test_a_newer_schema_is_refused(tmp_path: Path, run_cli) -> None:
     assert result.exit_code == 2 and "newer lorafleet" in result.stderr
 
 
+def test_a_journal_sqlite_cannot_read_is_one_line_naming_it(tmp_path: Path, run_cli) -> None:
+    """A file with lorafleet's migration rows but not its tables (another program's, or damaged): exit 2."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    seed(db)
+    connection = sqlite3.connect(db)
+    connection.execute("DROP TABLE rollups")
+    connection.commit()
+    connection.close()
+    result = run_cli("stats", "--state", str(db), *WINDOW, "--no-replay")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith(f"error: journal {db} cannot be read: no such table: rollups\n")
+
+
 def test_tables_fit_80_columns(tmp_path: Path, run_cli) -> None:
     db = tmp_path / "s.db"
     seed(db)
