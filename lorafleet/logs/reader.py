@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -290,6 +291,10 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
         fh = open(path, "rb")  # noqa: SIM115 - closed by the with below; only the open's failure is the input's
     except OSError as exc:
         raise InputError(f"cannot read log {os.fspath(path)}: {exc.strerror}") from exc
+    mode = os.fstat(fh.fileno()).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would be read for ever; a pipe is read as a log
+        fh.close()
+        raise InputError(f"cannot read log {os.fspath(path)}: a device, not a file")
     with fh:
         while True:
             line = fh.readline(MAX_LINE_BYTES + 1)

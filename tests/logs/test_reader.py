@@ -125,6 +125,8 @@ def test_a_log_that_cannot_be_opened_is_an_input_error_naming_it(tmp_path: Path)
     folder.mkdir()  # a glob of the inventory's gateway logs matches it
     with pytest.raises(InputError, match=f"cannot read log {folder}: Is a directory"):
         read_events([folder], REFERENCE)
+    with pytest.raises(InputError, match="cannot read log /dev/zero: a device, not a file"):
+        read_events(["/dev/zero"], REFERENCE)  # read for ever, else
 
 
 NGINX_LINES = [
