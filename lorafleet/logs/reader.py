@@ -122,7 +122,16 @@ def _dig(record: Any, path: str) -> Any:
 class LineParser:
     """Parses one log format's lines into events, tallying every line."""
 
-    def __init__(self, source: LogSource, inventory: Inventory, resolver: NameResolver | None = None) -> None:
+    def __init__(
+        self,
+        source: LogSource,
+        inventory: Inventory,
+        resolver: NameResolver | None = None,
+        not_after: Callable[[], float] | None = None,
+    ) -> None:
+        """`not_after`: the latest time a line may carry (a live log's: a day past this machine's clock), or None
+        (a recorded or synthetic log, whose times may be anything)."""
+        self.not_after = not_after
         self.source = source
         self.fields = source.fields
         self.resolver = resolver or NameResolver(inventory)
@@ -197,6 +206,10 @@ class LineParser:
                 when = parse_time(raw_time)
             except TimeParseError:
                 self.tally.bad("unparseable time")
+                return None
+            if self.not_after is not None and when > self.not_after():
+                # One such line would move the daemon's clock to it, and every later request would be taken then.
+                self.tally.bad("time more than a day ahead of this machine's clock")
                 return None
         else:
             when = float(self._order)  # no time in this log: one request per second, in order

@@ -6,6 +6,7 @@ were read and how many were bad, and the checkpoint that is true once they are c
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from lorafleet.inventory.model import Inventory
@@ -25,6 +26,11 @@ class EventBatch:
     checkpoint: Checkpoint
 
 
+def _a_day_ahead() -> float:
+    """The latest time a line of a live log may carry: a gateway's clock a day ahead of ours is no clock."""
+    return time.time() + 86400.0
+
+
 class LogStream:
     """Follows one file or glob (like `tail -F`) and parses what it reads."""
 
@@ -35,7 +41,7 @@ class LogStream:
 
     def use(self, inventory: Inventory, resolver: NameResolver | None = None) -> None:
         """Parse with this inventory's field mapping and names from now on (a reload)."""
-        self.parser = LineParser(source_for(self.pattern, inventory), inventory, resolver)
+        self.parser = LineParser(source_for(self.pattern, inventory), inventory, resolver, not_after=_a_day_ahead)
 
     @property
     def unknown_names(self) -> dict[str, int]:

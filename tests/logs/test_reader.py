@@ -201,3 +201,23 @@ def test_any_line_is_an_event_or_a_counted_bad_line(line: bytes) -> None:
         assert (event is None) == (tally.adapter_requests + tally.base_requests + tally.unknown_requests == 0)
         if event is not None:
             assert event.adapter is None or event.adapter in REFERENCE.adapters
+
+
+def test_a_live_log_line_dated_past_tomorrow_is_a_bad_line_not_the_daemons_new_clock(tmp_path: Path) -> None:
+    """One line stamped 9999-12-31 would move the daemon's clock there, and every later request would be taken
+    then (no prefetch ever due again); a recorded log read by replay may carry any time."""
+    import time
+
+    from lorafleet.logs.stream import LogStream
+
+    log = tmp_path / "access.jsonl"
+    soon = datetime.fromtimestamp(time.time() + 3600, UTC).isoformat()
+    lines = [{"ts": "9999-12-31T23:59:59Z", "model": "code-llama3-r64"}, {"ts": soon, "model": "code-llama3-r64"}]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    stream = LogStream(str(log), REFERENCE, {}, from_start=True)
+    stream.open()
+    batches = stream.poll()
+    assert [e.time for b in batches for e in b.events] == [parse_time(soon)]  # an hour ahead: clocks differ
+    assert stream.parser.tally.bad_reasons == {"time more than a day ahead of this machine's clock": 1}
+    replayed, tally = read_events([log], REFERENCE, JSONL)
+    assert len(replayed) == 2 and tally.bad_lines == 0
