@@ -22,13 +22,21 @@ log = logging.getLogger("lorafleet.daemon")
 
 class StateLock:
     def __init__(self, state: Path) -> None:
-        self.path = state.with_name(state.name + ".lock")
+        real = state.resolve()  # a symlink to the state file is the same journal: the same lock
+        self.path = real.with_name(real.name + ".lock")
         self.fd: int | None = None
 
     def try_take(self) -> bool:
-        """Take the lock if it is free; then write who holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock if it is free; then write who holds it. A lock that cannot be made (a read-only or
+        missing folder, a folder in its place) is an input error: no daemon can run on that state file."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise InputError(
+                f"cannot make the state file's lock {self.path}: {exc.strerror}",
+                hint="pass --state PATH in a folder this user can write, or set LORAFLEET_STATE",
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

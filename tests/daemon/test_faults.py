@@ -157,6 +157,10 @@ def test_one_daemon_per_state_file_and_a_standby_takes_over_from_the_checkpoint(
     second = daemon_once(inv, state)  # a second daemon on the same state file
     assert second.returncode == 2
     assert f"another daemon is running on the state file {state}: pid {active.proc.pid} on " in second.stderr
+    link = tmp_path / "link.db"
+    link.symlink_to(state)  # the same journal by another name: the same lock (two daemons counted every line twice)
+    third = daemon_once(inv, link)
+    assert third.returncode == 2 and f"pid {active.proc.pid} on " in third.stderr
     standby = daemon_process(inv, state, "--shadow", "--standby")
     wait_for(lambda: "standby:" in standby.log(), what="the standby to wait")
     t0 = time.time()
@@ -170,6 +174,17 @@ def test_one_daemon_per_state_file_and_a_standby_takes_over_from_the_checkpoint(
     wait_for(lambda: journaled_requests(state) == 500, what=f"the standby's commit\n{standby.log()}")
     code, _ = standby.stop()
     assert code == 0 and journaled_requests(state) == 500  # none lost, none counted twice
+
+
+def test_a_state_file_whose_lock_cannot_be_made_is_an_input_error(tmp_path: Path) -> None:
+    """Exit 2, which the systemd unit does not restart on, in one line: not an internal error every 5 s."""
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    state = tmp_path / "state.db"
+    (tmp_path / "state.db.lock").mkdir()
+    result = daemon_once(inv, state)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: cannot make the state file's lock {state}.lock: Is a directory\n")
 
 
 def metrics_text(port: int) -> str:
