@@ -159,8 +159,13 @@ def error_message(response: Reply) -> str:
     return _one_line(text) or f"HTTP {response.status_code}"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
+    """An engine's text as one line for logs and the journal: whitespace runs as one space, control characters
+    (a terminal's escape sequences) dropped, at most `limit` characters."""
+    line = _CONTROL.sub("", " ".join(text.split()))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -263,7 +268,8 @@ class EngineClient:
             else:
                 if response.status_code < 400:
                     return response
-                message = f"{key}: HTTP {response.status_code}: {error_message(response)}"
+                # An engine that echoes the request's Authorization header must not put the key in the journal.
+                message = self._redact(f"{key}: HTTP {response.status_code}: {error_message(response)}")
                 if (response.status_code < 500 and response.status_code != 429) or self.is_final(message):
                     raise EngineRejectedError(key, message, response.status_code)
                 failure = EngineUnavailableError(key, message, response.status_code)
@@ -311,7 +317,7 @@ class EngineClient:
         return reply
 
     def _redact(self, text: str) -> str:
-        """Bodies for -vv: the engine's key, should an engine echo it, is masked."""
+        """Bodies for -vv and error messages: the engine's key, should an engine echo it, is masked."""
         return text.replace(self._key, "***") if self._key else text
 
     def _timed_out(self) -> str:

@@ -134,6 +134,18 @@ def test_bearer_key_from_the_environment_and_never_in_repr(httpx_mock: HTTPXMock
     assert "sk-test-secret" not in repr(c)
 
 
+def test_an_engine_echoing_the_key_or_terminal_escapes_in_an_error_leaves_neither_in_the_message(
+    httpx_mock: HTTPXMock, monkeypatch
+) -> None:
+    """The message goes to the journal and `stats loads`: the key is masked, escape sequences dropped."""
+    monkeypatch.setenv("TEST_VLLM_KEY", "sk-test-secret")
+    body = {"error": {"message": "denied for Authorization: Bearer sk-test-secret \x1b[2J\x07"}}
+    httpx_mock.add_response(method="POST", url=f"{URL}/v1/load_lora_adapter", status_code=401, json=body)
+    with pytest.raises(EngineRejectedError) as caught:
+        client(api_key_env="TEST_VLLM_KEY").load("a", "/p/a")
+    assert caught.value.message.endswith("HTTP 401: denied for Authorization: Bearer *** [2J")
+
+
 def test_missing_key_variable_is_named(monkeypatch) -> None:
     monkeypatch.delenv("NOT_SET_KEY", raising=False)
     with pytest.raises(MissingApiKeyError, match="NOT_SET_KEY"):
