@@ -53,6 +53,8 @@ def test_malformed_or_foreign_plans_are_refused_with_file_and_line(run_cli, tmp_
         "ratio": (re.sub(r"expected_hit_ratio: .*", "expected_hit_ratio: abc", text), "expected a finite number"),
         "unplaced": (re.sub(r"(?ms)^unplaced:.*", "unplaced: 5\n", text), "unplaced: expected a list of adapters"),
     }
+    device = run_cli("replay", LOG, "-i", DEMO, "--plan", "/dev/zero")  # read until memory ran out
+    assert device.exit_code == 2 and device.stderr.startswith("error: /dev/zero: is a device, expected a YAML file")
     for name, (body, words) in cases.items():
         bad = tmp_path / f"{name}.yaml"
         bad.write_text(body)
