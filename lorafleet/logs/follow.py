@@ -18,6 +18,7 @@ import glob
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,7 +191,10 @@ class LogFollower:
 
     def _start(self, path: str) -> None:
         """Begin following `path`: from its checkpoint when it still names this file (or its rotated copy),
-        from its end on a first start (unless from_start), from 0 for a file that appeared while running."""
+        from its end on a first start (unless from_start), from 0 for a file that appeared while running. Only a
+        regular file: a FIFO put in its place would block the open, a device (/dev/zero) never end."""
+        if not os.path.isfile(path):
+            return
         opened = _open(path)
         if opened is None:
             return
@@ -299,6 +303,8 @@ class LogFollower:
             st = os.stat(path)
         except OSError:
             st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            st = None  # a device or a FIFO in the log's place is no log: as if missing, the old file read on
         if st is not None and (st.st_dev, st.st_ino) != (tail.device, tail.inode):
             # Renamed away: drain the old file through its descriptor, then follow the new one from its start.
             if _old_size(tail) < tail.offset or tail.replaced_in_place():

@@ -86,6 +86,26 @@ def test_rotation_by_rename_with_the_new_file_already_there(tmp_path: Path) -> N
     assert lines_of(tail) == [b"2\n", b"3\n"]
 
 
+def test_a_device_or_a_fifo_put_where_the_log_was_is_not_followed_and_a_file_there_again_is(tmp_path: Path) -> None:
+    """/dev/zero would be read for ever and a FIFO's open blocks (SIGTERM never got a chance): neither is a log."""
+    log = tmp_path / "a.log"
+    log.write_text("")
+    tail = LogFollower([str(log)], from_start=True)
+    append(log, "1\n")
+    assert lines_of(tail) == [b"1\n"]
+    append(log, "2\n")
+    log.unlink()
+    log.symlink_to("/dev/zero")
+    assert lines_of(tail) == [b"2\n"]  # the old file drained, the device not opened
+    assert lines_of(tail) == []
+    log.unlink()
+    os.mkfifo(log)
+    assert lines_of(tail) == []  # returns: no open blocked on a writer
+    log.unlink()
+    log.write_text("3\n")
+    assert lines_of(tail) == [b"3\n"]
+
+
 def test_copy_truncate_starts_again_at_zero_even_when_rewritten_past_the_offset(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("")
