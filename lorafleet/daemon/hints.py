@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 from lorafleet.daemon.listening import serve_in_thread
 from lorafleet.daemon.metrics import HINT_OUTCOMES
 from lorafleet.inventory.model import Inventory
+from lorafleet.logs.records import storable
 from lorafleet.policy.events import RequestEvent
 
 log = logging.getLogger("lorafleet.daemon")
@@ -120,6 +121,9 @@ class HintIngress:
             self.count("bad")
             return
         request_id = headers.get(names.request_id)
+        if not storable(model, tenant, request_id):  # a lone surrogate: the journal could not keep its counts
+            self.count("bad")
+            return
         hint = Hint(at, model, None if tenant is None else str(tenant), request_id or None)
         try:
             self.queue.put_nowait(hint)

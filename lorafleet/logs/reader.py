@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from lorafleet.errors import InputError
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.nginx import NginxFormat
-from lorafleet.logs.records import LogTally
+from lorafleet.logs.records import LogTally, storable
 from lorafleet.logs.timeparse import TimeParseError, parse_time
 from lorafleet.policy.events import ADAPTER, BASE, UNKNOWN, RequestEvent
 from lorafleet.units import plural
@@ -94,18 +94,6 @@ class NameResolver:
             if host and port:
                 return self.engines.get(f"{host}:{port}")
         return None
-
-
-def _storable(value: Any) -> bool:
-    """Whether a value read from a log is text the journal can store: JSON's `\\ud800` escape makes a lone
-    surrogate, which UTF-8 cannot encode (SQLite would refuse the whole batch it is in)."""
-    if value is None or not isinstance(value, str):
-        return value is None or isinstance(value, (int, float, bool)) or _storable(str(value))
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _dig(record: Any, path: str) -> Any:
@@ -223,7 +211,7 @@ class LineParser:
         status = numbers.get("status")
         tenant = None if self._tenant is None else dig(self._tenant)
         request_id = None if self._request_id is None else dig(self._request_id)
-        if not (_storable(raw_model) and _storable(tenant) and _storable(request_id)):
+        if not storable(raw_model, tenant, request_id):
             self.tally.bad("not storable text (a lone surrogate)")
             return None
         # The line's time is the request's end; with its duration, the arrival is known. A duration that is not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 
@@ -46,3 +47,16 @@ class LogTally:
             self.bad_reasons[k] = self.bad_reasons.get(k, 0) + v
         for k, v in other.unknown_names.items():
             self.unknown_names[k] = self.unknown_names.get(k, 0) + v
+
+
+def storable(*values: Any) -> bool:
+    """Whether every value is text the journal can store: JSON's `\\ud800` escape makes a lone surrogate, which
+    UTF-8 cannot encode (SQLite would refuse the whole batch it is in). A value that is not text is stored as its
+    `str`."""
+    try:
+        for value in values:
+            if value is not None:
+                (value if isinstance(value, str) else str(value)).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 from lorafleet.logs.follow import Checkpoint
+from lorafleet.logs.records import storable
 from lorafleet.measures import hit_ratio
 from lorafleet.store.db import ActionRow, Store, write_actions
 from lorafleet.times import hour_key
@@ -106,23 +107,13 @@ def commit_or_drop(
         return 0
     except (sqlite3.Error, UnicodeError, ValueError):
         pass
-    kept_rollups = {key: o for key, o in rollups.items() if _storable(*key)}
-    kept_actions = [a for a in actions if _storable(a.at, a.source, a.adapter, a.engine, a.action, a.error, a.reason)]
-    kept_errors = [e for e in errors if _storable(*e)]
+    kept_rollups = {key: o for key, o in rollups.items() if storable(*key)}
+    kept_actions = [a for a in actions if storable(a.at, a.source, a.adapter, a.engine, a.action, a.error, a.reason)]
+    kept_errors = [e for e in errors if storable(*e)]
     dropped = len(rollups) - len(kept_rollups) + len(actions) - len(kept_actions) + len(errors) - len(kept_errors)
     note = (store.clock(), "daemon", f"{dropped} journal rows could not be stored (not UTF-8 text) and were dropped")
     commit_progress(store, kept_rollups, checkpoints, log_counts, kept_actions, [*kept_errors, note], memory)
     return dropped
-
-
-def _storable(*values: str | None) -> bool:
-    try:
-        for value in values:
-            if value is not None:
-                value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _write_rollups(db: sqlite3.Connection, rollups: Mapping[RollupKey, Outcomes]) -> None:

@@ -76,3 +76,13 @@ def test_the_ingress_takes_the_model_from_the_body_and_the_tenant_from_a_header(
     got = ingress.take()
     assert [(h.model, h.tenant, h.request_id) for h in got] == [("a0", "blue", "r1"), ("a1", "u", None)]
     assert ingress.counts["queued"] == 2 and ingress.counts["dropped"] == 1 and ingress.counts["bad"] == 1
+
+
+def test_a_hint_whose_names_the_journal_cannot_store_is_bad_not_queued() -> None:
+    """JSON's \\ud800 is a lone surrogate: queued, its request's counts would be dropped at the journal's commit,
+    and the log line it joins lost with them."""
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    ingress.offer(b'{"model": "a0", "user": "\\ud800"}', {}, 1.0)
+    ingress.offer(b'{"model": "a0", "user": "u"}', {}, 2.0)
+    assert [h.tenant for h in ingress.take()] == ["u"]
+    assert ingress.counts["queued"] == 1 and ingress.counts["bad"] == 1
