@@ -219,7 +219,7 @@ def test_the_clock_follows_a_lines_writing_not_its_requests_arrival(tmp_path: Pa
 
     inv = make_inventory(tmp_path, adapters=2)
     log = tmp_path / "access.jsonl"
-    t0 = 1_800_000_000.0
+    t0 = 1_700_000_000.0  # in the past: a live line dated more than a day ahead of the clock is a bad line
     log.write_text("".join(json.dumps({"ts": t0 + i, "model": "a0", "duration_s": 5.0}) + "\n" for i in range(3)))
     with open_store(tmp_path / "s.db") as store:
         opts = DaemonOptions(shadow=True, once=True, from_start=True, logs=(str(log),), retention_days=3650.0)
