@@ -88,6 +88,8 @@ def settings(ctx: click.Context | None = None) -> Settings:
 def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if value is None or (value == 0 and param.name == "verbose"):
         return value
+    if value == "":  # `--state ""` (an unset variable in a script) must not quietly mean the default file
+        raise click.BadParameter("an empty path")
     s = settings(ctx)
     if param.name == "verbose":
         s.verbose += value

@@ -104,6 +104,13 @@ def test_stats_refuses_a_moment_outside_its_journals_years(run_cli, moment: str,
     assert result.exit_code == 2 and "is not between 1970 and 2999" in result.stderr
 
 
+@pytest.mark.parametrize(("option", "shown"), [("--state", "'--state'"), ("-i", "'-i' / '--inventory'")])
+def test_an_empty_path_is_refused_not_taken_for_the_default(run_cli, option: str, shown: str) -> None:
+    """`--state "$STATE"` with STATE unset must not read or write the default journal."""
+    result = run_cli("stats", option, "")
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: Invalid value for {shown}: an empty path")
+
+
 def test_usage_errors_are_one_line_and_exit_2(run_cli) -> None:
     result = run_cli("inventory", "check", "--bogus")
     assert result.exit_code == 2
