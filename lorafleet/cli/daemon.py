@@ -66,8 +66,15 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str | None)
     if value.isdigit() and param.name == "hints_addr":
         value = f"127.0.0.1:{value}"  # a bare port: loopback
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"{value!r} is not HOST:PORT (or 'off')")
+    bracketed = host.startswith("[") and host.endswith("]") and host.count("[") == host.count("]") == 1
+    if (
+        not sep
+        or not host
+        or not port.isdigit()
+        or int(port) > 65535
+        or (("[" in host or "]" in host) and not bracketed)
+    ):
+        raise click.BadParameter(f"{value!r} is not HOST:PORT, [IPV6]:PORT (or 'off')")
     return value
 
 

@@ -128,8 +128,9 @@ def test_cli_once_prints_the_summary_as_json(tmp_path: Path, run_cli) -> None:  
 
 def test_cli_refuses_a_bad_metrics_address(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     synth = synthesize("seed", 10, 1, tmp_path / "t")
-    result = run_cli("daemon", "-i", str(synth.inventory_path), "--metrics-addr", "nowhere")
-    assert result.exit_code == 2 and "HOST:PORT" in result.stderr
+    for bad in ("nowhere", "[::1:0", "::1]:0", "127.0.0.1:99999"):
+        result = run_cli("daemon", "-i", str(synth.inventory_path), "--metrics-addr", bad)
+        assert result.exit_code == 2 and "HOST:PORT" in result.stderr, bad
 
 
 def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(tmp_path: Path) -> None:
