@@ -21,6 +21,9 @@ BARS = "▁▂▃▄▅▆▇█"
 SERIES_BUCKETS = 12
 
 
+KEY_WIDTH = 32  # the narrow table's longest tenant, adapter or engine name; --wide shows them whole
+
+
 def sparkline(values: list[float | None]) -> str:
     return "".join(" " if v is None else BARS[max(0, min(len(BARS) - 1, int(v * len(BARS))))] for v in values)
 
@@ -237,9 +240,12 @@ def render(snap: Snapshot, by: str, wide: bool) -> list[Any]:
     ]
     report = Report(f"by {by}, what needs attention first", columns, wide)
     for row in d["by"]:
+        key = safe(row["key"] or "-")
+        if not wide:  # a name of hundreds of characters (it came from a log) would squeeze every other column
+            key.truncate(KEY_WIDTH, overflow="ellipsis")
         report.add(
             {
-                by: safe(row["key"] or "-"),
+                by: key,
                 "tier": row.get("tier") or "",
                 "requests": f"{row['requests']:,}",
                 "hit %": f"{row['hit_ratio']:.1%}",

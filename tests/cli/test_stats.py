@@ -145,6 +145,13 @@ def test_tables_fit_80_columns(tmp_path: Path, run_cli) -> None:
     loads = run_cli("stats", "loads", "--state", str(db), *WINDOW, env={"COLUMNS": "80"})
     assert loads.exit_code == 0 and max(len(x) for x in loads.stdout.splitlines()) <= 80
     assert "refused ✗" in loads.stdout
+    with open_store(db) as store:  # a tenant named by a log line of 256 characters: the others stay readable
+        commit_progress(store, rollups={(T0 + "03Z", "t" * 256, "a1", "h/e0"): Outcomes(1, 1, 0, 0, 0, 0, 0.0, 0.0)})
+    long = run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "tenant", env={"COLUMNS": "80"})
+    assert long.exit_code == 0 and max(len(line) for line in long.stdout.splitlines()) <= 80
+    header = next(line for line in long.stdout.splitlines() if line.startswith("tenant"))
+    assert "requests" in header and "hit %" in header and "misses" in header, long.stdout
+    assert "t" * 31 + "…" in long.stdout and "t" * 33 not in long.stdout
 
 
 def test_stats_loads_filters(tmp_path: Path, run_cli) -> None:
