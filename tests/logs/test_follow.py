@@ -28,6 +28,16 @@ def append(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def following(tmp_path: Path) -> tuple[Path, LogFollower]:
+    """A log followed from its start, its first line ("1") read."""
+    log = tmp_path / "a.log"
+    log.write_text("")
+    tail = LogFollower([str(log)], from_start=True)
+    append(log, "1\n")
+    assert lines_of(tail) == [b"1\n"]
+    return log, tail
+
+
 def test_first_start_reads_from_the_end_unless_from_start(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("old 1\nold 2\n")
@@ -60,11 +70,7 @@ def test_starting_at_the_end_does_not_cut_a_line_being_written(tmp_path: Path) -
 
 
 def test_rotation_by_rename_reads_the_old_file_to_its_end_then_the_new_one(tmp_path: Path) -> None:
-    log = tmp_path / "a.log"
-    log.write_text("")
-    tail = LogFollower([str(log)], from_start=True)
-    append(log, "1\n")
-    assert lines_of(tail) == [b"1\n"]
+    log, tail = following(tmp_path)
     append(log, "2\nlast-without-newline")
     os.rename(log, tmp_path / "a.log.1")
     assert lines_of(tail) == [b"2\n"]  # path missing: the old file is read on; its writer may not be done
@@ -88,11 +94,7 @@ def test_rotation_by_rename_with_the_new_file_already_there(tmp_path: Path) -> N
 
 def test_a_device_or_a_fifo_put_where_the_log_was_is_not_followed_and_a_file_there_again_is(tmp_path: Path) -> None:
     """/dev/zero would be read for ever and a FIFO's open blocks (SIGTERM never got a chance): neither is a log."""
-    log = tmp_path / "a.log"
-    log.write_text("")
-    tail = LogFollower([str(log)], from_start=True)
-    append(log, "1\n")
-    assert lines_of(tail) == [b"1\n"]
+    log, tail = following(tmp_path)
     append(log, "2\n")
     log.unlink()
     log.symlink_to("/dev/zero")
