@@ -19,8 +19,6 @@ from lorafleet.errors import InputError
 
 BARS = "▁▂▃▄▅▆▇█"
 SERIES_BUCKETS = 12
-
-
 KEY_WIDTH = 32  # the narrow table's longest tenant, adapter or engine name; --wide shows them whole
 
 

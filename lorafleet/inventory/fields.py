@@ -111,8 +111,8 @@ class Checker:
             rule = "positive" if minimum == 1 else f"at least {minimum}"
             self.add(m, key, p, f"must be {rule}, got {value}")
             return INVALID
-        if value > (MAX_COUNT if maximum is None else maximum):  # a count, a size, a rank: none is past 2^31
-            bound = MAX_COUNT if maximum is None else maximum
+        bound = MAX_COUNT if maximum is None else maximum  # a count, a size, a rank: none is past 2^31
+        if value > bound:
             got = str(value) if value < 10**20 else f"a number of {len(str(value))} digits"
             self.add(m, key, p, f"must be at most {bound}, got {got}")
             return INVALID

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import stat
 from pathlib import Path
 
 from lorafleet.collector import paused
@@ -23,6 +22,7 @@ from lorafleet.inventory.hosts import Spot, read_hosts, read_settings
 from lorafleet.inventory.merge import merge_documents
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.inventory.yamlsource import LDict, load_yaml
+from lorafleet.paths import is_device
 from lorafleet.units import plural
 
 log = logging.getLogger("lorafleet.inventory")
@@ -37,7 +37,7 @@ def inventory_files(path: str | Path) -> list[Path]:
             raise InputError(f"{root}: folder holds no .yaml or .yml files")
         return files
     if root.exists():
-        if not (root.is_file() or stat.S_ISFIFO(root.stat().st_mode)):  # a pipe: `-i <(make-inventory)`
+        if is_device(root):
             raise InputError(f"inventory {str(root)!r} is not a file (a device?)")
         return [root]
     raise InputError(

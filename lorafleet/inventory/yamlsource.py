@@ -7,7 +7,6 @@ so that validation can name `file:line` for every field.
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,6 +14,7 @@ import yaml
 
 from lorafleet.collector import paused
 from lorafleet.errors import Problem
+from lorafleet.paths import is_device
 
 
 def _fast_loader() -> Any:
@@ -186,7 +186,7 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
     file = display or str(path)
     problems: list[Problem] = []
     try:
-        if stat.S_ISCHR(mode := path.stat().st_mode) or stat.S_ISBLK(mode):  # /dev/zero: read until memory ends
+        if is_device(path):  # /dev/zero: read until memory ends
             return None, [Problem(file, None, "", "is a device, expected a YAML file")]
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

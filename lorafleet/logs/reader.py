@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -21,6 +20,7 @@ from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.nginx import NginxFormat
 from lorafleet.logs.records import LogTally, storable
 from lorafleet.logs.timeparse import TimeParseError, parse_time
+from lorafleet.paths import is_device
 from lorafleet.policy.events import ADAPTER, BASE, UNKNOWN, RequestEvent
 from lorafleet.units import plural
 
@@ -288,14 +288,12 @@ def source_for(path: str | os.PathLike[str], inventory: Inventory) -> LogSource:
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
     """Raw lines, each capped so a line without newlines cannot exhaust memory; a log that cannot be opened (a
     folder, no permission) is an input error naming it."""
+    if is_device(path):
+        raise InputError(f"cannot read log {os.fspath(path)}: a device, not a file")
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed by the with below; only the open's failure is the input's
     except OSError as exc:
         raise InputError(f"cannot read log {os.fspath(path)}: {exc.strerror}") from exc
-    mode = os.fstat(fh.fileno()).st_mode
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero would be read for ever; a pipe is read as a log
-        fh.close()
-        raise InputError(f"cannot read log {os.fspath(path)}: a device, not a file")
     with fh:
         while True:
             line = fh.readline(MAX_LINE_BYTES + 1)
