@@ -161,6 +161,14 @@ def test_one_daemon_per_state_file_and_a_standby_takes_over_from_the_checkpoint(
     link.symlink_to(state)  # the same journal by another name: the same lock (two daemons counted every line twice)
     third = daemon_once(inv, link)
     assert third.returncode == 2 and f"pid {active.proc.pid} on " in third.stderr
+    hard = tmp_path / "other" / "hard.db"
+    hard.parent.mkdir()
+    os.link(state, hard)  # the same file under a name no symlink leads from: its own lock file, the same journal
+    fourth = daemon_once(inv, hard)
+    assert fourth.returncode == 2, fourth.stderr
+    assert f"another daemon is running on the state file {hard}: a daemon that opened it by another name" in (
+        fourth.stderr
+    )
     standby = daemon_process(inv, state, "--shadow", "--standby")
     wait_for(lambda: "standby:" in standby.log(), what="the standby to wait")
     t0 = time.time()
