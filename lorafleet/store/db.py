@@ -284,6 +284,10 @@ class Store:
             )
 
 
+# How long a reader waits for a lock: a daemon in WAL mode never blocks one, so only an exclusive holder does.
+READ_WAIT_S = 10.0
+
+
 def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
     """SQLite's read-only mode; where even its shared-memory file cannot be made (a read-only mount), the file is
     read as immutable (nothing else may write it then, which is what such a mount means)."""
@@ -292,11 +296,20 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
     for flags in ("mode=ro", "mode=ro&immutable=1"):
         try:
             connection = sqlite3.connect(
-                f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=30.0, isolation_level=None
+                f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=READ_WAIT_S, isolation_level=None
             )
-            connection.execute("PRAGMA busy_timeout=30000")
+            connection.execute(f"PRAGMA busy_timeout={int(READ_WAIT_S * 1000)}")
             done = _applied(connection)
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+                # Held exclusively by another process (a daemon's WAL never blocks a reader this long). Read as
+                # immutable, the file would answer without the journal's latest commits: a wrong answer, not
+                # a slow one.
+                raise InputError(
+                    f"state database {path}: locked by another process (waited {READ_WAIT_S:g} s)",
+                    hint="something holds it in exclusive mode (sqlite3's locking_mode=EXCLUSIVE?); try again when "
+                    "it has finished",
+                ) from exc
             last = exc
             continue
         known = {name for name, _ in MIGRATIONS}

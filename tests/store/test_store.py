@@ -98,6 +98,30 @@ def test_read_only_state_file_is_an_input_error_for_writers_and_readable_for_rea
         assert [r.adapter for r in store.loads()] == ["a"]
 
 
+def test_a_reader_of_a_journal_held_exclusively_gets_an_error_not_the_file_without_its_latest_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as immutable (the read-only mount's way), the file would answer from its main file alone: commits
+    still in the write-ahead log would be missing, and `stats` would show a wrong count, exit 0."""
+    import lorafleet.store.db as db
+
+    monkeypatch.setattr(db, "READ_WAIT_S", 0.2)
+    path = tmp_path / "s.db"
+    with open_store(path) as store:
+        store.record_action(record("a"))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("SELECT COUNT(*) FROM schema_migrations").fetchall()
+    try:
+        with pytest.raises(InputError, match=r"s\.db: locked by another process \(waited 0\.2 s\)"):
+            open_store(path, read_only=True)
+    finally:
+        holder.close()
+    with open_store(path, read_only=True) as store:
+        assert [r.adapter for r in store.loads()] == ["a"]
+
+
 def test_concurrent_first_open_by_several_processes(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     code = """
