@@ -27,7 +27,7 @@ time is passed in, and it never runs backwards (a request older than one already
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 from lorafleet.drive.simulated import SimulatedEngines
@@ -145,6 +145,21 @@ class Held:
     counts: Counts
     answers: list[Answer]
     released: bool = False
+    tenant: str | None = None  # the log line's, where it names another than the hint did: answers are filed so
+
+
+def _filed_under(served: Served, tenant: str) -> Served:
+    return served._replace(event=replace(served.event, tenant=tenant))
+
+
+def _retagged(answer: Answer, tenant: str) -> Answer:
+    if isinstance(answer, Served):
+        return _filed_under(answer, tenant)
+    if isinstance(answer, Waited):
+        return answer._replace(request=_filed_under(answer.request, tenant))
+    if isinstance(answer, Unserved):
+        return answer._replace(event=replace(answer.event, tenant=tenant))
+    return answer  # an action: no tenant
 
 
 class Session:
@@ -210,7 +225,7 @@ class Session:
         now = self._at(event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
-            self._release(held)
+            self._release(held, event)
             return calls
         more = self._arrive(now, event, engine, None)
         return calls + more if calls else more
@@ -275,10 +290,17 @@ class Session:
             return self.counts, self.answers
         return held.counts, held.answers if self.answers is not None else None
 
-    def _release(self, held: Held) -> None:
+    def _release(self, held: Held, line: RequestEvent) -> None:
         """A hinted request's log line came: what its arrival counted is counted now (a wait still to come, on a
-        simulated load, goes straight to the session's counts)."""
+        simulated load, goes straight to the session's counts). The line is the record of truth: where it names
+        a tenant the hint did not (a request-id join; a gateway that sends no tenant header), the request is
+        filed under the line's."""
         held.released = True
+        if line.tenant is not None and held.answers:
+            first = held.answers[0]
+            if isinstance(first, Served | Unserved) and first.event.tenant != line.tenant:
+                held.tenant = line.tenant
+                held.answers = [_retagged(answer, line.tenant) for answer in held.answers]
         counts = self.counts
         for name in _COUNTED:
             setattr(counts, name, getattr(counts, name) + getattr(held.counts, name))
@@ -524,6 +546,8 @@ class Session:
     def _waited(self, served: Served | None, waited: float, cold: float, used: bool, held: Held | None) -> None:
         counts, answers = self._sink(held)
         avoided = max(0.0, cold - waited) if used else 0.0
+        if served is not None and held is not None and held.tenant is not None:
+            served = _filed_under(served, held.tenant)
         counts.cold_ms_paid += waited
         counts.cold_ms_avoided += avoided
         if served is not None and answers is not None:

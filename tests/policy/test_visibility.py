@@ -141,6 +141,29 @@ def test_a_hint_whose_log_line_never_comes_is_never_counted(tmp_path: Path) -> N
     assert not [a for a in session.take_answers() if not hasattr(a, "call")]  # no request's answer either
 
 
+def test_a_hinted_request_is_filed_under_its_log_lines_tenant_where_the_hint_named_none(tmp_path: Path) -> None:
+    """Joined by request id, a hint from a gateway that sends no tenant header and its line naming the tenant are
+    one request of that tenant: its answers, and the wait that comes after the line, say so (stats by tenant)."""
+    from lorafleet.drive.session import Served, Waited
+
+    inv = two_slot_inventory(tmp_path)
+    session = Session(PolicyCore(inv, MarkovPolicy()), simulate=True, answers=True)
+    session.start(1000.0)
+    _, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant=None, base_model="m", request_id="r1"))
+    session.request(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m", seen=1000.0), held=held)
+    _, other = session.hint(RequestEvent(1000.0, ADAPTER, "a1", tenant="u", base_model="m", request_id="r2"))
+    session.request(RequestEvent(1000.0, ADAPTER, "a1", tenant=None, base_model="m", seen=1000.0), held=other)
+    first = session.take_answers()
+    served = [(a.event.adapter, a.event.tenant) for a in first if isinstance(a, Served)]
+    assert served == [("a0", "t"), ("a1", "u")]  # a line naming no tenant leaves the hint's
+    assert not [a for a in first if isinstance(a, Waited)]  # the loads are still running
+    session.advance(1010.0)  # the loads are done: the waits come now, after the lines
+    waited = [
+        (a.request.event.adapter, a.request.event.tenant) for a in session.take_answers() if isinstance(a, Waited)
+    ]
+    assert sorted(waited) == [("a0", "t"), ("a1", "u")]
+
+
 def test_a_prefetch_timed_from_a_log_line_counts_the_gap_from_the_requests_arrival(tmp_path: Path) -> None:
     """Steps 2 s apart (1 s of generation, 1 s of thought), each learned at its end: the predictor times the
     next step's prefetch from the arrival, so it is there 1 s later; timed from the end it would come too late."""
