@@ -466,3 +466,28 @@ def test_a_pin_limit_holds_across_several_pins(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}])
     planned = plan_residency(inv, {"a0": 1.0, "a1": 1.0, "a2": 1.0}, ["a0", "a1"])
     assert [p.adapter for p in planned.placements if p.pinned] == ["a0"]  # one pin: one GPU slot stays free
+
+
+class _PrefetchA1AtStart(Policy):
+    def start(self, now: float) -> list[Decision]:
+        return self.core.load(now, "h/e0", "a1", PREFETCH, tuple)
+
+
+def test_a_request_waiting_on_a_prefetch_still_loading_is_credited_the_load_time_it_did_not_wait(
+    tmp_path: Path,
+) -> None:
+    from lorafleet.drive.session import Session, Waited
+    from lorafleet.policy.core import LATE, PolicyCore
+
+    core = PolicyCore(make_inventory(tmp_path, adapters=2), _PrefetchA1AtStart())
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a1"])
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    session.request(replace(stream([1])[0], time=1000.0 + cold / 4000.0))  # a quarter of its load is done
+    session.finish()
+    counts = session.counts
+    assert (counts.late, counts.prefetch_used) == (1, 1)
+    assert counts.cold_ms_paid == pytest.approx(0.75 * cold)
+    assert counts.cold_ms_avoided == pytest.approx(0.25 * cold)  # the quarter it did not wait
+    (waited,) = [a for a in session.take_answers() if isinstance(a, Waited)]
+    assert waited.request.outcome == LATE and waited.avoided_ms == pytest.approx(0.25 * cold)

@@ -250,3 +250,19 @@ def test_a_context_long_unseen_is_dropped_at_a_rescale() -> None:
     assert ("t", "x", "a") not in demand.transitions2 and ("t", "x", "a") not in demand.transition2_seen
     assert ("t", "c", "d") in demand.transitions2  # the recent ones stay
     assert ("t", "a") in demand.transitions  # the first order keeps everything, as before
+
+
+def test_a_tenants_share_is_its_aged_share_of_all_requests() -> None:
+    demand = DemandModel(half_life=50)
+    for i in range(2000):
+        demand.observe("small" if i % 10 == 0 else "big", "a")
+    assert demand.tenant_share("small") == pytest.approx(0.1, abs=0.03)  # one request in ten
+    assert demand.tenant_share("big") == pytest.approx(0.9, abs=0.05)
+    assert demand.tenant_share("nobody") == 0.0
+
+
+def test_requests_at_one_instant_are_a_burst_not_a_period() -> None:
+    demand = DemandModel()
+    for _ in range(6):  # five gaps of 0 s: no rhythm to prefetch on
+        demand.observe("t", "burst", 1000.0)
+    assert demand.period("burst") is None

@@ -367,3 +367,15 @@ def test_over_budget_a_prefetch_is_not_made_and_a_demand_load_takes_the_engines_
     assert set(state.resident) == {"a0", "a1", "a2", "a3"}
     decisions = core.load(0.0, "h/e0", "a4", "demand", lambda: ["a2", "a1", "a0", "a3"], complete=True)
     assert [(d.action, d.adapter) for d in decisions] == [("evict", "a0"), ("load", "a4")]
+
+
+def test_a_demand_miss_keeps_a_pinned_oldest_adapter_by_an_unpaid_touch_never_a_bypass(tmp_path: Path) -> None:
+    """Pins are kept at any cost, and a demand load always makes room: on vLLM with no touch credit, when the
+    engine's own victim (the least recently used, a0) is pinned, a0 is touched and the next oldest goes."""
+    core = full_engine(tmp_path)  # touch budget 0: no credit is ever earned
+    core.book.engines["h/e0"].pins.add("a0")
+    event = stream([4])[0]
+    outcome, decisions = core.on_request(event.time, event, "h/e0")
+    assert outcome == "miss"
+    assert [(d.action, d.adapter) for d in decisions] == [("touch", "a0"), ("evict", "a1"), ("load", "a4")]
+    assert "a0" in core.book.engines["h/e0"].resident and "a4" in core.book.engines["h/e0"].in_flight

@@ -74,3 +74,13 @@ def test_kind_profiles_are_the_one_table() -> None:
     assert equivalent_key("max_loaded_loras", VLLM) == "max_cpu_loras"
     assert VLLM.flag("max_cpu_loras") == "--max-cpu-loras"
     assert VLLM.max_pinned(1) == 0 and SGLANG.max_pinned(8) == 7
+
+
+def test_an_engine_holding_the_adapter_ranks_before_one_loading_it_whatever_the_pool_order(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINES)
+    book = ResidencyBook.from_inventory(inv)
+    pool = ["h/e0", "h/e1", "h/e2"]
+    book["h/e0"].start_load("a0", 1)  # loading on the first of the pool ...
+    book["h/e2"].admit("a0", 1)  # ... resident on the last
+    assert rank_engines("a0", pool, book.engines) == ["h/e2", "h/e0", "h/e1"]
+    assert choose_engine("a0", pool, book.engines) == "h/e2"  # rank_engines' first is choose_engine's

@@ -61,3 +61,12 @@ def test_only_an_engine_that_holds_pins_keeps_them_past_its_lru(tmp_path: Path) 
         assert ("a0" in engines.holds("h/e0")) is kept, kind
         engines.unload("h/e0", "a0")
         assert "a0" not in engines.holds("h/e0")
+
+
+def test_a_request_arriving_the_instant_its_load_completes_is_a_hit(tmp_path: Path) -> None:
+    """As in the session, where a completion at a request's instant is taken first (Session.advance)."""
+    engines, _ = standins(tmp_path)
+    engines.use(1000.0, "h/e0", "a0")
+    ready = engines.ready_at("h/e0", "a0")
+    assert ready is not None and ready > 1000.0
+    assert engines.arrive(ready, "h/e0", "a0") == (HIT, 0.0)
