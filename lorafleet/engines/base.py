@@ -107,18 +107,31 @@ def api_key(engine: Engine) -> str | None:
             key = data.decode("utf-8").strip()
         except UnicodeDecodeError:
             raise MissingApiKeyError(f"{where} is not UTF-8 text") from None
-        if not key or any(ch in key for ch in "\r\n"):
+        if not _one_token(key):
             raise MissingApiKeyError(f"{where} should hold the key alone, on one line")
         return key
     if engine.api_key_env is None:
         return None
-    value = os.environ.get(engine.api_key_env)
+    value = (os.environ.get(engine.api_key_env) or "").strip()  # a secret made from a file ends in a newline
     if not value:
         raise MissingApiKeyError(
             f"engine {engine.key}: environment variable {engine.api_key_env} (its API key) is not set",
             hint=f"export {engine.api_key_env}=... before running lorafleet",
         )
+    if not _one_token(value):
+        raise MissingApiKeyError(
+            f"engine {engine.key}: environment variable {engine.api_key_env} holds spaces or control characters "
+            "inside the key",
+            hint="set it to the key alone",
+        )
     return value
+
+
+def _one_token(key: str) -> bool:
+    """A key an Authorization header can carry as it is: no whitespace or control character inside (the HTTP
+    library would refuse the header with an error quoting it, and a key altered on the way is no longer
+    recognised, and masked, where an engine echoes it)."""
+    return bool(key) and not any(ch.isspace() or _CONTROL.match(ch) for ch in key)
 
 
 @dataclass(frozen=True)
@@ -140,8 +153,9 @@ class Reply:
             raise ValueError("JSON nested too deeply") from exc
 
 
-def error_message(response: Reply) -> str:
-    """The engine's own message from any of the error body shapes vLLM and SGLang use, or the plain text."""
+def error_message(response: Reply, redact: Callable[[str], str] = str) -> str:
+    """The engine's own message from any of the error body shapes vLLM and SGLang use, or the plain text;
+    `redact` runs on it whole, before it is cut to one line (a key cut in two would no longer be found)."""
     text = response.text.strip()
     try:
         body = response.json()
@@ -150,13 +164,13 @@ def error_message(response: Reply) -> str:
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return _one_line(str(error["message"]))
+            return _one_line(redact(str(error["message"])))
         for key in ("message", "error_message", "detail"):
             if isinstance(body.get(key), str) and body[key]:
-                return _one_line(body[key])
+                return _one_line(redact(body[key]))
         if isinstance(error, str) and error:
-            return _one_line(error)
-    return _one_line(text) or f"HTTP {response.status_code}"
+            return _one_line(redact(error))
+    return _one_line(redact(text)) or f"HTTP {response.status_code}"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -261,15 +275,25 @@ class EngineClient:
                 retryable = retry_whole
             except httpx.ConnectError as exc:
                 log.info("%s: %s %s: cannot connect", key, method, path)
-                failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({_one_line(str(exc))})")
+                reason = _one_line(self._redact(str(exc)))
+                failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({reason})")
             except httpx.TransportError as exc:
-                failure = EngineUnavailableError(key, f"{key}: {method} {path} broke off ({_one_line(str(exc))})")
+                reason = _one_line(self._redact(str(exc)))
+                failure = EngineUnavailableError(key, f"{key}: {method} {path} broke off ({reason})")
                 retryable = retry_whole
             else:
-                if response.status_code < 400:
+                if response.status_code < 300:
                     return response
+                if response.status_code < 400:  # redirects are never followed: the engine's own URL is the one
+                    where = _one_line(self._redact(response.headers.get("Location", "")), 120) or "nowhere"
+                    raise EngineRejectedError(
+                        key,
+                        f"{key}: HTTP {response.status_code}: {method} {path} answered a redirect to {where}, "
+                        "not followed",
+                        response.status_code,
+                    )
                 # An engine that echoes the request's Authorization header must not put the key in the journal.
-                message = self._redact(f"{key}: HTTP {response.status_code}: {error_message(response)}")
+                message = f"{key}: HTTP {response.status_code}: {error_message(response, self._redact)}"
                 if (response.status_code < 500 and response.status_code != 429) or self.is_final(message):
                     raise EngineRejectedError(key, message, response.status_code)
                 failure = EngineUnavailableError(key, message, response.status_code)
@@ -313,7 +337,7 @@ class EngineClient:
         ms = (time.monotonic() - started) * 1000
         log.info("%s: %s %s -> %d in %.0f ms", self.engine.key, method, path, reply.status_code, ms)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s: answer %s", self.engine.key, self._redact(_one_line(reply.text, 500)))
+            log.debug("%s: answer %s", self.engine.key, _one_line(self._redact(reply.text), 500))
         return reply
 
     def _redact(self, text: str) -> str:

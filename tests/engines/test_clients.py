@@ -146,6 +146,54 @@ def test_an_engine_echoing_the_key_or_terminal_escapes_in_an_error_leaves_neithe
     assert caught.value.message.endswith("HTTP 401: denied for Authorization: Bearer *** [2J")
 
 
+def test_a_key_variable_ending_in_a_newline_is_the_key_and_one_with_whitespace_inside_is_refused_unechoed(
+    httpx_mock: HTTPXMock, monkeypatch
+) -> None:
+    """A secret made from a file (`kubectl create secret --from-file`) ends in a newline: the HTTP library would
+    refuse the header with an error quoting the key, which went to the table and the journal."""
+    monkeypatch.setenv("TEST_VLLM_KEY", "sk-test-secret\n")
+    httpx_mock.add_response(url=f"{URL}/health", match_headers={"Authorization": "Bearer sk-test-secret"})
+    assert client(api_key_env="TEST_VLLM_KEY").health()
+    monkeypatch.setenv("TEST_VLLM_KEY", "sk-test\tsecret")
+    with pytest.raises(MissingApiKeyError) as caught:
+        client(api_key_env="TEST_VLLM_KEY")
+    assert "TEST_VLLM_KEY" in str(caught.value) and "sk-test" not in str(caught.value)
+
+
+def test_a_key_echoed_past_the_messages_length_is_masked_before_the_message_is_cut(
+    httpx_mock: HTTPXMock, monkeypatch
+) -> None:
+    key = "sk-proj-" + "A1b2C3d4" * 8
+    monkeypatch.setenv("TEST_VLLM_KEY", key)
+    body = {"error": {"message": "x" * 250 + f" Authorization: Bearer {key}"}}  # cut 300 characters in
+    httpx_mock.add_response(method="POST", url=f"{URL}/v1/load_lora_adapter", status_code=401, json=body)
+    with pytest.raises(EngineRejectedError) as caught:
+        client(api_key_env="TEST_VLLM_KEY").load("a", "/p/a")
+    assert "A1b2C3d4" not in caught.value.message and "Bearer ***" in caught.value.message
+
+
+def test_an_sglang_failure_body_echoing_the_key_is_masked_and_one_line(httpx_mock: HTTPXMock, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_SGLANG_KEY", "sk-test-secret")
+    body = {"success": False, "error_message": "bad token sk-test-secret\x1b[2J"}
+    httpx_mock.add_response(method="POST", url=f"{URL}/load_lora_adapter", json=body)
+    with pytest.raises(EngineRejectedError) as caught:
+        client("sglang", api_key_env="TEST_SGLANG_KEY").load("a", "/p/a")
+    assert caught.value.message.endswith(": bad token ***[2J") and "\x1b" not in caught.value.message
+
+
+@pytest.mark.parametrize("kind, path", [("vllm", "/v1/load_lora_adapter"), ("sglang", "/load_lora_adapter")])
+def test_a_redirect_is_a_refusal_never_a_load(httpx_mock: HTTPXMock, kind: str, path: str) -> None:
+    """A 3xx did nothing on this engine (and is not followed: the key would travel with it)."""
+    httpx_mock.add_response(
+        method="POST", url=f"{URL}{path}", status_code=307, headers={"Location": "http://127.0.0.2:9/x"}
+    )
+    with pytest.raises(EngineRejectedError) as caught:
+        client(kind).load("a", "/p/a")
+    assert caught.value.message.endswith(
+        f"HTTP 307: POST {path} answered a redirect to http://127.0.0.2:9/x, not followed"
+    )
+
+
 def test_missing_key_variable_is_named(monkeypatch) -> None:
     monkeypatch.delenv("NOT_SET_KEY", raising=False)
     with pytest.raises(MissingApiKeyError, match="NOT_SET_KEY"):
