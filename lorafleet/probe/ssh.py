@@ -156,8 +156,15 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         with _known_hosts_lock:
             path = Path(self.known_hosts)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            entry = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode()
+            with path.open("a+b") as fh:
+                # A last line without its newline (an editor's save) would be glued to the new entry: then
+                # neither parses, and every host of the file is refused.
+                if fh.seek(0, os.SEEK_END) > 0:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        entry = b"\n" + entry
+                fh.write(entry)
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 

@@ -73,6 +73,22 @@ def test_unknown_host_key_refused_then_accepted_with_flag(ssh_inventory, run_cli
     assert code == 0
 
 
+def test_a_host_key_accepted_into_a_file_whose_last_line_has_no_newline_starts_a_line_of_its_own(
+    ssh_inventory, run_cli, tmp_path: Path
+) -> None:
+    """Glued to the last line, the new entry and that line both fail to parse: paramiko refuses the whole file."""
+    known = tmp_path / "known_hosts"
+    other = keygen(tmp_path / "other").split()
+    known.write_text(f"otherhost {other[0]} {other[1]}")  # no newline at the end
+    inv = ssh_inventory(known_hosts=known)
+    code, hosts = vram_json(run_cli, inv, "--accept-new-host-keys")
+    assert code == 0 and hosts["gpu-1"]["status"] == "ok"
+    lines = known.read_text().splitlines()
+    assert lines[0] == f"otherhost {other[0]} {other[1]}" and lines[1].split()[1] == "ssh-ed25519"
+    code, hosts = vram_json(run_cli, inv)  # the file still loads, the new key with it
+    assert code == 0, hosts
+
+
 def test_changed_host_key_is_always_refused(ssh_inventory, run_cli, sshd: Sshd, tmp_path: Path) -> None:
     impostor = keygen(tmp_path / "impostor").split()
     known = tmp_path / "known_hosts_changed"
