@@ -14,7 +14,7 @@ from lorafleet.inventory.fields import INVALID, Checker, describe
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.yamlsource import LDict, LList, load_yaml
 from lorafleet.plan.window import Demand
-from lorafleet.policy.placement import Placement, PlannedResidency
+from lorafleet.policy.placement import Placement, PlannedResidency, why_not
 
 PLAN_VERSION = 1
 
@@ -103,7 +103,17 @@ def _placements(c: Checker, doc: LDict, inventory: Inventory) -> list[Placement]
                     f"{adapter!r} is not an adapter of this inventory",
                 )
                 continue
-            out.append(Placement(adapter, str(key), bool(m.get("pinned", False))))
+            pinned = m.get("pinned", False)
+            if not isinstance(pinned, bool):  # `bool("false")` is True
+                c.add(m, "pinned", f"{path}[{i}].pinned", f"expected true or false, got {describe(pinned)}")
+                continue
+            engine = inventory.engine(str(key))
+            assert engine is not None
+            reason = why_not(inventory.adapters[adapter], engine)
+            if reason is not None:  # the engine changed since the plan was written: its loads would be refused
+                c.add(m, "adapter", f"{path}[{i}].adapter", reason)
+                continue
+            out.append(Placement(adapter, str(key), pinned))
     return out
 
 

@@ -52,6 +52,7 @@ def test_malformed_or_foreign_plans_are_refused_with_file_and_line(run_cli, tmp_
         "yaml": (text + "  : [\n", "invalid YAML"),
         "ratio": (re.sub(r"expected_hit_ratio: .*", "expected_hit_ratio: abc", text), "expected a finite number"),
         "unplaced": (re.sub(r"(?ms)^unplaced:.*", "unplaced: 5\n", text), "unplaced: expected a list of adapters"),
+        "pinned": (text.replace("pinned: false", "pinned: 'false'", 1), "pinned: expected true or false"),
     }
     device = run_cli("replay", LOG, "-i", DEMO, "--plan", "/dev/zero")  # read until memory ran out
     assert device.exit_code == 2 and device.stderr.startswith("error: /dev/zero: is a device, expected a YAML file")
@@ -61,6 +62,24 @@ def test_malformed_or_foreign_plans_are_refused_with_file_and_line(run_cli, tmp_
         result = run_cli("replay", LOG, "-i", DEMO, "--plan", str(bad))
         assert result.exit_code == 2, name
         assert words in result.stderr and f"{bad}:" in result.stderr, (name, result.stderr)
+
+
+def test_a_plan_placing_an_adapter_its_engine_can_no_longer_serve_is_refused_with_file_and_line(
+    run_cli, tmp_path: Path
+) -> None:
+    """A plan written before an engine's max_lora_rank (or base model) changed: `warm --plan` would load what
+    `warm --engine` refuses."""
+    plan = tmp_path / "plan.yaml"
+    assert run_cli("plan", "-i", DEMO, "--log", LOG, "--out", str(plan)).exit_code == 0
+    assert "adapter: code-r64" in plan.read_text().split("localhost/sglang-0:")[0]  # planned on vllm-0
+    inv = tmp_path / "inv.yaml"
+    inv.write_text((INVENTORIES / "demo.yaml").read_text().replace("max_lora_rank: 128", "max_lora_rank: 16", 1))
+    for command in (("replay", LOG, "--plan", str(plan)), ("warm", "--plan", str(plan), "--dry-run")):
+        result = run_cli(*command, "-i", str(inv))
+        assert result.exit_code == 2, result.output
+        assert f"{plan}:" in result.stderr and "code-r64 has rank 64, above localhost/vllm-0's max_lora_rank 16" in (
+            result.stderr
+        )
 
 
 def test_nothing_placeable_lists_every_adapter_and_exits_1(run_cli, tmp_path: Path) -> None:
