@@ -15,6 +15,7 @@ from click.shell_completion import CompletionItem
 from lorafleet import __version__
 from lorafleet.cli.options import global_options
 from lorafleet.errors import InventoryError, LorafleetError, Problem
+from lorafleet.stopping import Interrupted
 
 
 def _debug() -> bool:
@@ -122,16 +123,16 @@ class LorafleetGroup(click.Group):
         except click.ClickException as exc:
             _fail([exc.format_message()], None, exc.exit_code)
         except click.Abort:
-            click.echo("error: aborted", err=True)
-            sys.exit(130)
+            _fail(["aborted"], None, 130)
+        except Interrupted as exc:  # SIGTERM outside a run that reports its partial results (choosing targets)
+            _fail([exc.reason], None, exc.code)
         except LorafleetError as exc:
             if _debug():
                 raise
             problems = exc.problems if isinstance(exc, InventoryError) else None
             _fail(exc.lines(), exc.hint, exc.exit_code, problems, exc.message)
         except (KeyboardInterrupt, EOFError):
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
+            _fail(["interrupted"], None, 130)
         except BrokenPipeError:  # `lorafleet … | head`: the reader has what it wanted; leave quietly, exit 0
             _drop_stdout()
             sys.exit(0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -146,6 +147,31 @@ def test_a_signal_stops_warm_within_2s_against_a_hung_engine(
     assert proc.returncode == code, err
     assert "Traceback" not in out + err
     assert "interrupted" in err and "cancelled" in out  # the partial table
+
+
+def test_a_sigterm_while_replicas_are_chosen_is_a_one_line_error_and_a_json_one(
+    tmp_path: Path, adapter_dirs: dict[int, Path]
+) -> None:
+    """`--replicas` reads each engine's registry before the run starts (and reports partial results): a signal
+    then was a traceback, exit 1."""
+    with HostileServer("hang") as one, HostileServer("hang") as two:
+        inv = write_inventory(tmp_path, [vllm_entry("a", one.url), vllm_entry("b", two.url)], adapter_dirs)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "LORAFLEET_STATE": str(tmp_path / "s.db")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lorafleet", "warm", "-i", str(inv), "r8", "--replicas", "1", "--json"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        while one.connections + two.connections == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert err == "error: interrupted\n"
+    assert json.loads(out)["error"]["exit_code"] == 143
 
 
 def test_engine_text_is_never_markup_or_terminal_escapes(tmp_path: Path, run_cli, emulators, adapter_dirs) -> None:
