@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from lorafleet.probe.snapshot import GpuInfo
 from lorafleet.units import MIB
 
+MAX_MIB = float(1 << 30)  # a pebibyte: far past any GPU, short of figures that wreck a table
 QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "memory.free", "mig.mode.current")
 
 
@@ -23,12 +26,17 @@ def _placeholder(value: str) -> bool:
 def _mib(value: str, line_no: int, field: str) -> int | None:
     if _placeholder(value):
         return None
+    shown = repr(value[:40])
     try:
         mib = float(value)
     except ValueError as exc:
-        raise SmiParseError(f"line {line_no}: {field} {value!r} is not a number of MiB") from exc
+        raise SmiParseError(f"line {line_no}: {field} {shown} is not a number of MiB") from exc
+    if not math.isfinite(mib):  # `nan`, `inf`, `1e400`: float() takes them, no GPU has them
+        raise SmiParseError(f"line {line_no}: {field} {shown} is not a finite number of MiB")
     if mib < 0:
-        raise SmiParseError(f"line {line_no}: {field} {value!r} is negative")
+        raise SmiParseError(f"line {line_no}: {field} {shown} is negative")
+    if mib > MAX_MIB:
+        raise SmiParseError(f"line {line_no}: {field} {shown} is more memory than any GPU has")
     return round(mib * MIB)
 
 
@@ -48,9 +56,11 @@ def parse_nvidia_smi(text: str) -> list[GpuInfo]:
             )
         index, uuid, name, total, used, free, mig = parts
         try:
-            gpu_index = int(index)
-        except ValueError as exc:
-            raise SmiParseError(f"line {line_no}: GPU index {index!r} is not an integer") from exc
+            gpu_index = int(index) if len(index) <= 6 else -1
+        except ValueError:
+            gpu_index = -1
+        if gpu_index < 0:
+            raise SmiParseError(f"line {line_no}: GPU index {index[:40]!r} is not a small whole number")
         gpus.append(
             GpuInfo(
                 index=gpu_index,

@@ -30,6 +30,10 @@ def test_zero_gpus(text: str) -> None:
         ("0, GPU-x, H100, 80GB, 1, 2, Disabled", "memory.total '80GB' is not a number"),
         ("zero, GPU-x, H100, 1, 1, 0, Disabled", "GPU index 'zero'"),
         ("0, GPU-x, H100, 1, -1, 0, Disabled", "negative"),
+        ("0, GPU-x, H100, nan, 1, 0, Disabled", "memory.total 'nan' is not a finite number"),  # a host down
+        ("0, GPU-x, H100, 1e400, 1, 0, Disabled", "memory.total '1e400' is not a finite number"),  # (unreachable)
+        (f"0, GPU-x, H100, 1{'0' * 300}, 1, 0, Disabled", r"memory.total '1000.*' is more memory than any GPU"),
+        (f"{'9' * 300}, GPU-x, H100, 1, 1, 0, Disabled", "GPU index '9999.*' is not a small whole number"),
     ],
 )
 def test_garbage_is_a_parse_error(text: str, words: str) -> None:
