@@ -9,12 +9,16 @@ message, a log line or a repr.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
 import re
+import socket
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -227,6 +231,7 @@ class EngineClient:
             proxy=engine.proxy,
         )
         self._served_model: str | None = None
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # its connections' (`_trace`)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.engine.key})"
@@ -319,26 +324,55 @@ class EngineClient:
         started = time.monotonic()
         if log.isEnabledFor(logging.DEBUG) and body is not None:
             log.debug("%s: %s %s body %s", self.engine.key, method, path, self._redact(json.dumps(body)))
-        with self.http.stream(method, path, json=body, timeout=timeout) as response:
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > cap:
-                    raise EngineRejectedError(
-                        self.engine.key,
-                        f"{self.engine.key}: {method} {path} answered more than {cap} bytes (max_response_mb)",
-                        response.status_code,
-                    )
-                if time.monotonic() > deadline:
-                    raise _DeadlineError()
-                chunks.append(chunk)
-            reply = Reply(response.status_code, response.headers, b"".join(chunks))
+        # httpx's timeouts bound each read, not the whole: an engine dripping its status line and headers a
+        # byte at a time would hold the call for ever. At the deadline a watchdog shuts this client's sockets,
+        # which ends the read (the engine is then failed for the run, so no other call of it is lost).
+        cut = threading.Event()
+        watchdog = threading.Timer(remaining, self._cut, (cut,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with self.http.stream(
+                method, path, json=body, timeout=timeout, extensions={"trace": self._trace}
+            ) as response:
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > cap:
+                        raise EngineRejectedError(
+                            self.engine.key,
+                            f"{self.engine.key}: {method} {path} answered more than {cap} bytes (max_response_mb)",
+                            response.status_code,
+                        )
+                    if time.monotonic() > deadline:
+                        raise _DeadlineError()
+                    chunks.append(chunk)
+                reply = Reply(response.status_code, response.headers, b"".join(chunks))
+        except httpx.TransportError:
+            if cut.is_set():
+                raise _DeadlineError() from None
+            raise
+        finally:
+            watchdog.cancel()
         ms = (time.monotonic() - started) * 1000
         log.info("%s: %s %s -> %d in %.0f ms", self.engine.key, method, path, reply.status_code, ms)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: answer %s", self.engine.key, _one_line(self._redact(reply.text), 500))
         return reply
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: remember each connection's socket, for the watchdog."""
+        if event == "connection.connect_tcp.complete":
+            sock = info["return_value"].get_extra_info("socket")
+            if sock is not None:
+                self._sockets.add(sock)
+
+    def _cut(self, cut: threading.Event) -> None:
+        cut.set()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _redact(self, text: str) -> str:
         """Bodies for -vv and error messages: the engine's key, should an engine echo it, is masked."""

@@ -103,6 +103,12 @@ class HostileServer:
             conn.sendall(b" ")
             time.sleep(0.2)
 
+    def _headdrip(self, conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")  # the headers never end: one byte at a time
+        while not self._stop.is_set():
+            conn.sendall(b"x")
+            time.sleep(0.2)
+
     def _endless(self, conn: socket.socket) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
         block = b"x" * 65536

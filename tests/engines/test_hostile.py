@@ -37,6 +37,18 @@ def test_a_trickling_engine_is_cut_off_at_the_call_deadline() -> None:
         assert time.monotonic() - began < 3
 
 
+@pytest.mark.parametrize("method", ["registry", "load"])
+def test_an_engine_dripping_its_headers_is_cut_off_at_the_call_deadline(method: str) -> None:
+    """Each byte restarts httpx's read timeout: only the call's deadline ends it (it once ran past 100 s)."""
+    with HostileServer("headdrip") as server, client_for(server, timeout_s=5, deadline_s=1.5) as c:
+        began = time.monotonic()
+        with pytest.raises(EngineUnavailableError, match="timed out"):
+            c.registry() if method == "registry" else c.load("a", "/p/a")
+        assert time.monotonic() - began < 3
+        with pytest.raises(EngineUnavailableError, match="not retried in this run"):
+            c.registry()  # failed for the run: no second wait
+
+
 def test_an_endless_body_is_refused_at_the_size_cap() -> None:
     with (
         HostileServer("endless") as server,
