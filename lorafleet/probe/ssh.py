@@ -108,13 +108,17 @@ def resolve_target(
     jump_spec = settings.jump or looked.get("proxyjump")
     jump = None
     if jump_spec and jump_spec.lower() != "none":
-        first, _, rest = jump_spec.partition(",")
-        user, host, port = _parse_jump(first.strip())
+        # OpenSSH's order: `-J a,b` reaches a first, b through a, the target through b. So the target's own hop
+        # is the last, reached through the ones before it — or, where none are, by its own route: an inventory
+        # host keeps its `jump:`, another address its ssh_config ProxyJump.
+        *before, last = (hop.strip() for hop in jump_spec.split(","))
+        user, host, port = _parse_jump(last)
         if jump_settings and host in jump_settings:
             jump_address, base = jump_settings[host]
         else:
             jump_address, base = host, replace(settings, jump=None)
-        base = replace(base, jump=rest.strip() or None)
+        if before:
+            base = replace(base, jump=",".join(before))
         if user:
             base = replace(base, user=user)
         if port:

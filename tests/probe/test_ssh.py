@@ -130,6 +130,29 @@ def test_jump_through_an_inventory_host(ssh_inventory, run_cli) -> None:
     assert code == 0 and len(hosts["behind"]["gpus"]) == 3
 
 
+def test_an_inventory_host_used_as_a_jump_host_is_reached_by_its_own_route(ssh_inventory, run_cli, closed_port) -> None:
+    """bastion is reached only through its own jump (here a dead one): a host behind it must not be reached by
+    connecting to bastion directly, a route the inventory does not declare."""
+    inv = ssh_inventory(
+        [
+            {"name": "bastion", "ssh": f"{{jump: '127.0.0.1:{closed_port}'}}"},
+            {"name": "inner", "address": "127.0.0.1", "ssh": "{jump: bastion}"},
+        ]
+    )
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1 and hosts["bastion"]["status"] == hosts["inner"]["status"] == "unreachable", hosts
+
+
+def test_a_jump_list_is_taken_in_openssh_order(tmp_path: Path) -> None:
+    """`-J a,b`: a first, b through a, the target through b."""
+    from lorafleet.inventory.model import SshSettings
+    from lorafleet.probe.ssh import resolve_target
+
+    target = resolve_target("t", SshSettings(jump="a,u@b:2222", config=str(tmp_path / "none")))
+    assert target.jump is not None and (target.jump.alias, target.jump.user, target.jump.port) == ("b", "u", 2222)
+    assert target.jump.jump is not None and target.jump.jump.alias == "a" and target.jump.jump.jump is None
+
+
 def test_jump_by_address_and_dead_target_behind_it(ssh_inventory, run_cli, sshd: Sshd, closed_port) -> None:
     inv = ssh_inventory(
         [
