@@ -2,7 +2,9 @@
 re-warm in parallel per engine, keeping the residency book within budget and journaling every load.
 
 The book mirrors what the engines do when full: vLLM (and current SGLang) push out their least recently used
-unpinned adapter, so a load on a full engine displaces the book's least recently used unpinned entry. When
+unpinned adapter, so a load on a full engine displaces the book's least recently used unpinned entry (on an
+engine whose unload frees memory, SGLang, it is unloaded first: the engine itself knows nothing of
+lora_budget_mb, and would keep everything; a victim that cannot be unloaded means no load). When
 every entry is pinned, the load is skipped rather than breaking a pin or the budget. Pins are held to the
 engine kind's limit (placement.pin_limit) on every kind.
 """
@@ -27,7 +29,7 @@ from lorafleet.actions.runner import (
     restore_book,
     run_actions,
 )
-from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, make_client
+from lorafleet.engines import AlreadyLoadedError, EngineClient, EngineError, NotRegisteredError, make_client
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.placement import can_pin, pin_limit
 from lorafleet.policy.residency import ResidencyBook
@@ -54,6 +56,7 @@ class _EngineWorker(RegistryWorker):
         super().__init__(engine, client, book)
         self.options = options
         self.primed = False  # this adapter's run sent a 1-token request (--prime)
+        self._why = ""  # why the last unload of a victim failed
 
     def warm(self, adapter: Adapter) -> Acted:
         """The result, and what the book changed (for the store's delta)."""
@@ -97,6 +100,12 @@ class _EngineWorker(RegistryWorker):
             if not registered:
                 return WOULD_LOAD, None, None
             return (ALREADY_WARM if not profile.load_fills_gpu and not options.prime else WOULD_REWARM), None, None
+        if victims and profile.unload_frees:
+            freed = self._unload(victims)  # out of the book now, and in the store's delta whatever follows
+            if len(freed) < len(victims):
+                missed = victims[len(freed)]
+                return FAILED, f"no room made for {adapter.id}: unloading {missed} failed: {self._why}", None
+            victims = []
         error = None
         log.info("%s: %s is %sregistered", self.engine.key, adapter.id, "" if registered else "not ")
         if registered:
@@ -118,6 +127,25 @@ class _EngineWorker(RegistryWorker):
         if pin:
             state.pin(adapter.id)
         return action, error, victims
+
+    def _unload(self, victims: list[str]) -> list[str]:
+        """The victims unloaded, in order, until one fails (`_why` says how). An engine whose unload frees memory
+        (SGLang) keeps whatever it is told to load: lorafleet's budget holds only if the victims go first, as the
+        daemon's evictions do (policy/core.py)."""
+        freed: list[str] = []
+        for victim in victims:
+            try:
+                self.client.unload(victim)
+            except NotRegisteredError:
+                pass  # gone already: the room is there
+            except EngineError as exc:
+                self._why = exc.message
+                break
+            self.state.evict(victim)
+            self.registry().discard(victim)
+            self._stale.append(victim)
+            freed.append(victim)
+        return freed
 
     def _unpin(self, adapter: Adapter, registered: bool) -> tuple[str, str | None, list[str] | None]:
         """Release a pin. SGLang holds pins itself and has no unpin: the adapter is reloaded unpinned."""

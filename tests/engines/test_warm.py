@@ -233,6 +233,32 @@ def test_emulator_lru_tiers_hold_their_slot_counts(kind: str, tmp_path, run_cli,
     assert list(e.state.host) == ["r16", "r64"] and list(e.state.gpu) == ["r64"]
 
 
+def test_sglang_warm_unloads_what_its_byte_budget_displaces(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    """SGLang keeps what it is told to load: lorafleet's lora_budget_mb holds only if the displaced adapter is
+    unloaded first (it used to stay registered while the book dropped it: the engine held 4 in a budget of 2)."""
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    entry = sglang_entry("s", e.url, slots=2, host=4).replace("}", ", lora_budget_mb: 0.08}")  # 83,886 bytes
+    inv = write_inventory(tmp_path, [entry], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "r16", "r64")  # 8 + 16 + 64 KiB: r8 must go
+    assert code == 0 and [r["action"] for r in results] == ["loaded"] * 3
+    assert set(e.state.registry) == {"r16", "r64"}
+    assert ("/unload_lora_adapter", {"lora_name": "r8"}) in posts(e)
+    code, results = warm_json(run_cli, inv, "r8")  # the book, restored, knows r8 is gone: loaded again
+    assert code == 0 and results[0]["action"] == "loaded" and set(e.state.registry) == {"r64", "r8"}
+
+
+def test_sglang_warm_that_cannot_unload_its_victim_does_not_load(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    entry = sglang_entry("s", e.url, slots=2, host=4).replace("}", ", lora_budget_mb: 0.08}")
+    inv = write_inventory(tmp_path, [entry], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8", "r16")[0] == 0
+    e.state.faults.append(Fault(status=400, times=1, message="nope", path="/unload_lora_adapter"))
+    code, results = warm_json(run_cli, inv, "r64")
+    assert code == 1 and results[0]["action"] == "failed"
+    assert results[0]["error"].startswith("no room made for r64: unloading r8 failed: ")
+    assert set(e.state.registry) == {"r8", "r16"}  # over budget never
+
+
 def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emulators, adapter_dirs) -> None:
     from lorafleet.actions.targets import choose_targets
     from lorafleet.actions.warm import WarmOptions, warm
