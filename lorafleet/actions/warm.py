@@ -108,7 +108,13 @@ class _EngineWorker(RegistryWorker):
             victims = []
         error = None
         log.info("%s: %s is %sregistered", self.engine.key, adapter.id, "" if registered else "not ")
-        if registered:
+        if registered and pin and profile.engine_pins and adapter.id not in state.pins:
+            # SGLang holds pins itself, given with the load: one registered unpinned is reloaded pinned (as an
+            # unpin reloads it unpinned), or its own LRU could still evict it.
+            self.client.unload(adapter.id)
+            self.client.load(adapter.id, adapter.path, pinned=True)
+            action = RELOADED
+        elif registered:
             action = self._rewarm(adapter)
         else:
             try:

@@ -158,6 +158,20 @@ def test_sglang_pin_limit_prime_and_already_warm(tmp_path, run_cli, emulators, a
     assert "r16" in e.state.gpu
 
 
+def test_sglang_pin_of_a_registered_adapter_reloads_it_pinned_on_the_engine(
+    tmp_path, run_cli, emulators, adapter_dirs
+) -> None:
+    """The docs' promise: --pin pins on SGLang in the engine too, not only in lorafleet's book."""
+    e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
+    inv = write_inventory(tmp_path, [sglang_entry("s", e.url, slots=2, host=4)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8")[0] == 0 and "r8" not in e.state.pinned
+    code, results = warm_json(run_cli, inv, "r8", "--pin")
+    assert code == 0 and results[0]["action"] == "reloaded"
+    assert "r8" in e.state.pinned and "r8" in e.state.registry
+    code, results = warm_json(run_cli, inv, "r8", "--pin")  # pinned already: nothing to send
+    assert code == 0 and results[0]["action"] == "already-warm"
+
+
 def test_dry_run_sends_nothing_that_changes_an_engine(tmp_path, run_cli, emulators, adapter_dirs) -> None:
     e = emulators(kind="vllm")
     inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
