@@ -3,6 +3,7 @@ is sent — named engines (checked), a plan's placements, or the engines that ca
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from lorafleet.engines import EngineError, make_client
@@ -20,7 +21,42 @@ def registry_size(engine: Engine) -> int:
         with make_client(engine, backoff=()) as client:
             return len(client.registry())
     except EngineError:
-        return 1 << 30
+        return UNREACHABLE
+
+
+UNREACHABLE = 1 << 30  # an engine whose registry could not be read sorts last
+
+
+def registry_sizes(engines: Sequence[Engine], parallel: int, deadline_s: float | None) -> dict[str, int]:
+    """`registry_size` of each engine, read once, `parallel` at a time, within the run's deadline (engines not
+    answered by then count as unreachable). The readers are daemon threads: one stuck on a dead engine (each call
+    is bounded by its own deadline anyway) never holds the process past a signal or the run's end."""
+    sizes = {e.key: UNREACHABLE for e in engines}
+    if not engines:
+        return sizes
+    waiting = list(engines)
+    lock = threading.Lock()
+    done = threading.Event()
+    left = [len(waiting)]
+
+    def read() -> None:
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                engine = waiting.pop(0)
+            size = registry_size(engine)
+            with lock:
+                sizes[engine.key] = size
+                left[0] -= 1
+                if not left[0]:
+                    done.set()
+
+    for _ in range(max(1, min(parallel, len(engines)))):
+        threading.Thread(target=read, name="lorafleet-registry", daemon=True).start()
+    done.wait(deadline_s)
+    with lock:
+        return dict(sizes)
 
 
 def plan_targets(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from lorafleet.actions.runner import RunOptions
-from lorafleet.actions.targets import choose_targets, plan_targets, registry_size
+from lorafleet.actions.targets import choose_targets, plan_targets, registry_sizes
 from lorafleet.actions.warm import WarmOptions
 from lorafleet.actions.warm import warm as run_warm
 from lorafleet.cli.acting import Pairs, act_and_report, engine_option, run_options
 from lorafleet.cli.options import complete_adapters, count, global_options, json_option, settings
 from lorafleet.inventory.lookup import resolve_adapters
 from lorafleet.plan.planfile import read_plan
+from lorafleet.policy.placement import can_serve
 from lorafleet.policy.residency import ResidencyBook
 
 
@@ -64,7 +65,11 @@ def warm(
     def targets(book: ResidencyBook) -> Pairs:
         if plan_file:
             return plan_targets(inv, placements, [a.id for a in chosen])
-        return choose_targets(inv, chosen, engines, replicas, registry_size if replicas else None, book)
+        if not replicas:
+            return choose_targets(inv, chosen, engines, None, None, book)
+        serving = [e for e in inv.engines if any(can_serve(a, e) for a in chosen)]
+        sizes = registry_sizes(serving, run.parallel, run.deadline_s)
+        return choose_targets(inv, chosen, engines, replicas, lambda e: sizes[e.key], book)
 
     act_and_report(
         inv,

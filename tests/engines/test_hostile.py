@@ -186,6 +186,28 @@ def test_a_sigterm_while_replicas_are_chosen_is_a_one_line_error_and_a_json_one(
     assert json.loads(out)["error"]["exit_code"] == 143
 
 
+def test_replicas_read_each_registry_once_in_parallel_within_the_deadline(
+    tmp_path: Path, run_cli, emulators, adapter_dirs: dict[int, Path]
+) -> None:
+    """Choosing the least loaded engines read every adapter x engine registry one after another, before the run
+    and its deadline began: three hung engines held `--deadline 2` for 94 s."""
+    good = emulators(kind="vllm")
+    with HostileServer("hang") as h1, HostileServer("hang") as h2, HostileServer("hang") as h3:
+        entries = [vllm_entry(f"hung{i}", h.url) for i, h in enumerate((h1, h2, h3))] + [vllm_entry("ok", good.url)]
+        inv = write_inventory(tmp_path, entries, adapter_dirs)
+        inv.write_text(inv.read_text().replace("request_timeout_s: 2", "request_timeout_s: 30"))
+        began = time.monotonic()
+        result = run_cli("warm", "-i", str(inv), "r8", "r16", "--replicas", "1", "--deadline", "2", "--json")
+        took = time.monotonic() - began
+        assert (h1.connections, h2.connections, h3.connections) == (1, 1, 1)  # once each, not once per adapter
+    rows = json.loads(result.stdout)["results"]
+    assert [(r["adapter"], r["engine"], r["action"]) for r in rows] == [
+        ("r8", "h/ok", "loaded"),
+        ("r16", "h/ok", "loaded"),
+    ]
+    assert took < 6, took
+
+
 def test_engine_text_is_never_markup_or_terminal_escapes(tmp_path: Path, run_cli, emulators, adapter_dirs) -> None:
     from tests.engine_emulator import Fault
 
