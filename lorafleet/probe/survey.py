@@ -79,16 +79,20 @@ def probe_fleet(
     jump_settings: JumpSettings = {h.name: (h.address, h.ssh) for h in inventory.hosts}
     pool = SshPool(accept_new_host_keys)
     results: dict[str, HostVram] = {}
+    executor = ThreadPoolExecutor(max_workers=min(parallel, max(1, len(hosts))))
     try:
-        with ThreadPoolExecutor(max_workers=min(parallel, max(1, len(hosts)))) as executor:
-            futures = {executor.submit(probe_host, h, pool, jump_settings): h for h in hosts}
-            for future in as_completed(futures):
-                row = future.result()
-                results[row.name] = row
-                if on_done is not None:
-                    on_done(row)
+        futures = {executor.submit(probe_host, h, pool, jump_settings): h for h in hosts}
+        for future in as_completed(futures):
+            row = future.result()
+            results[row.name] = row
+            if on_done is not None:
+                on_done(row)
     finally:
+        # On Ctrl-C the probes still running end with their connections, closed here, rather than at their
+        # command timeouts (waiting for them held the exit for up to 30 s).
+        executor.shutdown(wait=False, cancel_futures=True)
         pool.close()
+        executor.shutdown(wait=True)
     return [results[h.name] for h in hosts]
 
 

@@ -124,6 +124,33 @@ def test_host_without_gpus_is_ok(ssh_inventory, run_cli) -> None:
     assert code == 0 and hosts["cpu-only"]["gpus"] == []
 
 
+def test_ctrl_c_during_a_slow_command_exits_at_once_with_the_json_error(ssh_inventory, tmp_path: Path) -> None:
+    """The in-flight probes end with their closed connections; waiting for them held the exit for the whole
+    command timeout (30 s by default)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    inv = ssh_inventory([{"name": "slow", "nvidia_smi": "slow-nvidia-smi"}])
+    inv.write_text(inv.read_text().replace("command_timeout_s: 10", "command_timeout_s: 60"))
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lorafleet", "vram", "-i", str(inv), "--json"],
+        env={**os.environ, "PYTHONPATH": str(root), "LORAFLEET_STATE": str(tmp_path / "s.db")},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(2.0)  # connected, `sleep 30` running on the host
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 5.0, err
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert json.loads(out)["error"]["exit_code"] == 130
+
+
 def test_jump_through_an_inventory_host(ssh_inventory, run_cli) -> None:
     inv = ssh_inventory([{"name": "bastion"}, {"name": "behind", "address": "127.0.0.1", "ssh": "{jump: bastion}"}])
     code, hosts = vram_json(run_cli, inv)
