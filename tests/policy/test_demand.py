@@ -145,6 +145,15 @@ def test_a_regular_adapter_has_a_period_an_irregular_one_none() -> None:
     assert few.adapter_next_within("timer", 200.0, 100.0) == 0.0
 
 
+def test_four_gaps_are_enough_for_a_period_and_for_the_chance_it_comes_within_a_window() -> None:
+    """The two rules read the same evidence: where `period` first sees a rhythm, `adapter_next_within` does too."""
+    demand = DemandModel()
+    for i in range(5):  # four gaps of 60 s
+        demand.observe("cron", "timer", i * 60.0)
+    assert demand.period("timer") == 60.0
+    assert demand.adapter_next_within("timer", 4 * 60.0 + 30, 40.0) == 1.0
+
+
 def test_the_fleet_arrival_gap_is_a_moving_average() -> None:
     demand = DemandModel()
     demand.observe("t", "a", 0.0)

@@ -156,3 +156,17 @@ def test_an_adapters_share_of_a_budget_is_a_slots_or_its_bytes_whichever_is_more
     assert Budget(2, 8, 1000).share(100) == 1 / 8  # its bytes are less than a slot's share
     assert Budget(2, 8, 1000).share(500) == 0.5  # ... or more
     assert Budget(1, None, 1000).share(50) == 1.0  # SGLang without a host cap: its GPU slots
+
+
+def test_a_book_pickled_before_its_holder_index_existed_is_read_with_one() -> None:
+    """A journal's frozen book from an older version held its engines as a plain dict."""
+    import pickle
+
+    from lorafleet.policy.residency import ResidencyBook
+
+    book = ResidencyBook({"h/e": EngineResidency("h/e", "vllm", "m", Budget(1, 2, None))})
+    book.engines["h/e"].admit("a", 1)
+    book.__dict__["engines"] = dict(book.engines)  # as an older version pickled it
+    back = pickle.loads(pickle.dumps(book))
+    assert "a" in back.engines["h/e"].resident
+    assert back.indexed() is back.indexed()  # an index, built once
