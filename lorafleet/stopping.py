@@ -22,6 +22,13 @@ class Interrupted(BaseException):
         self.reason = reason
 
 
+class DeadlinePassed(Interrupted):
+    """A run's own deadline, not a signal: exit 1, and a caller that can use what finished may catch it alone."""
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(1, f"the run deadline of {deadline_s:g}s passed")
+
+
 class Stop:
     """A stop flag that also wakes every sleep: `sleep` raises Cancelled as soon as the flag is set."""
 
@@ -43,4 +50,4 @@ class Stop:
         return self._event.wait(max(0.0, seconds))
 
 
-__all__ = ["Cancelled", "Interrupted", "Stop"]
+__all__ = ["Cancelled", "DeadlinePassed", "Interrupted", "Stop"]

@@ -3,15 +3,17 @@ is sent — named engines (checked), a plan's placements, or the engines that ca
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext, suppress
 
 from lorafleet.engines import EngineError, make_client
+from lorafleet.engines.executor import EngineExecutor, Outcome
 from lorafleet.errors import InputError
 from lorafleet.inventory.lookup import resolve_engines
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.placement import Placement, rank_engines, serving_pools, unservable_reason, why_not
 from lorafleet.policy.residency import ResidencyBook
+from lorafleet.stopping import DeadlinePassed
 
 
 def registry_size(engine: Engine) -> int:
@@ -29,34 +31,19 @@ UNREACHABLE = 1 << 30  # an engine whose registry could not be read sorts last
 
 def registry_sizes(engines: Sequence[Engine], parallel: int, deadline_s: float | None) -> dict[str, int]:
     """`registry_size` of each engine, read once, `parallel` at a time, within the run's deadline (engines not
-    answered by then count as unreachable). The readers are daemon threads: one stuck on a dead engine (each call
-    is bounded by its own deadline anyway) never holds the process past a signal or the run's end."""
+    answered by then count as unreachable), on the executor's daemon threads: one stuck on a dead engine never
+    holds the process past a signal or the run's end."""
     sizes = {e.key: UNREACHABLE for e in engines}
-    if not engines:
-        return sizes
-    waiting = list(engines)
-    lock = threading.Lock()
-    done = threading.Event()
-    left = [len(waiting)]
 
-    def read() -> None:
-        while True:
-            with lock:
-                if not waiting:
-                    return
-                engine = waiting.pop(0)
-            size = registry_size(engine)
-            with lock:
-                sizes[engine.key] = size
-                left[0] -= 1
-                if not left[0]:
-                    done.set()
+    def read(outcome: Outcome[Engine, int]) -> None:
+        if outcome.result is not None:
+            sizes[outcome.engine] = outcome.result
 
-    for _ in range(max(1, min(parallel, len(engines)))):
-        threading.Thread(target=read, name="lorafleet-registry", daemon=True).start()
-    done.wait(deadline_s)
-    with lock:
-        return dict(sizes)
+    with suppress(DeadlinePassed):  # what answered in time is known; the rest sort last
+        EngineExecutor[Engine, int](parallel).run(
+            {e.key: [e] for e in engines}, lambda _key: nullcontext(registry_size), read, deadline_s=deadline_s
+        )
+    return sizes
 
 
 def plan_targets(

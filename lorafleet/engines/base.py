@@ -280,17 +280,17 @@ class EngineClient:
                 retryable = retry_whole
             except httpx.ConnectError as exc:
                 log.info("%s: %s %s: cannot connect", key, method, path)
-                reason = _one_line(self._redact(str(exc)))
+                reason = self._said(str(exc))
                 failure = EngineUnavailableError(key, f"{key}: cannot reach {self.engine.url} ({reason})")
             except httpx.TransportError as exc:
-                reason = _one_line(self._redact(str(exc)))
+                reason = self._said(str(exc))
                 failure = EngineUnavailableError(key, f"{key}: {method} {path} broke off ({reason})")
                 retryable = retry_whole
             else:
                 if response.status_code < 300:
                     return response
                 if response.status_code < 400:  # redirects are never followed: the engine's own URL is the one
-                    where = _one_line(self._redact(response.headers.get("Location", "")), 120) or "nowhere"
+                    where = self._said(response.headers.get("Location", ""), 120) or "nowhere"
                     raise EngineRejectedError(
                         key,
                         f"{key}: HTTP {response.status_code}: {method} {path} answered a redirect to {where}, "
@@ -358,7 +358,7 @@ class EngineClient:
         ms = (time.monotonic() - started) * 1000
         log.info("%s: %s %s -> %d in %.0f ms", self.engine.key, method, path, reply.status_code, ms)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s: answer %s", self.engine.key, _one_line(self._redact(reply.text), 500))
+            log.debug("%s: answer %s", self.engine.key, self._said(reply.text, 500))
         return reply
 
     def _trace(self, event: str, info: dict[str, Any]) -> None:
@@ -373,6 +373,10 @@ class EngineClient:
         for sock in list(self._sockets):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def _said(self, text: str, limit: int = 300) -> str:
+        """An engine's (or its transport's) words for a message: the key masked first, then one line."""
+        return _one_line(self._redact(text), limit)
 
     def _redact(self, text: str) -> str:
         """Bodies for -vv and error messages: the engine's key, should an engine echo it, is masked."""

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from lorafleet.stopping import Cancelled, Interrupted, Stop
+from lorafleet.stopping import Cancelled, DeadlinePassed, Stop
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -57,7 +57,7 @@ class EngineExecutor(Generic[Item, Result]):
         On an interrupt (KeyboardInterrupt, Interrupted) in the calling thread the stop flag is set, outcomes
         arriving within `grace_s` are still delivered, and the interrupt is re-raised; `in_flight` then lists
         the items whose fate is unknown. Workers are daemon threads: one blocked on a hung engine never holds
-        the process past its exit. Past `deadline_s` the run stops the same way and raises Interrupted(1).
+        the process past its exit. Past `deadline_s` the run stops the same way and raises DeadlinePassed (exit 1).
         """
         done: queue.Queue[Outcome[Item, Result] | str] = queue.Queue()
         slots = threading.Semaphore(self.parallel)
@@ -70,7 +70,7 @@ class EngineExecutor(Generic[Item, Result]):
         try:
             while running:
                 if until is not None and time.monotonic() > until:
-                    raise Interrupted(1, f"the run deadline of {deadline_s:g}s passed")
+                    raise DeadlinePassed(deadline_s or 0.0)
                 item = _next(done)
                 if item is None:
                     continue

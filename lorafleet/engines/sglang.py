@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lorafleet.engines.base import AlreadyLoadedError, EngineClient, EngineRejectedError, _one_line, not_registered
+from lorafleet.engines.base import AlreadyLoadedError, EngineClient, EngineRejectedError, not_registered
 
 _ALREADY = re.compile(r"already exists", re.IGNORECASE)
 # unload: "LoRA with name <n> does not exist…"; a request naming it: "… is not loaded"
@@ -32,7 +32,7 @@ class SglangClient(EngineClient):
         except ValueError:
             return  # some builds answer plain text on success
         if isinstance(payload, dict) and payload.get("success") is False:
-            said = _one_line(self._redact(str(payload.get("error_message") or "the engine reported failure")))
+            said = self._said(str(payload.get("error_message") or "the engine reported failure"))
             raise EngineRejectedError(self.engine.key, f"{self.engine.key}: {said}", response.status_code)
 
     def load(self, name: str, path: str, pinned: bool = False) -> None:
