@@ -187,11 +187,16 @@ VISIBILITY_TEXT = {LOG: "log lines only", HINTS: "start hints"}
 
 
 def replay_conclusion(by_name: dict[str, PolicyResult]) -> str | None:
-    """The one line an admin wants: what lorafleet would change, against the engines alone and the bound."""
-    lru, ours, oracle = by_name.get("lru"), by_name.get("lorafleet"), by_name.get("oracle")
+    """The one line an admin wants: what lorafleet would change, against the engines alone and the bounds —
+    evictions alone (belady: past it, only loading ahead helps; below it, more slots or a better order) and with
+    prefetching too (oracle)."""
+    lru, ours = by_name.get("lru"), by_name.get("lorafleet")
+    belady, oracle = by_name.get("belady"), by_name.get("oracle")
     if lru is None or ours is None:
         return None
     line = f"lorafleet would turn {lru.hit_ratio:.0%} into {ours.hit_ratio:.0%} of requests warm"
+    if belady is not None:
+        line += f"; evictions alone, knowing the future, reach {belady.hit_ratio:.0%} (belady)"
     if oracle is not None:
         line += f"; the bound (oracle) is {oracle.hit_ratio:.0%}"
     return line + "."

@@ -31,7 +31,7 @@ from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, Hin
 from lorafleet.daemon.journaling import Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.leader import LeaderPolicy
-from lorafleet.drive.policies import make_policy
+from lorafleet.drive.policies import OFFLINE_POLICIES, make_policy
 from lorafleet.drive.session import NOT_REGISTERED, Call, Counts, Held, Session
 from lorafleet.engines import EngineClient, make_client
 from lorafleet.engines.kubernetes import Discovery
@@ -94,8 +94,8 @@ class Daemon:
         discovery: Discovery | None = None,
         inventory_stamp: Callable[[], object] | None = None,
     ) -> None:
-        if options.policy == "oracle":
-            raise ValueError("the oracle needs the future: replay only")
+        if options.policy in OFFLINE_POLICIES:
+            raise ValueError(f"{options.policy} needs the future: replay only")
         self.store = store
         self.options = options
         self.reload_inventory = reload

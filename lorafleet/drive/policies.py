@@ -2,7 +2,8 @@
 
 lru is what the engines do alone; lfu, arc, wtinylfu and markov are strong baselines (policy/baselines.py);
 lorafleet is ours: it follows whichever of those and its own predictor (policy/predictive.py, as shipped and
-eager) has been doing best (drive/leader.py); oracle sees the future and runs in replay only (policy/oracle.py).
+eager) has been doing best (drive/leader.py). Two see the future and run in replay only (policy/oracle.py): belady,
+the most any eviction order gives without loading ahead, and oracle, the bound with prefetching too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy
 from lorafleet.policy.core import Policy
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.oracle import ORACLE_VARIANTS, OraclePolicy
+from lorafleet.policy.oracle import BELADY, ORACLE_VARIANTS, OraclePolicy
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.predictive import LorafleetPolicy
 
@@ -26,17 +27,20 @@ _ONLINE: dict[str, Callable[[], Policy]] = {
     "lorafleet": LeaderPolicy,
 }
 ONLINE_POLICIES = tuple(_ONLINE)  # the ones the daemon can run
-POLICY_NAMES = (*ONLINE_POLICIES, "oracle")
+OFFLINE_POLICIES = ("belady", "oracle")  # they need the whole trace: replay only; the oracle last
+POLICY_NAMES = (*ONLINE_POLICIES, *OFFLINE_POLICIES)
 BASELINES = ("lru", "lfu", "arc", "wtinylfu", "markov")
 
 
 def make_policy(
     name: str, events: Sequence[RequestEvent] = (), variant: int = 0, plan: Sequence[Placement] = ()
 ) -> Policy:
-    """A fresh policy; the oracle needs the whole trace (`events`) and one of its offline schedules; lorafleet
-    starts from a residency plan when given one."""
+    """A fresh policy; belady and the oracle need the whole trace (`events`), the oracle one of its offline
+    schedules; lorafleet starts from a residency plan when given one."""
     if name == "oracle":
         return OraclePolicy(events, **ORACLE_VARIANTS[variant])
+    if name == "belady":
+        return OraclePolicy(events, **BELADY)
     if name == "lorafleet":
         return LeaderPolicy(plan)
     factory = _ONLINE.get(name)
@@ -47,6 +51,8 @@ def make_policy(
 
 __all__ = [
     "BASELINES",
+    "BELADY",
+    "OFFLINE_POLICIES",
     "ONLINE_POLICIES",
     "ORACLE_VARIANTS",
     "POLICY_NAMES",

@@ -13,13 +13,19 @@ from lorafleet.policy.residency import EngineResidency
 
 class OraclePolicy(Policy):
     """Sees the future (replay only): Belady eviction, and each next-needed adapter loaded as early as the
-    engine's one-at-a-time loader allows, displacing only adapters needed later than it. The bound to beat."""
+    engine's one-at-a-time loader allows, displacing only adapters needed later than it. The bound to beat.
+
+    Without `prefetch` it is Belady's MIN alone (`belady`): nothing is loaded before a request asks for it, and
+    a load evicts the adapter needed furthest ahead — the most hits any eviction order gives these budgets, exact
+    where an eviction is an unload (SGLang) or the touch budget lets vLLM's LRU be steered all the way. What a
+    policy reaches beyond it, it reaches by loading ahead of demand."""
 
     name = "oracle"
     window = 48
 
-    def __init__(self, events: Sequence[RequestEvent], yield_to_demand: bool = False) -> None:
+    def __init__(self, events: Sequence[RequestEvent], yield_to_demand: bool = False, prefetch: bool = True) -> None:
         self.yield_to_demand = yield_to_demand
+        self.prefetch = prefetch
         self.events = [e for e in events if e.kind == ADAPTER and e.adapter is not None]
         self.positions: dict[str, deque[int]] = {}
         for i, event in enumerate(self.events):
@@ -53,7 +59,7 @@ class OraclePolicy(Policy):
     def _prefetch(self, now: float) -> list[Decision]:
         core = self.core
         engines = core.book.engines
-        if all(state.in_flight for state in engines.values()):
+        if not self.prefetch or all(state.in_flight for state in engines.values()):
             return []
         decisions: list[Decision] = []
         busy: set[str] = set()
@@ -90,5 +96,7 @@ class OraclePolicy(Policy):
 
 
 # The oracle is a family of offline schedules; replay keeps the best of them for each trace (it knows the whole
-# trace, so choosing the better schedule is itself an offline strategy).
-ORACLE_VARIANTS = ({"yield_to_demand": False}, {"yield_to_demand": True})
+# trace, so choosing the better schedule is itself an offline strategy). Belady's MIN alone is one of them, and a
+# policy of its own in replay: the most eviction can give, without loading ahead.
+BELADY: dict[str, bool] = {"prefetch": False}
+ORACLE_VARIANTS: tuple[dict[str, bool], ...] = ({"yield_to_demand": False}, {"yield_to_demand": True}, BELADY)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lorafleet.collector import settle, unsettle
-from lorafleet.drive.policies import ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
+from lorafleet.drive.policies import BELADY, OFFLINE_POLICIES, ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
 from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Counts, Session
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.gateway import log_patterns
@@ -100,7 +100,9 @@ class Simulation:
         visibility: str = LOG,
     ) -> None:
         """`events` in arrival order (`in_arrival_order`)."""
-        if visibility == HINTS:  # each request is known on arrival, from its start hint
+        if visibility == HINTS or policy in OFFLINE_POLICIES:
+            # Each request known on arrival: from its start hint, or by a policy that sees the future (so its
+            # evictions are its own, not what vLLM's LRU did before a log line could tell of the request).
             events = [dataclasses.replace(e, seen=None) if e.seen is not None else e for e in events]
         self.events = events
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
@@ -302,8 +304,12 @@ def simulate(
 
     if policy != "oracle":
         return run(policy).run(progress)
-    runs = [run(policy, v, ()).run(progress) for v in range(len(ORACLE_VARIANTS))]
     have = {r.policy for r in known}
+    runs = [
+        run(policy, v, ()).run(progress)
+        for v, schedule in enumerate(ORACLE_VARIANTS)
+        if not (schedule is BELADY and "belady" in have)  # Belady's MIN alone: run already
+    ]
     runs += list(known)
     runs += [run(p).run() for p in ONLINE_POLICIES if p not in have]
     best = max(runs, key=lambda r: (r.hits, -r.cold_ms_total))

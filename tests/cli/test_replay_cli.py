@@ -14,7 +14,7 @@ DEMO_LOG = str(INVENTORIES / "demo-access.jsonl")
 def test_replay_tour_prints_the_policy_table(run_cli) -> None:
     result = run_cli("replay", DEMO_LOG, "-i", DEMO)
     assert result.exit_code == 0, result.stderr
-    for words in ("Replay of 2,000 adapter requests", "lru", "lfu", "lorafleet", "oracle", "hit ratio", "headroom"):
+    for words in ("Replay of 2,000 adapter requests", "lru", "lfu", "lorafleet", "belady", "oracle", "hit ratio"):
         assert words in result.stdout
 
 
@@ -72,8 +72,8 @@ def test_replay_errors_are_one_line(run_cli, tmp_path: Path) -> None:
     empty.write_text("nope\n")
     result = run_cli("replay", str(empty), "-i", DEMO)
     assert result.exit_code == 2 and result.stderr.startswith("error: no adapter requests in")
-    result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--policy", "lru,belady")
-    assert result.exit_code == 2 and "unknown policy 'belady'" in result.stderr
+    result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--policy", "lru,mru")
+    assert result.exit_code == 2 and "unknown policy 'mru'" in result.stderr
     result = run_cli("replay", str(tmp_path / "missing.jsonl"), "-i", DEMO)
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
@@ -90,7 +90,7 @@ def test_trace_synth_writes_a_log_and_an_inventory_that_replay(run_cli, tmp_path
     run_cli("trace", "synth", "--shape", "workflows", "--requests", "300", "--seed", "3", "--out", str(again))
     assert (again / "access.jsonl").read_bytes() == (out / "access.jsonl").read_bytes()
     replayed = run_cli("replay", str(out / "access.jsonl"), "-i", str(out / "inventory.yaml"), "--json")
-    assert replayed.exit_code == 0 and len(json.loads(replayed.stdout)["policies"]) == 7  # every policy by default
+    assert replayed.exit_code == 0 and len(json.loads(replayed.stdout)["policies"]) == 8  # every policy by default
 
 
 def test_bundled_demo_log_is_what_synth_writes(run_cli, tmp_path: Path) -> None:

@@ -30,7 +30,10 @@ def test_replay_table_fits_and_keeps_every_figure_whole(run_cli, width: int) -> 
     for p in data["policies"]:
         row = rows[p["policy"]]  # the name whole, at the start of its row
         assert f"{p['hit_ratio']:.1%}" in row and f"{p['misses']:,}" in row
-    assert "lorafleet would turn" in result.stdout and "the bound (oracle)" in result.stdout
+    conclusion = " ".join(result.stdout.split())
+    assert "lorafleet would turn" in conclusion and "the bound (oracle)" in conclusion
+    belady = next(p for p in data["policies"] if p["policy"] == "belady")
+    assert f"evictions alone, knowing the future, reach {belady['hit_ratio']:.0%} (belady)" in conclusion
     for legend in ("hit ratio:", "late:", "headroom:"):
         assert legend in " ".join(result.stdout.split())
 

@@ -108,10 +108,11 @@ def test_log_paths_are_taken_from_the_inventorys_folder(tmp_path: Path) -> None:
     assert log_patterns(inv, ("x.log",)) == [str(Path("x.log").resolve())]
 
 
-def test_the_oracle_cannot_run_live(tmp_path: Path) -> None:
+@pytest.mark.parametrize("policy", ["oracle", "belady"])
+def test_policies_that_see_the_future_cannot_run_live(tmp_path: Path, policy: str) -> None:
     synth = synthesize("seed", 10, 1, tmp_path / "t")
-    with pytest.raises(ValueError, match="replay only"):
-        run_shadow(synth.inventory_path, tmp_path / "s.db", "oracle")
+    with pytest.raises(ValueError, match=f"{policy} needs the future: replay only"):
+        run_shadow(synth.inventory_path, tmp_path / "s.db", policy)
 
 
 def test_cli_once_prints_the_summary_as_json(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]

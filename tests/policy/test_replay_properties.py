@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet.drive.policies import POLICY_NAMES
-from lorafleet.replay.driver import Simulation, replay, simulate
+from lorafleet.drive.policies import ONLINE_POLICIES, POLICY_NAMES
+from lorafleet.replay.driver import HINTS, Simulation, replay, simulate
 from tests.policy.builders import make_inventory, stream
 
 
@@ -28,6 +28,70 @@ def plain_lru_hits(sequence: list[int], capacity: int) -> int:
             if len(cache) > capacity:
                 cache.popitem(last=False)
     return hits
+
+
+def plain_min_hits(sequence: list[int], capacity: int) -> int:
+    """Belady's MIN, written independently: a hit when the key is cached, else insert it (a request is served
+    by loading its adapter: no bypass) and, when over capacity, drop the other cached key whose next use is
+    furthest ahead (never used again: furthest of all)."""
+    upcoming: dict[int, list[int]] = {}
+    for i in reversed(range(len(sequence))):
+        upcoming.setdefault(sequence[i], []).append(i)  # each key's next uses, soonest last
+    cache: set[int] = set()
+    hits = 0
+    for key in sequence:
+        upcoming[key].pop()
+        if key in cache:
+            hits += 1
+            continue
+        cache.add(key)
+        if len(cache) > capacity:
+            others = cache - {key}
+            cache.remove(max(others, key=lambda k: upcoming[k][-1] if upcoming[k] else len(sequence)))
+    return hits
+
+
+MIN_ENGINES = {
+    "sglang": lambda capacity: {"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": capacity},
+    "vllm": lambda capacity: {"kind": "vllm", "max_loras": 1, "max_cpu_loras": capacity},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MIN_ENGINES))
+@pytest.mark.parametrize("seed", range(8))
+def test_belady_equals_a_plain_min_cache(kind: str, seed: int, tmp_path: Path) -> None:
+    """`belady` is Belady's MIN, exactly, where evictions are free (an SGLang unload, or vLLM's LRU steered by
+    as many touches as it takes) and each request is known as it arrives. It loads nothing ahead, and no eviction
+    order beats it."""
+    rng = random.Random(seed)
+    adapters = rng.randint(3, 12)
+    capacity = rng.randint(1, min(6, adapters - 1))
+    inv = make_inventory(tmp_path, adapters=adapters, zero_load=True, engines=[MIN_ENGINES[kind](capacity)])
+    sequence = [min(int(rng.paretovariate(1.1)) - 1, adapters - 1) for _ in range(rng.randint(50, 400))]
+    events = stream(sequence)
+    belady = Simulation(inv, "belady", events, touch_budget=1e9, visibility=HINTS).run()  # known on arrival
+    assert belady.hits + belady.late == plain_min_hits(sequence, capacity)
+    assert belady.prefetch_loads == 0
+    for other in ("lru", "lfu", "arc", "wtinylfu"):  # the demand-only policies: no order evicts better
+        result = Simulation(inv, other, events, touch_budget=1e9, visibility=HINTS).run()
+        assert belady.hits + belady.late >= result.hits + result.late, other
+
+
+def test_belady_keeps_what_comes_back_soonest(tmp_path: Path) -> None:
+    """A cycle one longer than the slots: LRU always evicts the next one needed (no hit), MIN every other time
+    keeps it; the oracle, loading ahead, misses nothing."""
+    inv = make_inventory(
+        tmp_path,
+        adapters=3,
+        zero_load=True,
+        engines=[{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 2}],
+    )
+    results = {r.policy: r for r in replay(inv, stream([0, 1, 2] * 10), ["lru", "belady", "oracle"])}
+    assert [(results[p].hits, results[p].prefetch_loads) for p in ("lru", "belady", "oracle")] == [
+        (0, 0),
+        (14, 0),
+        (30, 30),
+    ]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -127,7 +191,7 @@ def test_log_lines_learned_late_are_classified_once_within_budget_and_under_the_
         assert r.hits + r.late + r.misses == r.requests == len(sequence)
         assert len(r.cold_ms) == r.requests and all(ms >= 0 for ms in r.cold_ms)
         assert 0.0 <= r.loader_utilization <= 1.0 + 1e-9
-    for name in POLICY_NAMES[:-1]:
+    for name in ONLINE_POLICIES:  # learning from log lines: engines that keep their own LRU stand in
         simulation = Simulation(inv, name, sorted(events, key=lambda e: e.time))
         simulation.run()
         standins = simulation.standins
@@ -136,6 +200,8 @@ def test_log_lines_learned_late_are_classified_once_within_budget_and_under_the_
             budget = engine.budget
             assert budget.host_slots is None or len(engine.held) <= budget.host_slots, (name, key)
             assert budget.budget_bytes is None or engine.used_bytes <= budget.budget_bytes, (name, key)
+    assert Simulation(inv, "belady", events).standins is None  # it sees the future: each request as it arrives
+    for name in POLICY_NAMES[:-1]:
         assert results["oracle"].hit_ratio >= results[name].hit_ratio, name
 
 
