@@ -282,7 +282,13 @@ def render_summary(data: dict[str, Any]) -> None:
             f"{alone['loads']:,}",
             f"{data['prefetch_loads']:,} ahead of demand, {data['prefetch_used']:,} of them used",
         ),
-        ("touches", f"{data['touches']:,}", "0", "1-token requests keeping vLLM's LRU on the policy's choice"),
+        (
+            "touches",
+            f"{data['touches']:,}",
+            "0",
+            f"{data['touches_per_request']:.3f} per request: 1-token requests keeping vLLM's LRU on the policy's"
+            " choice",
+        ),
         (
             "evictions",
             f"{data['evictions']:,}",

@@ -14,6 +14,7 @@ from lorafleet.drive.policies import POLICY_NAMES
 from lorafleet.inventory.model import Inventory, LogSource
 from lorafleet.logs.reader import DEFAULT_JSONL, read_requests
 from lorafleet.logs.records import LogTally
+from lorafleet.measures import per_request
 from lorafleet.plan.planfile import read_plan
 from lorafleet.replay.driver import HINTS, LOG, VISIBILITY, PolicyResult
 from lorafleet.replay.driver import replay as run_replay
@@ -149,7 +150,7 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
                 "prefetched": f"{r.prefetch_loads:,}",
                 "wasted": f"{r.wasted_prefetches:,}",
                 "touches": f"{r.touches:,}",
-                "per request": f"{r.touches / r.requests:.3f}" if r.requests else "0",
+                "per request": f"{per_request(r.touches, r.requests):.3f}",
                 "over budget": str(r.budget_violations),
                 "loader busy": f"{r.loader_utilization:.1%}",
                 "headroom": "-" if r.headroom is None else f"{r.headroom:.0%}",

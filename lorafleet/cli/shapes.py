@@ -13,6 +13,7 @@ from lorafleet.daemon.journaling import Summary
 from lorafleet.inventory.model import Engine, Host, Inventory
 from lorafleet.inventory.report import summarize_providers
 from lorafleet.logs.records import LogTally
+from lorafleet.measures import per_request
 from lorafleet.plan.report import PlanReport
 from lorafleet.probe.snapshot import HostVram
 from lorafleet.replay.driver import PolicyResult
@@ -194,7 +195,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
                 "unserved": r.unserved,
                 "headroom_captured": _round(r.headroom),
                 "touches": r.touches,
-                "touches_per_request": round(r.touches / r.requests, 6) if r.requests else 0.0,
+                "touches_per_request": round(per_request(r.touches, r.requests), 6),
                 "unloads": r.unloads,
             }
             for r in results
@@ -318,15 +319,18 @@ ALONE_KEYS = ("requests", "hits", "late", "misses", "cold_ms_paid", "loads")
 def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str, Any]:
     """`daemon --json` (printed when it stops): `{"policy", "shadow", "state", "hit_ratio", "lines", "bad_lines",
     "requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "cold_ms_avoided", "loads", "prefetch_loads",
-    "prefetch_used", "wasted_prefetches", "touches", "unloads", "evictions", "failed", "reconciles",
-    "engine_restarts", "vanished", "commits", "unknown_requests", "unknown_names", "engines_alone": {"hit_ratio",
-    "requests", "hits", "late", "misses", "cold_ms_paid", "loads"}}` — counts over this run; `state` is the
-    journal's path; `unknown_names` maps the names read that the inventory does not know to how often (the ten
-    most frequent); `engines_alone` is lru simulated over the same requests: what the engines do by themselves."""
+    "prefetch_used", "wasted_prefetches", "touches", "touches_per_request", "unloads", "evictions", "failed",
+    "reconciles", "engine_restarts", "vanished", "commits", "unknown_requests", "unknown_names", "engines_alone":
+    {"hit_ratio", "requests", "hits", "late", "misses", "cold_ms_paid", "loads"}}` — counts over this run;
+    `touches_per_request` is touches per adapter request (the touch budget's unit); `state` is the journal's path;
+    `unknown_names` maps the names read that the inventory does not know to how often (the ten most frequent);
+    `engines_alone` is lru simulated over the same requests: what the engines do by themselves."""
     out: dict[str, Any] = {"policy": policy, "shadow": shadow, "state": state, "hit_ratio": round(summary.hit_ratio, 4)}
     for key in DAEMON_KEYS:
         value = getattr(summary, key)
         out[key] = round(value, 1) if isinstance(value, float) else value
+        if key == "touches":
+            out["touches_per_request"] = round(per_request(summary.touches, summary.requests), 6)
     top = sorted(summary.unknown_names.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
     out["unknown_names"] = dict(top)
     alone = summary.engines_alone or summary
@@ -351,9 +355,9 @@ def _outcome_fields(o: Outcomes) -> dict[str, Any]:
 
 def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dict[str, str | None]) -> dict[str, Any]:
     """`stats --json`: `{"window": {"since", "until"}, "overall": {"requests", "hits", "late", "misses", "hit_ratio",
-    "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "gpu_hits",
-    "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits", "late",
-    "misses", "hit_ratio", "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches",
+    "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "touches_per_request",
+    "gpu_hits", "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits",
+    "late", "misses", "hit_ratio", "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches",
     "tier"}], "log": {"lines", "bad", "unknown"}}` — `log` counts the lines read whose requests fall in the
     window (`unknown`: naming adapters the inventory does not know, never loaded); `by` holds the `--top` keys
     needing attention most (lowest hit ratio, then most cold ms); `prefetch_wasted` and `touches` are null by
@@ -366,6 +370,7 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
         {
             "prefetch_wasted": actions.unused_prefetches,
             "touches": actions.touches,
+            "touches_per_request": round(per_request(actions.touches, overall.requests), 6),
             "gpu_hits": overall.gpu_hits,
             "prefetch_loads": actions.prefetch_loads,
             "lru_hit_ratio": None if lru_hit_ratio is None else round(lru_hit_ratio, 6),

@@ -220,7 +220,11 @@ def render(snap: Snapshot, by: str, wide: bool) -> list[Any]:
         f"{o['prefetch_loads']:,}",
         f"{o['prefetch_used']:,} used, {o['prefetch_wasted']:,} evicted unused",
     )
-    summary.add_row("touches", f"{o['touches']:,}", "1-token requests steering vLLM's own LRU")
+    summary.add_row(
+        "touches",
+        f"{o['touches']:,}",
+        f"{o['touches_per_request']:.3f} per request: 1-token requests steering vLLM's LRU",
+    )
     for engine, t in o["load_ms"].items():
         summary.add_row(safe(engine), f"{t['loads']:,} loads", f"p50 {t['p50']:.0f} ms, p99 {t['p99']:.0f} ms")
     if o["circuit_opened"]:

@@ -61,6 +61,7 @@ def test_every_number_of_the_summary(tmp_path: Path, run_cli) -> None:
     assert o["hit_ratio"] == 0.6 and o["gpu_hits"] == 9
     assert (o["cold_ms_paid"], o["cold_ms_avoided"]) == (430.0, 160.0)
     assert (o["prefetch_used"], o["prefetch_loads"], o["prefetch_wasted"], o["touches"]) == (8, 1, 1, 1)
+    assert o["touches_per_request"] == 0.04  # 1 of 25: the touch budget's unit
     assert o["circuit_opened"] == ["h/e1"]
     assert o["load_ms"] == {"h/e0": {"loads": 2, "p50": 40.0, "p99": 60.0}}  # measured loads of any reason
 
@@ -142,6 +143,7 @@ def test_tables_fit_80_columns(tmp_path: Path, run_cli) -> None:
         assert result.exit_code == 0
         assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
         assert "a2" in result.stdout or "acme" in result.stdout or "h/e0" in result.stdout or "10:0" in result.stdout
+        assert "0.040 per request" in " ".join(result.stdout.split())  # touches, in the touch budget's unit
     loads = run_cli("stats", "loads", "--state", str(db), *WINDOW, env={"COLUMNS": "80"})
     assert loads.exit_code == 0 and max(len(x) for x in loads.stdout.splitlines()) <= 80
     assert "refused ✗" in loads.stdout

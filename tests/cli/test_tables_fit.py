@@ -76,3 +76,7 @@ def test_every_journal_and_plan_table_fits_with_its_legend(run_cli, tmp_path, wi
         assert result.exit_code == 0, (name, result.stderr)
         assert_fits(result.stdout, width)
         assert legend in " ".join(result.stdout.split()), name
+    per_request = json.loads(run_cli("stats", "-i", DEMO, "--state", db, *window, "--no-replay", "--json").stdout)
+    ratio = per_request["overall"]["touches_per_request"]
+    for name in ("daemon", "stats"):  # touches in the touch budget's unit, the journal's figure in both
+        assert f"{ratio:.3f} per request" in " ".join(tables[name][0].stdout.split()), name

@@ -182,6 +182,9 @@ def test_the_daemon_summary_stats_and_replay_agree_on_every_shared_count(tmp_pat
     (replayed,) = json.loads(run_cli("replay", log, "-i", demo, "--policy", "lorafleet", "--json").stdout)["policies"]
     for key in ("requests", "hits", "late", "misses", "prefetch_loads", "prefetch_used", "touches"):
         assert daemon[key] == stats[key] == replayed[key], key
+    assert daemon["touches"] > 0  # the demo's vLLM engines are steered: a ratio worth comparing
+    assert daemon["touches_per_request"] == stats["touches_per_request"] == replayed["touches_per_request"]
+    assert daemon["touches_per_request"] == round(daemon["touches"] / daemon["requests"], 6)
     for key in ("loads", "wasted_prefetches", "unloads", "unserved"):
         assert daemon[key] == replayed[key], key
     assert daemon["wasted_prefetches"] == stats["prefetch_wasted"]
