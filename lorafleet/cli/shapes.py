@@ -358,12 +358,13 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
     "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches", "touches_per_request",
     "gpu_hits", "prefetch_loads", "lru_hit_ratio", "circuit_opened", "load_ms"}, "by": [{"key", "requests", "hits",
     "late", "misses", "hit_ratio", "cold_ms_paid", "cold_ms_avoided", "prefetch_used", "prefetch_wasted", "touches",
-    "tier"}], "log": {"lines", "bad", "unknown"}}` — `log` counts the lines read whose requests fall in the
-    window (`unknown`: naming adapters the inventory does not know, never loaded); `by` holds the `--top` keys
-    needing attention most (lowest hit ratio, then most cold ms); `prefetch_wasted` and `touches` are null by
-    tenant (actions are per engine and adapter); `load_ms` maps an engine to `{"loads", "p50", "p99"}` of its
-    measured loads; `lru_hit_ratio` is replay's `lru` over the same window of the gateway logs (null when they
-    cannot be read); times are UTC ISO-8601."""
+    "touches_per_request", "tier"}], "log": {"lines", "bad", "unknown"}}` — `log` counts the lines read whose
+    requests fall in the window (`unknown`: naming adapters the inventory does not know, never loaded); `by` holds
+    the `--top` keys needing attention most (lowest hit ratio, then most cold ms); `touches_per_request` is per
+    adapter request, the touch budget's unit (per engine, what the budget caps); `prefetch_wasted`, `touches` and
+    `touches_per_request` are null by tenant (actions are per engine and adapter); `load_ms` maps an engine to
+    `{"loads", "p50", "p99"}` of its measured loads; `lru_hit_ratio` is replay's `lru` over the same window of the
+    gateway logs (null when they cannot be read); times are UTC ISO-8601."""
     window, overall, actions, rows, per_key = report.window, report.overall, report.actions, report.rows, report.per_key
     overall_out = _outcome_fields(overall)
     overall_out.update(
@@ -383,7 +384,10 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
     for key, o in ranked[:top]:
         row = {"key": key, **_outcome_fields(o)}
         wasted, touches = per_key.get(key, (0, 0)) if per_key is not None else (None, None)
-        row.update({"prefetch_wasted": wasted, "touches": touches, "tier": tiers.get(key)})
+        ratio = None if touches is None else round(per_request(touches, o.requests), 6)
+        row.update(
+            {"prefetch_wasted": wasted, "touches": touches, "touches_per_request": ratio, "tier": tiers.get(key)}
+        )
         by.append(row)
     log = {"lines": report.log.lines, "bad": report.log.bad, "unknown": report.log.unknown}
     return {

@@ -72,8 +72,10 @@ def test_breakdowns_sort_by_what_needs_attention(tmp_path: Path, run_cli) -> Non
     by_adapter = stats_json(run_cli, db, *WINDOW, "--by", "adapter")["by"]
     assert [(r["key"], r["hits"], r["requests"]) for r in by_adapter] == [("a2", 2, 10), ("a1", 13, 15)]
     assert by_adapter[0]["cold_ms_paid"] == 400.0 and by_adapter[0]["touches"] == 1
+    assert by_adapter[0]["touches_per_request"] == 0.1  # a2: 1 touch, 10 requests
     by_tenant = stats_json(run_cli, db, *WINDOW, "--by", "tenant", "--top", "1")["by"]
     assert [r["key"] for r in by_tenant] == ["acme"] and by_tenant[0]["prefetch_wasted"] is None
+    assert by_tenant[0]["touches_per_request"] is None
     by_hour = stats_json(run_cli, db, "--since", "2026-11-20T10:00Z", "--until", "2026-11-20T11:00Z", "--by", "hour")
     assert [(r["key"], r["requests"]) for r in by_hour["by"]] == [("2026-11-20T10:00Z", 30)]
 
