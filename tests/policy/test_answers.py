@@ -9,9 +9,20 @@ from pathlib import Path
 import pytest
 
 from lorafleet.drive.policies import make_policy
-from lorafleet.drive.session import LOADED, NOT_REGISTERED, RELOADED, TOUCHED, UNLOADED, Call, Performed, Session
-from lorafleet.policy.core import LOAD, TOUCH, UNLOAD, PolicyCore
-from tests.policy.builders import TWO_VLLM, make_inventory
+from lorafleet.drive.session import (
+    BY_ENGINE_LRU,
+    EVICTED,
+    LOADED,
+    NOT_REGISTERED,
+    RELOADED,
+    TOUCHED,
+    UNLOADED,
+    Call,
+    Performed,
+    Session,
+)
+from lorafleet.policy.core import EVICT, LOAD, TOUCH, UNLOAD, PolicyCore
+from tests.policy.builders import TWO_VLLM, make_inventory, stream
 
 
 def answer_load(session: Session, engine: str, adapter: str, answer: str, ms: float) -> None:
@@ -50,3 +61,29 @@ def test_a_live_session_counts_each_call_from_the_engines_answer(tmp_path: Path)
     assert (counts.evictions, counts.wasted_prefetches) == (2, 1)
     last = session.take_answers()[-1]
     assert isinstance(last, Performed) and (last.answer, last.error) == (UNLOADED, "the engine no longer had it")
+
+
+@pytest.mark.parametrize(
+    ("engine", "eviction", "answer", "note"),
+    [
+        ({"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}, EVICT, EVICTED, BY_ENGINE_LRU),
+        ({"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 2}, UNLOAD, UNLOADED, None),
+    ],
+)
+def test_a_simulated_session_journals_what_it_carried_out_as_done(
+    tmp_path: Path, engine: dict[str, object], eviction: str, answer: str, note: str | None
+) -> None:
+    """Shadow mode and replay carry out touches and evictions themselves: each is answered done (ok), as the
+    journal and `stats loads` show it — vLLM's eviction made by its own LRU (no call), SGLang's an unload — and
+    none counts as failed."""
+    inv = make_inventory(tmp_path, adapters=4, zero_load=True, engines=[engine])
+    session = Session(PolicyCore(inv, make_policy("lfu"), touch_budget=1.0), simulate=True)
+    for event in stream([0, 0, 1, 2, 0, 3]):  # a0 the most requested: lfu keeps it, on vLLM by a touch
+        session.request(event)
+    done = [a for a in session.take_answers() if isinstance(a, Performed)]
+    assert done and all(a.ok for a in done)  # loads, touches and evictions alike
+    evictions = [(a.call.action, a.answer, a.error) for a in done if a.call.action in (EVICT, UNLOAD)]
+    assert evictions == [(eviction, answer, note)] * 2
+    touched = [a.call.adapter for a in done if a.call.action == TOUCH]
+    assert touched == (["a0"] if eviction == EVICT else [])  # vLLM: a0 touched so its LRU drops a1 instead
+    assert session.counts.failed == 0 and session.counts.evictions == 2
