@@ -189,6 +189,20 @@ def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_ord
     assert list(state.resident)[-2:] == ["a2", "a1"]  # a1 arrived last: the engine's most recent
 
 
+def test_live_the_arrivals_kept_per_engine_are_bounded_to_the_newest(tmp_path: Path) -> None:
+    """Only recent arrivals can reorder the book, so an engine keeps at most four times its slots' worth (at
+    least 32) and, past that, the newest half of it: a daemon reading a year of lines holds no more."""
+    inv = make_inventory(tmp_path, adapters=40, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    session = Session(PolicyCore(inv, MarkovPolicy()))  # live: the driver makes the calls
+    session.start(1000.0)
+    sizes = []
+    for i in range(40):  # 40 adapters, each once: every line a request of 0.5 s
+        session.request(RequestEvent(1000.0 + i, ADAPTER, f"a{i}", tenant="t", base_model="m", seen=1000.5 + i))
+        sizes.append(len(session.arrivals["h/e0"]))
+    assert max(sizes) == 32 and sizes[32] == 16  # the 33rd arrival trims to the newest 16
+    assert set(session.arrivals["h/e0"]) == {f"a{i}" for i in range(17, 40)}
+
+
 class _MostRecentFirst(MarkovPolicy):
     """A policy that would evict the most recently used first: on vLLM it takes touches to make the engine agree."""
 
