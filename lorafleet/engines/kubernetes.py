@@ -21,6 +21,7 @@ import os
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,10 @@ log = logging.getLogger("lorafleet.kubernetes")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices"
 WATCH_S = 290  # the server ends each watch after this; it is then resumed from the last resourceVersion
+MAX_LISTED = 100_000  # slices one list may hold: a list past it is an API that does not end
+MAX_PAGE_BYTES = 64 * 2**20  # one list page's body (500 slices are a few MB)
+MAX_EVENT_BYTES = 4 * 2**20  # one watch event's line
+LIST_DEADLINE_S = 60.0  # one list page, however slowly its bytes come
 MAX_BACKOFF_S = 30.0
 
 
@@ -62,10 +67,25 @@ class ApiAccess:
     def bearer(self) -> str | None:
         if self.token_file is not None:
             try:
-                return self.token_file.read_text().strip()
-            except OSError as exc:
-                raise KubeError(f"cannot read the API token {self.token_file}: {exc.strerror}") from exc
-        return self.token
+                token = self.token_file.read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not text"
+                raise KubeError(f"cannot read the API token {self.token_file}: {reason}") from exc
+            return _checked_token(token, f"the API token in {self.token_file}")
+        return None if self.token is None else _checked_token(self.token, "the kubeconfig's token")
+
+
+def _checked_token(token: str, what: str) -> str:
+    """A bearer token as a header can carry it: printable ASCII, no whitespace inside. Anything else would fail
+    in the HTTP library with the header, token and all, in its message: refused here, never echoed."""
+    if token and not (token.isascii() and token.isprintable() and not any(ch.isspace() for ch in token)):
+        raise KubeError(f"{what} holds whitespace, control or non-ASCII characters: not a bearer token")
+    return token
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """Text the API sent, for a log line or an error: one line, no control characters, cut to `limit`."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:limit]
 
 
 def api_access(
@@ -194,8 +214,16 @@ def _tls(
 class SliceApi:
     """The two requests discovery makes: list EndpointSlices, and watch them from a resourceVersion."""
 
-    def __init__(self, access: ApiAccess, timeout_s: float = 10.0, watch_s: int = WATCH_S, page: int = 500) -> None:
+    def __init__(
+        self,
+        access: ApiAccess,
+        timeout_s: float = 10.0,
+        watch_s: int = WATCH_S,
+        page: int = 500,
+        list_deadline_s: float = LIST_DEADLINE_S,
+    ) -> None:
         self.access = access
+        self.list_deadline_s = list_deadline_s
         self.watch_s = watch_s
         self.page = page
         self.client = httpx.Client(
@@ -215,15 +243,37 @@ class SliceApi:
         items: list[dict[str, Any]] = []
         params: dict[str, str] = {"labelSelector": selector, "limit": str(self.page)}
         version = ""
+        tokens: set[str] = set()
         while True:
-            response = self.client.get(SLICES.format(namespace=namespace), params=params, headers=self._headers())
-            body = self._checked(response, namespace)
-            metadata = body.get("metadata") or {}
+            body = self._checked(self._page(SLICES.format(namespace=namespace), params), namespace)
+            metadata = body.get("metadata")
+            metadata = metadata if isinstance(metadata, dict) else {}
             version = version or str(metadata.get("resourceVersion", ""))
-            items += [i for i in body.get("items") or [] if isinstance(i, dict)]
-            if not metadata.get("continue"):
+            listed = body.get("items")
+            items += [i for i in listed if isinstance(i, dict)] if isinstance(listed, list) else []
+            token = metadata.get("continue")
+            if not token:
                 return items, version
-            params["continue"] = str(metadata["continue"])
+            token = str(token)
+            if token in tokens or len(items) > MAX_LISTED:
+                raise KubeError("the API's list does not end (a page token repeated, or past 100,000 slices)")
+            tokens.add(token)
+            params["continue"] = token
+
+    def _page(self, path: str, params: dict[str, str]) -> httpx.Response:
+        """One list request, its body read within a size and a deadline: an API that never ends a body, or drips
+        it, is a failure (listed again later), not a thread stuck or memory filled for good."""
+        deadline = time.monotonic() + self.list_deadline_s
+        with self.client.stream("GET", path, params=params, headers=self._headers()) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_PAGE_BYTES:
+                    raise KubeError(f"the API's list page is over {MAX_PAGE_BYTES // 2**20} MiB")
+                if time.monotonic() > deadline:
+                    raise KubeError(f"the API's list page took over {self.list_deadline_s:.0f} s")
+                chunks.append(chunk)
+            return httpx.Response(response.status_code, headers=response.headers, content=b"".join(chunks))
 
     def watch(self, namespace: str, selector: str, version: str) -> Iterator[dict[str, Any]]:
         """The events after `version`, as they come; ends when the server ends the watch. Raises GoneError on 410."""
@@ -240,17 +290,18 @@ class SliceApi:
             if response.status_code != 200:
                 response.read()
                 self._checked(response, namespace)
-            for line in response.iter_lines():
+            for line in _lines(response.iter_bytes(), MAX_EVENT_BYTES):
                 if not line.strip():
                     continue
                 event = json.loads(line)
                 if not isinstance(event, dict):
                     raise KubeError("the watch sent something that is not an event")
                 if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
+                    status = event.get("object")
+                    status = status if isinstance(status, dict) else {}
                     if status.get("code") == 410:
                         raise GoneError()
-                    raise KubeError(f"watch error {status.get('code')}: {status.get('message', '')}"[:300])
+                    raise KubeError(f"watch error {status.get('code')}: {_one_line(str(status.get('message', '')))}")
                 yield event
 
     def _checked(self, response: httpx.Response, namespace: str) -> dict[str, Any]:
@@ -263,10 +314,11 @@ class SliceApi:
             )
         if response.status_code != 200:
             try:
-                message = str(response.json().get("message", ""))
+                body = response.json()
+                message = str(body.get("message", "")) if isinstance(body, dict) else ""
             except ValueError:
                 message = response.text
-            raise KubeError(f"the API answered {response.status_code}: {message[:200]}")
+            raise KubeError(f"the API answered {response.status_code}: {_one_line(message)}")
         body = response.json()
         if not isinstance(body, dict):
             raise KubeError("the API's list is not an object")
@@ -274,6 +326,40 @@ class SliceApi:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _lines(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """The lines of a streamed body, each at most `limit` bytes: a line that does not end is a failure."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from lines
+        if len(pending) > limit:
+            raise KubeError(f"the watch sent a line over {limit // 2**20} MiB")
+    if pending:
+        yield pending
+
+
+def _said(exc: Exception, access: ApiAccess) -> str:
+    """A failure in one line, never the token (an HTTP library's message may quote the request's headers)."""
+    text = exc.message if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
+    for secret in (access.token, _read_quietly(access.token_file)):
+        if secret:
+            text = text.replace(secret, "***")
+    return _one_line(text, 300)
+
+
+def _read_quietly(path: Path | None) -> str | None:
+    try:
+        return path.read_text().strip() or None if path is not None else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _name(item: dict[str, Any]) -> str:
+    metadata = item.get("metadata")
+    return str(metadata.get("name")) if isinstance(metadata, dict) else "None"
 
 
 class GroupWatch:
@@ -304,10 +390,9 @@ class GroupWatch:
             try:
                 items, version = self.api.list(self.namespace, self.group.selector)
                 self.lists += 1
-                self.slices = {str((i.get("metadata") or {}).get("name")): i for i in items}
+                self.slices = {_name(i): i for i in items}
                 self._publish()
                 self.listed.set()
-                backoff = 1.0
                 while not self.stop.is_set():
                     for event in self.api.watch(self.namespace, self.group.selector, version):
                         if self.stop.is_set():
@@ -320,21 +405,29 @@ class GroupWatch:
                 if self.events_seen == seen and self.stop.wait(backoff):  # 410 right after a list: do not spin
                     return
                 backoff = min(backoff * 2, MAX_BACKOFF_S) if self.events_seen == seen else 1.0
-            except (httpx.HTTPError, KubeError, ValueError, OSError) as exc:
+            except Exception as exc:  # whatever the API sent, the watch lists again: discovery never stops
                 if self.stop.is_set():  # closed under it
                     return
-                message = exc.message if isinstance(exc, KubeError) else f"{type(exc).__name__}: {exc}"
-                log.warning("%s: %s; listing again in %.0f s", where, message, backoff)
+                if self.events_seen != seen:  # the watch was working: a fresh failure, not a failing API
+                    backoff = 1.0
+                log.warning("%s: %s; listing again in %.0f s", where, self._said(exc), backoff)
                 self.listed.set()
                 if self.stop.wait(backoff):
                     return
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
 
+    def _said(self, exc: Exception) -> str:
+        """A failure in one line, the token masked (an HTTP library's message may quote a header)."""
+        return _said(exc, self.api.access)
+
     def _apply(self, event: dict[str, Any]) -> str | None:
         """One event; returns the resourceVersion it carries (a bookmark carries nothing else)."""
+        item = event.get("object")
+        if not isinstance(item, dict):  # not an event that worked: the backoff keeps growing
+            raise KubeError(f"the watch sent a {_one_line(str(event.get('type')), 20)} event without an object")
         self.events_seen += 1
-        item = event.get("object") or {}
-        metadata = item.get("metadata") or {}
+        metadata = item.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
         version = metadata.get("resourceVersion")
         kind = event.get("type")
         name = str(metadata.get("name"))
@@ -439,7 +532,9 @@ def discover_once(
     except GoneError as exc:
         raise KubeError("the API answered 410 GoneError to a list; try again") from exc
     except httpx.HTTPError as exc:
-        raise KubeError(f"cannot reach the Kubernetes API at {api.access.server}: {type(exc).__name__}: {exc}") from exc
+        raise KubeError(f"cannot reach the Kubernetes API at {api.access.server}: {_said(exc, api.access)}") from exc
+    except ValueError as exc:
+        raise KubeError(f"the Kubernetes API at {api.access.server} sent no JSON: {_said(exc, api.access)}") from exc
     finally:
         api.close()
 

@@ -6,6 +6,7 @@ client (engines/kubernetes.py) lists and watches the slices; what they mean as e
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from lorafleet.inventory.yamlsource import LDict, where
 LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 PORT_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
+POD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain, as Kubernetes names pods
 
 
 def read_discovery(
@@ -128,35 +130,60 @@ def _port(c: Checker, m: LDict, path: str) -> int | str | None:
     return None
 
 
-def slice_engines(group: EngineGroup, slices: Iterable[Mapping[str, Any]]) -> list[Engine]:
+def slice_engines(group: EngineGroup, slices: Iterable[Any]) -> list[Engine]:
     """The engines a group's EndpointSlices hold now: one per pod (its targetRef name) with a ready endpoint
     that is not terminating, at the endpoint's first address and the group's port. A pod in two slices (a
-    dual-stack Service, or slices being rebalanced) is one engine; sorted by name so the order is stable."""
+    dual-stack Service, or slices being rebalanced) is one engine; sorted by name so the order is stable.
+
+    What the API sends is data, not trusted: an endpoint whose pod name is not a Kubernetes name, whose address
+    is not an IP address or whose port is not 1-65535 (or any part not of the shape the API defines) is no
+    engine — a broken or hostile API server cannot take the rest of the fleet down, nor name a URL."""
     found: dict[str, Engine] = {}
     for item in slices:
-        port = _slice_port(group.port, item.get("ports") or [])
+        if not isinstance(item, Mapping):
+            continue
+        port = _slice_port(group.port, _objects(item.get("ports")))
         if port is None:
             continue
-        for endpoint in item.get("endpoints") or []:
-            conditions = endpoint.get("conditions") or {}
+        for endpoint in _objects(item.get("endpoints")):
+            conditions = endpoint.get("conditions")
+            conditions = conditions if isinstance(conditions, Mapping) else {}
             # Kubernetes: an unknown (absent) ready condition is to be read as ready.
             if conditions.get("ready") is False or conditions.get("terminating") is True:
                 continue
-            ref = endpoint.get("targetRef") or {}
-            pod, addresses = ref.get("name"), endpoint.get("addresses") or []
-            if ref.get("kind", "Pod") != "Pod" or not isinstance(pod, str) or not addresses:
+            ref = endpoint.get("targetRef")
+            ref = ref if isinstance(ref, Mapping) else {}
+            pod, addresses = ref.get("name"), endpoint.get("addresses")
+            if ref.get("kind", "Pod") != "Pod" or not isinstance(pod, str) or not POD_NAME_RE.match(pod):
                 continue
-            if pod not in found:
-                found[pod] = group.engine(pod, str(addresses[0]), port)
+            address = _address(addresses[0]) if isinstance(addresses, list) and addresses else None
+            if address is not None and pod not in found:
+                found[pod] = group.engine(pod, address, port)
     return [found[name] for name in sorted(found)]
 
 
-def _slice_port(want: int | str, ports: list[Any]) -> int | None:
+def _objects(value: Any) -> list[Mapping[str, Any]]:
+    """The mappings of a list the API sent (anything else in it, or a list that is not one, is nothing)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _address(value: Any) -> str | None:
+    """An endpoint's address, when it is an IP address (written the standard way); else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
+def _slice_port(want: int | str, ports: list[Mapping[str, Any]]) -> int | None:
     if isinstance(want, int):
         return want
     for port in ports:
-        if isinstance(port, dict) and port.get("name") == want and isinstance(port.get("port"), int):
-            return int(port["port"])
+        number = port.get("port")
+        if port.get("name") == want and isinstance(number, int) and not isinstance(number, bool):
+            return number if 1 <= number <= 65535 else None
     return None
 
 

@@ -201,3 +201,68 @@ def test_no_cluster_and_no_kubeconfig_is_an_input_error(tmp_path: Path) -> None:
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1"}
     with pytest.raises(InputError, match="service account"):
         api_access(KubeAccess(), tmp_path / "none", env)
+
+
+def test_endpoints_the_api_should_never_send_are_no_engines_and_the_rest_are_served(
+    tmp_path: Path, kube: FakeKube
+) -> None:
+    """What the API sends is data: a port outside 1-65535, an address that is no IP address (a URL, an
+    object), a pod name that is no Kubernetes name (a forged log line) or a part of the wrong shape is skipped —
+    the daemon went down on such a slice before — and the well-formed pods of the same group are engines."""
+    bad_port = endpoint_slice("p-99999", [("vllm-9", "10.0.0.9")], 99999)
+    bad_parts = endpoint_slice("parts", [("vllm-5", "10.0.0.5")], 8000)
+    bad_parts["endpoints"] = [
+        {"addresses": ["10.0.0.6:80/#"], "targetRef": {"kind": "Pod", "name": "vllm-6"}},
+        {"addresses": [{"a": 1}], "targetRef": {"kind": "Pod", "name": "vllm-7"}},
+        {"addresses": ["10.0.0.8"], "targetRef": {"kind": "Pod", "name": "p1\n2026-01-01 ERROR forged"}},
+        {"addresses": ["10.0.0.4"], "conditions": [1], "targetRef": "vllm-4"},
+        "not an endpoint",
+        {"addresses": ["10.0.0.5"], "conditions": {"ready": True}, "targetRef": {"kind": "Pod", "name": "vllm-5"}},
+    ]
+    kube.put(bad_port)
+    kube.put(bad_parts)
+    kube.put(endpoint_slice("ok", [("vllm-0", "10.0.0.1"), ("vllm-1", "fd00::1")], 8000))
+    inv = inventory(tmp_path, kube)
+    found = discover_once(inv)
+    assert [(e.name, e.url) for e in found["pool"]] == [
+        ("vllm-0", "http://10.0.0.1:8000"),
+        ("vllm-1", "http://[fd00::1]:8000"),
+        ("vllm-5", "http://10.0.0.5:8000"),
+    ]
+    discovery = Discovery()
+    discovery.configure(inv)
+    try:
+        assert set(engines(discovery, inv)) == {"pool/vllm-0", "pool/vllm-1", "pool/vllm-5"}
+    finally:
+        discovery.close()
+
+
+@pytest.mark.parametrize("token", ["secret-token-0123456789\nmore", "secret-token-0123456789\x00", "sécret-token"])
+def test_a_token_that_no_header_can_carry_is_refused_without_showing_it(
+    tmp_path: Path, kube: FakeKube, token: str
+) -> None:
+    """The HTTP library quotes the header, token and all, in its error: such a token is refused first."""
+    inventory(tmp_path, kube)
+    kube.kubeconfig(tmp_path / "kubeconfig", token=token)
+    inv = load_inventory(tmp_path / "inv.yaml")
+    with pytest.raises(KubeError) as raised:
+        discover_once(inv)
+    assert "not a bearer token" in raised.value.message and "secret" not in raised.value.message.replace("é", "e")
+    assert kube.count("list") == 0  # refused before any request
+
+
+def test_a_list_page_past_its_size_is_an_error_not_memory_filled(
+    tmp_path: Path, kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An API that never ends a body (or repeats its page token) is a failure discovery recovers from by listing
+    again later, not a thread filling memory for good; a watch line that never ends alike."""
+    import lorafleet.engines.kubernetes as k8s
+
+    kube.put(endpoint_slice("a", [("vllm-0", "10.0.0.1")], 8000))
+    inv = inventory(tmp_path, kube)
+    monkeypatch.setattr(k8s, "MAX_PAGE_BYTES", 100)
+    with pytest.raises(KubeError, match="list page is over"):
+        discover_once(inv)
+    assert list(k8s._lines(iter([b"a\nb", b"c\n", b"d"]), 10)) == [b"a", b"bc", b"d"]
+    with pytest.raises(KubeError, match="a line over"):
+        list(k8s._lines(iter([b"x" * 6, b"y" * 6]), 10))
