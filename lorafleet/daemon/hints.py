@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 from lorafleet.daemon.listening import serve_in_thread
 from lorafleet.daemon.metrics import HINT_OUTCOMES
 from lorafleet.inventory.model import Inventory
+from lorafleet.logs.reader import MAX_NAME_CHARS
 from lorafleet.logs.records import storable
 from lorafleet.policy.events import RequestEvent
 
@@ -48,6 +49,8 @@ QUEUE_HINTS = 10_000  # hints waiting for the loop, at most (a few seconds of a 
 JOIN_WINDOW_S = 900.0  # how long a hint waits for its log line (a request may stream for minutes)
 JOIN_SKEW_S = 1.0  # a log line may be stamped this much before its hint's receipt (clocks, rounding)
 MAX_OPEN_HINTS = 200_000  # open hints kept for joining, at most (the oldest go first)
+MAX_CONNECTIONS = 256  # gateway connections served at once; more are closed at once (a gateway keeps a few alive)
+IDLE_S = 5.0  # a connection that sends nothing for this long is closed: idle ones must not hold descriptors
 # Outcomes of hints, each a metric series: queued for the loop, dropped (queue full), bad (no model, not
 # JSON, too large), unknown (names no adapter of the inventory), joined to their log line, unmatched (none came).
 OUTCOMES = HINT_OUTCOMES
@@ -117,14 +120,16 @@ class HintIngress:
                     tenant = record.get("user")
         if model is None:
             model = headers.get(names.adapter)
-        if not isinstance(model, str) or not model.strip():
-            self.count("bad")
+        if not isinstance(model, str) or not model.strip() or len(model) > MAX_NAME_CHARS:
+            self.count("bad")  # no adapter name is that long: nothing of it is kept, however many come
             return
         request_id = headers.get(names.request_id)
+        tenant = None if tenant is None else str(tenant)[:MAX_NAME_CHARS]
+        request_id = None if request_id is None else request_id[:MAX_NAME_CHARS]
         if not storable(model, tenant, request_id):  # a lone surrogate: the journal could not keep its counts
             self.count("bad")
             return
-        hint = Hint(at, model, None if tenant is None else str(tenant), request_id or None)
+        hint = Hint(at, model, tenant, request_id or None)
         try:
             self.queue.put_nowait(hint)
         except queue.Full:
@@ -162,12 +167,18 @@ class HintIngress:
 def _handler(ingress: HintIngress) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # the gateway keeps its connections to us alive
+        timeout = IDLE_S
 
         def log_message(self, format: str, *args: Any) -> None:  # hints are not the daemon's log
             pass
 
         def _any(self) -> None:
             at = time.time()
+            if self.headers.get("Transfer-Encoding") is not None:  # unread, its chunks would be a next request
+                ingress.count("bad")
+                self._answer(411)
+                self.close_connection = True
+                return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
@@ -199,8 +210,31 @@ def _handler(ingress: HintIngress) -> type[BaseHTTPRequestHandler]:
 
 
 class _Server(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS served at once: a flood of connections (idle or not) is closed on arrival rather
+    than taking a thread and a descriptor each, which the daemon's engine calls and metrics need too."""
+
     daemon_threads = True
     request_queue_size = 128
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _Server6(_Server):
@@ -214,7 +248,7 @@ class HintJoin(Generic[T]):
     def __init__(self, window_s: float = JOIN_WINDOW_S, limit: int = MAX_OPEN_HINTS) -> None:
         self.window_s = window_s
         self.limit = limit
-        self.by_id: OrderedDict[str, tuple[float, T]] = OrderedDict()  # in order of receipt
+        self.by_id: OrderedDict[str, tuple[float, str, T]] = OrderedDict()  # in order of receipt, with the adapter
         self.by_key: dict[tuple[str | None, str], deque[tuple[float, T]]] = {}
         self.keyed: deque[tuple[float, tuple[str | None, str]]] = deque()  # receipt order, for expiry
 
@@ -222,7 +256,8 @@ class HintJoin(Generic[T]):
         adapter = event.adapter
         assert adapter is not None
         if event.request_id is not None:
-            self.by_id[event.request_id] = (event.time, token)
+            self.by_id.pop(event.request_id, None)  # an id used again: the newest hint, last in receipt order
+            self.by_id[event.request_id] = (event.time, adapter, token)
         else:
             key = (event.tenant, adapter)
             self.by_key.setdefault(key, deque()).append((event.time, token))
@@ -231,9 +266,10 @@ class HintJoin(Generic[T]):
     def claim(self, event: RequestEvent) -> T | None:
         """A log line's hint, if it had one (closed now): its token."""
         if event.request_id is not None:
-            found = self.by_id.pop(event.request_id, None)
-            if found is not None:
-                return found[1]
+            found = self.by_id.get(event.request_id)
+            if found is not None and found[1] == event.adapter:  # the line is the record of truth: same request
+                del self.by_id[event.request_id]
+                return found[2]
         assert event.adapter is not None
         key = (event.tenant, event.adapter)
         times = self.by_key.get(key)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import time
+
+from lorafleet.daemon import hints
 from lorafleet.daemon.hints import JOIN_SKEW_S, HintHeaders, HintIngress, HintJoin, hint_headers
 from lorafleet.inventory import load_inventory
 from lorafleet.policy.events import ADAPTER, RequestEvent
@@ -86,3 +91,76 @@ def test_a_hint_whose_names_the_journal_cannot_store_is_bad_not_queued() -> None
     ingress.offer(b'{"model": "a0", "user": "u"}', {}, 2.0)
     assert [h.tenant for h in ingress.take()] == ["u"]
     assert ingress.counts["queued"] == 1 and ingress.counts["bad"] == 1
+
+
+def test_a_line_joins_a_hint_by_request_id_only_for_the_same_adapter() -> None:
+    """The line is the record of truth: a hint under the same id for another adapter is another request (a
+    gateway reusing ids), so the line is served as a plain one and the hint stays open until it expires."""
+    join: HintJoin[object] = HintJoin()
+    join.add(hinted(100.0, adapter="a1", rid="r1"), "a1's")
+    assert join.claim(logged(101.0, adapter="a0", rid="r1")) is None
+    assert join.claim(logged(101.0, adapter="a1", rid="r1")) == "a1's"
+
+
+def test_an_id_used_again_is_the_newest_hint_and_older_ones_still_expire() -> None:
+    join: HintJoin[object] = HintJoin(window_s=900.0)
+    join.add(hinted(0.0, rid="x"), "first x")
+    join.add(hinted(10.0, rid="y"), "y")
+    join.add(hinted(1000.0, rid="x"), "second x")
+    assert join.expire(1000.0) == 1  # y, older than the window: it was stuck behind x's first place
+    assert join.claim(logged(1001.0, rid="x")) == "second x"
+
+
+def test_over_long_names_are_bad_and_nothing_long_is_queued() -> None:
+    """A hint queue of 10,000 holds no 256 KB model names (2.4 GB before): no adapter name is that long, and a
+    tenant or request id is cut as the log reader cuts them."""
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    ingress.offer(json.dumps({"model": "m" * 300}).encode(), {}, 1.0)
+    ingress.offer(json.dumps({"model": "a0", "user": "u" * 300}).encode(), {"X-Request-Id": "r" * 300}, 2.0)
+    (hint,) = ingress.take()
+    assert (len(hint.tenant or ""), len(hint.request_id or "")) == (256, 256)
+    assert ingress.counts["bad"] == 1 and ingress.counts["queued"] == 1
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """True when the server closed the connection within `seconds` (whatever it sent before)."""
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_the_endpoint_refuses_chunked_bodies_closes_idle_connections_and_caps_them(monkeypatch) -> None:
+    """A chunked body left unread would be taken as a next request (a hint smuggled in it); an idle
+    connection, or one past the cap, would hold a thread and a descriptor the daemon's engine calls need."""
+    monkeypatch.setattr(hints, "IDLE_S", 0.5)
+    monkeypatch.setattr(hints, "MAX_CONNECTIONS", 2)
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    host, _, port = ingress.serve("127.0.0.1:0").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port))) as sock:
+            smuggled = b"GET /x HTTP/1.1\r\nX-Lora-Adapter: a5\r\n\r\n"
+            sock.sendall(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + smuggled)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 411") and _closed_within(sock, 2.0)
+        assert ingress.take() == [] and ingress.counts["bad"] == 1
+        with socket.create_connection((host, int(port))) as idle:
+            idle.sendall(b"POST / HTTP/1.1\r\n")  # and nothing more
+            assert _closed_within(idle, 3.0)
+        monkeypatch.setattr(hints, "IDLE_S", 30.0)
+    finally:
+        ingress.close()
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    host, _, port = ingress.serve("127.0.0.1:0").rpartition(":")
+    try:
+        held = [socket.create_connection((host, int(port))) for _ in range(2)]
+        time.sleep(0.3)  # both taken by the server's threads
+        with socket.create_connection((host, int(port))) as third:
+            assert _closed_within(third, 2.0)  # past the cap: closed on arrival
+        assert not _closed_within(held[0], 0.5)  # the two within it are served
+        for sock in held:
+            sock.close()
+    finally:
+        ingress.close()
