@@ -68,7 +68,7 @@ class Hint:
 class HintHeaders:
     tenant: str = "X-Tenant-Id"
     adapter: str = "X-Lora-Adapter"
-    request_id: str = "X-Request-Id"
+    request_id: str = "X-Request-Id"  # "": not read (the gateway's logs carry no id to join by)
 
 
 def hint_headers(inventory: Inventory) -> HintHeaders:
@@ -81,6 +81,10 @@ def hint_headers(inventory: Inventory) -> HintHeaders:
             variable = source.fields.get(field, "")
             if variable.startswith("http_") and field not in found:
                 found[field] = "-".join(part.capitalize() for part in variable[5:].split("_"))
+    if inventory.gateway_logs and not any(source.fields.get("request_id") for source in inventory.gateway_logs):
+        # No log line carries an id, so none could join a hint by it: a hint's id is not read, and its line
+        # joins it by tenant and adapter (an id-only hint would wait out the window and its line be learned twice).
+        found["request_id"] = ""
     return HintHeaders(**found)
 
 
@@ -123,7 +127,7 @@ class HintIngress:
         if not isinstance(model, str) or not model.strip() or len(model) > MAX_NAME_CHARS:
             self.count("bad")  # no adapter name is that long: nothing of it is kept, however many come
             return
-        request_id = headers.get(names.request_id)
+        request_id = headers.get(names.request_id) if names.request_id else None
         tenant = None if tenant is None else str(tenant)[:MAX_NAME_CHARS]
         request_id = None if request_id is None else request_id[:MAX_NAME_CHARS]
         if not storable(model, tenant, request_id):  # a lone surrogate: the journal could not keep its counts

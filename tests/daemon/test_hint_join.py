@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -69,7 +70,11 @@ def test_hint_headers_follow_the_nginx_logs_mapping() -> None:
     reference = load_inventory(INVENTORIES / "reference.yaml")
     headers = hint_headers(reference)  # its nginx log maps tenant to $http_x_tenant_id, adapter to $http_x_lora_adapter
     assert (headers.tenant, headers.adapter) == ("X-Tenant-Id", "X-Lora-Adapter")
-    assert headers.request_id == "X-Request-Id"
+    assert headers.request_id == ""  # its log_format has no $request_id: no line could join a hint by its id
+    logs = tuple(
+        dataclasses.replace(s, fields={**s.fields, "request_id": "request_id"}) for s in reference.gateway_logs
+    )
+    assert hint_headers(dataclasses.replace(reference, gateway_logs=logs)).request_id == "X-Request-Id"
 
 
 def test_the_ingress_takes_the_model_from_the_body_and_the_tenant_from_a_header() -> None:
@@ -164,3 +169,15 @@ def test_the_endpoint_refuses_chunked_bodies_closes_idle_connections_and_caps_th
             sock.close()
     finally:
         ingress.close()
+
+
+def test_a_hints_id_is_not_read_when_no_gateway_log_carries_one() -> None:
+    """The demo's JSON log maps no request id: a hint with one (nginx's recipe always sends it) must join its line
+    by tenant and adapter, not wait out the window while its line is learned a second time."""
+    demo = load_inventory(INVENTORIES / "demo.yaml")
+    headers = hint_headers(demo)
+    assert headers.request_id == ""
+    ingress = HintIngress(headers, capacity=2)
+    ingress.offer(b'{"model": "a0", "user": "t"}', {"X-Request-Id": "abc123"}, 1.0)
+    (hint,) = ingress.take()
+    assert hint.request_id is None

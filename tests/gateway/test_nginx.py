@@ -91,7 +91,7 @@ def test_the_hint_carries_model_tenant_and_request_id_and_arrives_at_the_start(
     assert hint.headers["content-type"] == "application/json"
     assert "authorization" not in hint.headers  # the tenant's key stays between it and the engine
     assert hint.wall < ended - 0.3  # while the engine was still generating
-    assert abs(float(hint.headers["x-lorafleet-hint-time"]) - hint.wall) < 0.2
+    assert "x-lorafleet-hint-time" not in hint.headers  # a hint is timed by its receipt: no header nobody reads
 
 
 def test_chat_completions_are_hinted_and_other_paths_are_not(emulators, hint_receivers, nginx_gateway) -> None:
