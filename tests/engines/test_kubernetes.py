@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.engines.kubernetes import Discovery, KubeError, SliceApi, api_access, discover_once, in_cluster
+from lorafleet.engines.kubernetes import (
+    ApiAccess,
+    Discovery,
+    GroupWatch,
+    KubeError,
+    SliceApi,
+    api_access,
+    discover_once,
+    in_cluster,
+)
 from lorafleet.errors import InputError
 from lorafleet.inventory import load_inventory
 from lorafleet.inventory.model import Inventory, KubeAccess, with_discovered
@@ -266,3 +275,50 @@ def test_a_list_page_past_its_size_is_an_error_not_memory_filled(
     assert list(k8s._lines(iter([b"a\nb", b"c\n", b"d"]), 10)) == [b"a", b"bc", b"d"]
     with pytest.raises(KubeError, match="a line over"):
         list(k8s._lines(iter([b"x" * 6, b"y" * 6]), 10))
+
+
+class _Stop:
+    """The watch's stop flag, recording each backoff it is asked to wait and set after `n` of them."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.waits = n, list[float]()
+
+    def is_set(self) -> bool:
+        return len(self.waits) >= self.n
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return self.is_set()
+
+
+class _HostileApi:
+    """Lists fine, then each watch sends an event of the wrong shape (then, once, a thing no code expects)."""
+
+    def __init__(self) -> None:
+        self.access = ApiAccess(server="http://127.0.0.1:9", namespace="inference", verify=False)
+        self.lists = 0
+
+    def list(self, namespace: str, selector: str) -> tuple[list[dict[str, object]], str]:
+        self.lists += 1
+        return [{"metadata": [1]}, endpoint_slice("ok", [("vllm-0", "10.0.0.1")], 8000)], "1"
+
+    def watch(self, namespace: str, selector: str, version: str) -> Iterator[dict[str, object]]:
+        if self.lists == 3:
+            raise RuntimeError("something no code expects")
+        yield {"type": "ADDED", "object": "boom"}
+
+
+def test_a_watch_that_keeps_sending_malformed_events_is_listed_again_with_a_growing_backoff(
+    tmp_path: Path, kube: FakeKube
+) -> None:
+    """A malformed event or any unexpected failure never ends the watch's thread (it did, with a traceback, and
+    discovery froze); each is a failure like any other, and the backoff grows (it was reset by every list,
+    so a failing watch re-listed every second for ever)."""
+    group = inventory(tmp_path, kube).discovery[0]
+    published: list[tuple[str, ...]] = []
+    api = _HostileApi()
+    watch = GroupWatch(group, api, lambda w, engines: published.append(tuple(e.name for e in engines)))
+    watch.stop = stop = _Stop(4)
+    watch._run()
+    assert stop.waits == [1.0, 2.0, 4.0, 8.0]
+    assert api.lists == 4 and published == [("vllm-0",)] * 4
