@@ -273,7 +273,9 @@ class SliceApi:
                 if time.monotonic() > deadline:
                     raise KubeError(f"the API's list page took over {self.list_deadline_s:.0f} s")
                 chunks.append(chunk)
-            return httpx.Response(response.status_code, headers=response.headers, content=b"".join(chunks))
+            # The body as read (decoded already): only its type travels on, not its transfer or content encoding.
+            kept = {k: v for k, v in response.headers.items() if k.lower() == "content-type"}
+            return httpx.Response(response.status_code, headers=kept, content=b"".join(chunks))
 
     def watch(self, namespace: str, selector: str, version: str) -> Iterator[dict[str, Any]]:
         """The events after `version`, as they come; ends when the server ends the watch. Raises GoneError on 410."""

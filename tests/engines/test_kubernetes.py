@@ -322,3 +322,28 @@ def test_a_watch_that_keeps_sending_malformed_events_is_listed_again_with_a_grow
     watch._run()
     assert stop.waits == [1.0, 2.0, 4.0, 8.0]
     assert api.lists == 4 and published == [("vllm-0",)] * 4
+
+
+def test_a_gzipped_list_page_is_read_once_decoded() -> None:
+    """An API server (or a proxy before it) may compress its answers: the page is read within its limits as
+    decoded bytes, and not decoded a second time."""
+    import gzip
+    import json
+
+    import httpx
+
+    page = {"metadata": {"resourceVersion": "7"}, "items": [endpoint_slice("a", [("vllm-0", "10.0.0.1")], 8000)]}
+    body = gzip.compress(json.dumps(page).encode())
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}, content=body
+        )
+
+    api = SliceApi(ApiAccess(server="http://127.0.0.1:9", namespace="inference", verify=False))
+    api.client = httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(answer))
+    try:
+        items, version = api.list("inference", "app=x")
+    finally:
+        api.close()
+    assert version == "7" and [i["metadata"]["name"] for i in items] == ["a"]
