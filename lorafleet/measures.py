@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def hit_ratio(hits: int, requests: int) -> float:
-    """Hits over adapter requests (0 when there were none): the definition every table and shape uses."""
-    return hits / requests if requests else 0.0
-
-
 def per_request(count: int, requests: int) -> float:
     """A count per adapter request (0 when there were none): touches are real 1-token requests on vLLM, so every
     view gives them per request, the unit the touch budget is set in."""
     return count / requests if requests else 0.0
+
+
+def hit_ratio(hits: int, requests: int) -> float:
+    """Hits over adapter requests (0 when there were none): the definition every table and shape uses."""
+    return per_request(hits, requests)
 
 
 def nearest_rank(ordered: Sequence[float], q: float) -> float:

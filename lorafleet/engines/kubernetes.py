@@ -353,8 +353,10 @@ def _said(exc: Exception, access: ApiAccess) -> str:
 
 
 def _read_quietly(path: Path | None) -> str | None:
+    if path is None:
+        return None
     try:
-        return path.read_text().strip() or None if path is not None else None
+        return path.read_text().strip() or None
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -412,15 +414,11 @@ class GroupWatch:
                     return
                 if self.events_seen != seen:  # the watch was working: a fresh failure, not a failing API
                     backoff = 1.0
-                log.warning("%s: %s; listing again in %.0f s", where, self._said(exc), backoff)
+                log.warning("%s: %s; listing again in %.0f s", where, _said(exc, self.api.access), backoff)
                 self.listed.set()
                 if self.stop.wait(backoff):
                     return
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-
-    def _said(self, exc: Exception) -> str:
-        """A failure in one line, the token masked (an HTTP library's message may quote a header)."""
-        return _said(exc, self.api.access)
 
     def _apply(self, event: dict[str, Any]) -> str | None:
         """One event; returns the resourceVersion it carries (a bookmark carries nothing else)."""
