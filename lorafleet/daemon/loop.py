@@ -323,6 +323,8 @@ class Daemon:
         self.stop.set()
         self.metrics.stopped()
         self.discovery.close()
+        for actor in self.actors.values():
+            actor.wake()
         deadline = time.monotonic() + 1.0
         for actor in self.actors.values():
             actor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
