@@ -434,14 +434,18 @@ def test_value_also_asks_the_short_memory_alone_for_the_regret_pair(tmp_path: Pa
 
 
 def test_prefetches_due_at_the_same_instant_go_in_the_order_they_were_scheduled(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 6}])
-    policy = LorafleetPolicy()
-    core = PolicyCore(inv, policy)
-    for i, adapter in enumerate(("a3", "a1", "a2")):
-        key = ("tenant", f"t{i}")
-        policy.generation[key] = 1
-        policy._prefetch_at(0.0, 10.0, key, 1, "h/e0", adapter, "a0")
-    assert [d.adapter for d in core.tick(10.0) if d.action == LOAD] == ["a3", "a1"]  # then the loader is busy
+    """The loader takes max_in_flight (2) loads at a time: of four prefetches due at the same instant, the two
+    scheduled first go, whichever adapters they name; the others wait for a retry. (Four, not three: a
+    heap of three equal entries happens to pop in insertion order, so only four tell the order kept from chance.)"""
+    for order in (["a1", "a2", "a3", "a5"], ["a5", "a3", "a2", "a1"], ["a2", "a5", "a1", "a3"]):
+        policy = LorafleetPolicy()
+        inv = make_inventory(tmp_path, adapters=8, engines=ENGINE, name=f"{order[0]}.yaml")
+        core = PolicyCore(inv, policy)
+        for n, adapter in enumerate(order):
+            policy.generation[("tenant", f"t{n}")] = 1
+            policy._prefetch_at(0.0, 10.0, ("tenant", f"t{n}"), 1, "h/e0", adapter, "a0")
+        assert [d.adapter for d in core.tick(10.0) if d.action == LOAD] == order[:2]
+        assert sorted((w.adapter, w.attempt) for w in policy.scheduled) == sorted((a, 1) for a in order[2:])
 
 
 def test_a_busy_loader_is_retried_four_times(tmp_path: Path) -> None:
