@@ -28,6 +28,7 @@ log = logging.getLogger("lorafleet.daemon")
 RECONCILE = "reconcile"
 REFUSED = "refused"  # not sent: the engine's circuit is open, this adapter is backing off, or its queue is full
 MAX_QUEUED = 512  # past this an engine is not keeping up: new work is refused at once, not queued forever
+RECONCILES_AT_ONCE = 32  # registry reads in flight over the whole fleet (see EngineActor.reconciles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class EngineActor:
         stop: Stop,
         files_gone: FileCheck,
         breaker: CircuitBreaker | None = None,
+        reconciles: threading.Semaphore | None = None,
     ) -> None:
         self.engine = engine
         self.client_factory = client_factory
@@ -86,12 +88,21 @@ class EngineActor:
         self.inbox: queue.Queue[Work | None] = queue.Queue()  # None: wake up
         self.retired = threading.Event()
         self.busy_since: float | None = None
+        # Shared by every actor: a reconcile comes to all engines at once, every 30 s, each a few ms of Python;
+        # 1,000 threads doing it together starved one another past their engines' timeouts (most of the first
+        # reconciles failed). Loads, touches and unloads never wait on it: an engine's hang stays its own.
+        self.reconciles = reconciles
+        self.reconcile_queued = False  # one waiting is enough: it reads the registry when it runs
         self.thread = threading.Thread(target=self._run, name=f"engine {engine.key}", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def submit(self, work: Work) -> None:
+        if work.action == RECONCILE:
+            if self.reconcile_queued:
+                return
+            self.reconcile_queued = True
         if self.inbox.qsize() >= MAX_QUEUED:
             self.outbox.put(
                 Done(self.engine.key, work, False, REFUSED, 0.0, "queue full: the engine is not keeping up")
@@ -128,9 +139,26 @@ class EngineActor:
         client.bind_stop(self.stop)
         try:
             while (work := self._next()) is not None:
-                self.outbox.put(self._do(client, work))
+                if work.action == RECONCILE:
+                    self.reconcile_queued = False
+                    self.outbox.put(self._reconcile(client, work))
+                else:
+                    self.outbox.put(self._do(client, work))
         finally:
             client.close()
+
+    def _reconcile(self, client: EngineClient, work: Work) -> Done:
+        """A reconcile, once one of the fleet's reconcile slots is free (waiting wakes on a stop)."""
+        gate = self.reconciles
+        if gate is None:
+            return self._do(client, work)
+        while not gate.acquire(timeout=0.2):
+            if self.stop.is_set() or self.retired.is_set():
+                return Done(self.engine.key, work, False, "failed", 0.0, "stopped before it was sent")
+        try:
+            return self._do(client, work)
+        finally:
+            gate.release()
 
     def _do(self, client: EngineClient, work: Work) -> Done:
         """One call. Failures are sorted: the engine's own (it cannot be reached, times out, answers 5xx) count
@@ -232,4 +260,4 @@ def _ms(since: float) -> float:
     return round((time.monotonic() - since) * 1000.0, 1)
 
 
-__all__ = ["RECONCILE", "REFUSED", "Done", "EngineActor", "FileCheck", "Work"]
+__all__ = ["RECONCILE", "RECONCILES_AT_ONCE", "REFUSED", "Done", "EngineActor", "FileCheck", "Work"]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lorafleet.collector import settle, unsettle
-from lorafleet.daemon.actors import RECONCILE, Done, EngineActor, FileCheck, Work
+from lorafleet.daemon.actors import RECONCILE, RECONCILES_AT_ONCE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, HintJoin, hint_headers
 from lorafleet.daemon.journaling import Journaling, Summary
@@ -120,6 +120,7 @@ class Daemon:
         self.joins: HintJoin[Held] = HintJoin()  # hints waiting for their log lines
         self._hints_exported = dict.fromkeys(OUTCOMES, 0)
         self.actors: dict[str, EngineActor] = {}
+        self.reconciles = threading.Semaphore(RECONCILES_AT_ONCE)
         # The newest instant the logs (a line's writing, not its request's arrival) or a hint have shown: with the
         # wall time since, the policy's clock (`_now`).
         self.log_now: float | None = None
@@ -176,7 +177,9 @@ class Daemon:
             self.actors.pop(key).retire()
         for key, engine in engines.items():
             if key not in self.actors:
-                actor = EngineActor(engine, self.client_factory, self.outbox, self.stop, self.files_gone)
+                actor = EngineActor(
+                    engine, self.client_factory, self.outbox, self.stop, self.files_gone, reconciles=self.reconciles
+                )
                 self.actors[key] = actor
                 actor.start()
                 if reconcile:
@@ -215,8 +218,8 @@ class Daemon:
         call deadlines; an engine that does not answer by then is left to its breaker and the next reconcile."""
         if self.options.shadow or not self.actors:
             return
-        self._reconcile()
         deadline = time.monotonic() + max(e.call_deadline_s for e in self.inventory.engines) + 1.0
+        self._reconcile()
         waiting = set(self.actors)
         while waiting and not self.stop.is_set() and time.monotonic() < deadline:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 from pathlib import Path
 
+from lorafleet.stopping import Stop
 from tests.daemon.conftest import daemon_in_thread, vllm, wait_for, write_adapters, write_fleet
 
 
@@ -80,3 +81,45 @@ def test_every_engine_client_shares_one_verifying_tls_context(tmp_path: Path, mo
     finally:
         for client in clients:
             client.close()
+
+
+def test_reconciles_take_the_fleets_few_slots_while_loads_never_wait_on_them(tmp_path: Path, emulators) -> None:
+    """Registry reads share a few slots over the whole fleet (1,000 engines reading at once starved one another
+    past their timeouts); a load is sent at once, whatever the reconciles are doing; and a reconcile already
+    waiting is not queued twice."""
+    import threading
+    import time
+
+    from lorafleet.daemon.actors import RECONCILE, EngineActor, Work
+    from lorafleet.drive.session import Call
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+    from lorafleet.policy.core import LOAD
+    from tests.engine_emulator import Fault
+
+    slow = [emulators(kind="vllm") for _ in range(3)]
+    for engine in slow:  # each registry read takes 0.4 s
+        engine.state.faults.append(Fault(status=0, hang_s=0.4, path="/v1/models"))
+    quick = emulators(kind="vllm", require_paths=False)
+    urls = [vllm(f"e{i}", e.url) for i, e in enumerate([*slow, quick])]
+    inv = load_inventory(write_fleet(tmp_path, urls, write_adapters(tmp_path / "a", 1)))
+    outbox: queue.Queue = queue.Queue()
+    stop = Stop()
+    one_at_a_time = threading.Semaphore(1)
+    actors = [EngineActor(e, make_client, outbox, stop, lambda k, n: [], reconciles=one_at_a_time) for e in inv.engines]
+    for actor in actors:
+        actor.start()
+    started = time.monotonic()
+    for actor in actors[:3]:
+        actor.submit(Work(RECONCILE))
+        actor.submit(Work(RECONCILE))  # one is waiting already: not queued again
+    actors[3].submit(Work(LOAD, Call(LOAD, "h/e3", "a0", "prefetch"), path=str(tmp_path / "a" / "a0")))
+    answers = [outbox.get(timeout=10) for _ in range(4)]
+    elapsed = time.monotonic() - started
+    stop.set()
+    for actor in actors:
+        actor.wake()
+    assert (answers[0].engine, answers[0].ok) == ("h/e3", True)  # the load first, not behind the reads
+    assert sorted(d.engine for d in answers[1:]) == ["h/e0", "h/e1", "h/e2"] and all(d.ok for d in answers[1:])
+    assert elapsed >= 1.2  # three 0.4 s reads, one after another
+    assert outbox.empty() and sum(e.state.requests.count(("GET", "/v1/models", None)) for e in slow) == 3
