@@ -46,9 +46,16 @@ from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import PlannedResidency
 from lorafleet.stopping import Stop
 from lorafleet.store.db import Store
-from lorafleet.store.journal import PolicyMemory, commit_or_drop, prune, read_checkpoints, read_memory
+from lorafleet.store.journal import (
+    PolicyMemory,
+    commit_or_drop,
+    newest_log_minute,
+    prune,
+    read_checkpoints,
+    read_memory,
+)
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
-from lorafleet.times import FOLLOW_POLL_S, minute_key, utc_text
+from lorafleet.times import FOLLOW_POLL_S, minute_epoch, minute_key, utc_text
 
 log = logging.getLogger("lorafleet.daemon")
 
@@ -636,15 +643,16 @@ class Daemon:
             self._next_memory = time.monotonic() + max(options.memory_every_s, took / options.memory_share)
         batch = self.journal.take()
         self._unremembered = memory is None and (self._unremembered or not batch.empty())
-        dropped = commit_or_drop(
-            self.store,
-            batch.rollups,
-            batch.checkpoints.values(),
-            batch.log_counts,
-            batch.actions,
-            batch.errors,
-            memory,
-        )
+        with self.store.writing():
+            dropped = commit_or_drop(
+                self.store,
+                batch.rollups,
+                batch.checkpoints.values(),
+                batch.log_counts,
+                batch.actions,
+                batch.errors,
+                memory,
+            )
         if dropped:
             log.error("%d journal rows could not be stored (not UTF-8 text); committed the rest", dropped)
         self.summary.commits += 1
@@ -653,17 +661,23 @@ class Daemon:
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's
-        history, and the shadow actions dated in it, are kept while they are being read. The minute detail goes
-        after `minute_retention_days` of log time, so only once a line has been read: a first run over an old log
-        keeps the minutes it reads."""
+        history, and the shadow actions dated in it, are kept while they are being read. Before this run has read
+        a line, the newest line is the newest minute the journal counted: a second run over a recorded log, with
+        nothing new to read, keeps its history. The minute detail goes after `minute_retention_days` of log time,
+        so only once a line has been read: a first run over an old log keeps the minutes it reads."""
         options = self.options
         wall = time.time()
-        newest = min(wall, self.log_now) if self.log_now is not None else wall
+        if self.log_now is not None:
+            newest = min(wall, self.log_now)
+        else:
+            minute = newest_log_minute(self.store)
+            newest = wall if minute is None else min(wall, minute_epoch(minute) + 60.0)
         cutoff = newest - options.retention_days * 86400.0
         detail = None
         if self.log_now is not None:
             detail = minute_key(max(cutoff, newest - options.minute_retention_days * 86400.0))
-        dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff), detail)
+        with self.store.writing():
+            dropped = prune(self.store, minute_key(cutoff), utc_text(cutoff), detail)
         if dropped:
             log.info(
                 "retention: dropped %d journal rows (minutes older than %g days, the rest older than %g days)",

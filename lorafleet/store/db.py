@@ -20,11 +20,11 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorafleet.errors import InputError
+from lorafleet.errors import InputError, OperationError
 from lorafleet.store.migrations import MIGRATIONS, statements
 from lorafleet.times import hour_key, minute_of, minute_start_text, utc_now_text
 
@@ -198,7 +198,27 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
         self._depth = 0
-        self.db.execute("COMMIT")
+        try:
+            self.db.execute("COMMIT")
+        except BaseException:  # a full disk fails the COMMIT itself: the transaction must not stay open
+            with suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """SQLite's failures on a write (a full disk, a lock held elsewhere past the busy wait, a damaged schema)
+        as one line naming the file. Nothing read is lost: the checkpoints go in the same transaction as the counts,
+        so the next start reads again from the last commit."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            reason = str(exc) or type(exc).__name__
+            raise OperationError(
+                f"state database {self.path}: {reason}",
+                hint="the log is read again from the last commit at the next start"
+                + ("; another process holds its write lock" if "locked" in reason else ""),
+            ) from exc
 
     def migrate(self) -> list[str]:
         """Apply the migrations not yet applied, all under one write lock; returns their names."""

@@ -105,12 +105,15 @@ def commit_or_drop(
     try:
         commit_progress(store, rollups, checkpoints, log_counts, actions, errors, memory)
         return 0
-    except (sqlite3.Error, UnicodeError, ValueError):
-        pass
-    kept_rollups = {key: o for key, o in rollups.items() if storable(*key)}
-    kept_actions = [a for a in actions if storable(a.at, a.source, a.adapter, a.engine, a.action, a.error, a.reason)]
-    kept_errors = [e for e in errors if storable(*e)]
-    dropped = len(rollups) - len(kept_rollups) + len(actions) - len(kept_actions) + len(errors) - len(kept_errors)
+    except (UnicodeError, ValueError):  # a row's text; SQLite's own failures (locked, disk full) go to the caller
+        kept_rollups = {key: o for key, o in rollups.items() if storable(*key)}
+        kept_actions = [
+            a for a in actions if storable(a.at, a.source, a.adapter, a.engine, a.action, a.error, a.reason)
+        ]
+        kept_errors = [e for e in errors if storable(*e)]
+        dropped = len(rollups) - len(kept_rollups) + len(actions) - len(kept_actions) + len(errors) - len(kept_errors)
+        if not dropped:
+            raise
     note = (store.clock(), "daemon", f"{dropped} journal rows could not be stored (not UTF-8 text) and were dropped")
     commit_progress(store, kept_rollups, checkpoints, log_counts, kept_actions, [*kept_errors, note], memory)
     return dropped
@@ -171,6 +174,13 @@ def read_checkpoints(store: Store) -> list[Checkpoint]:
     return [Checkpoint(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6])) for row in rows]
 
 
+def newest_log_minute(store: Store) -> str | None:
+    """The newest minute the journal counted log lines in: where retention is measured from when a run reads
+    no line (a second `--once` over a recorded log must not measure it from today and drop that log's history)."""
+    row = store.db.execute("SELECT max(minute) FROM log_minutes").fetchone()
+    return row[0] if row else None
+
+
 def prune(store: Store, before_minute: str, before_at: str, detail_before: str | None = None) -> int:
     """Retention: drop rollups and log counts of minutes before `before_minute`, actions and errors before
     `before_at`, and the minute detail (rollups, action counts) before `detail_before`, whose hours the hourly
@@ -204,6 +214,7 @@ __all__ = [
     "RollupKey",
     "commit_or_drop",
     "commit_progress",
+    "newest_log_minute",
     "prune",
     "read_checkpoints",
 ]

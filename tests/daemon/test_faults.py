@@ -451,3 +451,24 @@ def test_twenty_kills_with_both_rotations_and_a_standby_takeover_lose_and_repeat
     final = daemon_once(inv, db)
     assert final.returncode == 0, final.stderr
     assert journaled_requests(db) == written  # 0 lost, 0 counted twice
+
+
+def test_a_state_file_that_refuses_the_commit_is_one_line_naming_it_and_exit_1(tmp_path: Path) -> None:
+    """A damaged schema (or a full disk, a lock held elsewhere): SQLite's failure on the commit is an operation
+    error naming the file, not an internal error; what was read is read again at the next start."""
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters)
+    log = tmp_path / "access.jsonl"
+    t0 = time.time() - 3600
+    log.write_text("".join(log_line(f"a{i % 2}", tenant="t", ts=t0 + i) for i in range(50)))
+    state = tmp_path / "state.db"
+    assert daemon_once(inv, state).returncode == 0
+    with sqlite3.connect(state) as c:
+        c.execute("DROP TABLE log_minutes")
+    with open(log, "a") as fh:
+        fh.write(log_line("a0", tenant="t", ts=t0 + 60))
+    failed = daemon_once(inv, state)
+    assert failed.returncode == 1
+    lines = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert lines == [f"error: state database {state}: no such table: log_minutes"], failed.stderr
+    assert "internal error" not in failed.stderr and "Traceback" not in failed.stderr

@@ -147,6 +147,20 @@ def test_retention_keeps_what_is_newer_than_the_newest_line_minus_the_retention(
     assert len(minutes) == 1 and 0 < totals(db)[0] < 301
 
 
+def test_a_second_run_with_no_new_line_keeps_the_recorded_logs_history(tmp_path: Path) -> None:
+    """With nothing new to read, retention is measured from the newest minute journaled, not from today: the
+    recorded log's checkpoint says it was read, so what it counted could never come back."""
+    synth = synthesize("workflows", 300, 1, tmp_path / "t")  # dated November 2026: older than 14 days by now
+    db = tmp_path / "s.db"
+    run_shadow(synth.inventory_path, db, retention_days=14.0)
+    assert totals(db)[0] == 300
+    summary = run_shadow(synth.inventory_path, db, retention_days=14.0)
+    assert summary.lines == 0  # type: ignore[attr-defined]
+    assert totals(db)[0] == 300
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT SUM(lines) FROM log_minutes").fetchone()[0] == 300
+
+
 def test_a_bug_handling_one_request_costs_that_request_only(tmp_path: Path, monkeypatch) -> None:
     from lorafleet.daemon.journaling import Summary
     from lorafleet.drive.session import Session

@@ -196,3 +196,56 @@ def test_outcomes_add_sums_every_rollup_field() -> None:
     a = Outcomes(*range(1, len(ROLLUP_FIELDS) + 1))
     a.add(Outcomes(*(10 * i for i in range(1, len(ROLLUP_FIELDS) + 1))))
     assert [getattr(a, f) for f in ROLLUP_FIELDS] == [11 * i for i in range(1, len(ROLLUP_FIELDS) + 1)]
+
+
+def test_a_write_the_database_refuses_is_one_line_naming_the_file_and_no_row_is_called_not_utf8(
+    tmp_path: Path,
+) -> None:
+    """A lock held elsewhere past the busy wait is SQLite's failure, not a row's text: the batch is not retried
+    without rows nor journaled as a UTF-8 drop; the daemon's commit reports it as one line naming the file."""
+    from lorafleet.errors import OperationError
+    from lorafleet.store.db import Store
+    from lorafleet.store.journal import commit_or_drop
+
+    path = tmp_path / "s.db"
+    open_store(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    store = Store(sqlite3.connect(path, timeout=0.05, isolation_level=None), path)
+    try:
+        locked = r"state database .*s\.db: database is locked"
+        with pytest.raises(OperationError, match=locked) as failed, store.writing():
+            commit_or_drop(store, {}, [], {"2026-11-02T09:00Z": (1, 0, 0)}, [], [])
+        assert "write lock" in (failed.value.hint or "")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        store.close()
+    with sqlite3.connect(path) as c:
+        assert c.execute("SELECT count(*) FROM errors").fetchone()[0] == 0
+        assert c.execute("SELECT count(*) FROM log_minutes").fetchone()[0] == 0
+
+
+def test_a_commit_that_fails_leaves_no_transaction_open(tmp_path: Path) -> None:
+    """A full disk fails the COMMIT itself; the transaction is rolled back, so the next write can begin."""
+
+    class FailingCommit:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db, self.fail = db, True
+
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if sql == "COMMIT" and self.fail:
+                self.fail = False
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.db.execute(sql, *args)
+
+    with open_store(tmp_path / "s.db") as store:
+        real = store.db
+        store.db = FailingCommit(real)  # type: ignore[assignment]
+        with pytest.raises(sqlite3.OperationalError), store.transaction() as db:
+            db.execute("INSERT INTO errors (at, source, message) VALUES ('t', 's', 'lost')")
+        assert not real.in_transaction
+        with store.transaction() as db:
+            db.execute("INSERT INTO errors (at, source, message) VALUES ('t', 's', 'kept')")
+        store.db = real
+        assert [m for (m,) in real.execute("SELECT message FROM errors")] == ["kept"]
