@@ -223,6 +223,14 @@ class Store:
     def migrate(self) -> list[str]:
         """Apply the migrations not yet applied, all under one write lock; returns their names."""
         with self.transaction() as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            others = sorted(t for t in tables if not t.startswith("sqlite_"))
+            if others and "schema_migrations" not in tables:  # another program's database: never written into
+                held = ", ".join(others[:3])
+                raise InputError(
+                    f"state database {self.path} is not a lorafleet state file (it holds tables {held})",
+                    hint="pass --state with another file",
+                )
             db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT)")
             done = {row[0] for row in db.execute("SELECT name FROM schema_migrations")}
             unknown = done - {name for name, _ in MIGRATIONS}
@@ -312,14 +320,25 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
     """SQLite's read-only mode; where even its shared-memory file cannot be made (a read-only mount), the file is
     read as immutable (nothing else may write it then, which is what such a mount means)."""
     hint = "pass --state PATH or set LORAFLEET_STATE"
+    _regular(path, hint)
     last: Exception | None = None
     for flags in ("mode=ro", "mode=ro&immutable=1"):
+        immutable = "immutable" in flags
+        wal = path.with_name(path.name + "-wal")
+        if immutable and wal.exists() and wal.stat().st_size:
+            # Read as immutable, the file would answer without the commits its write-ahead log holds (a daemon
+            # stopped by kill -9, its shared-memory file gone): a wrong answer, not a slow one.
+            raise InputError(
+                f"state database {path}: its write-ahead log {wal.name} holds commits this read-only folder does "
+                f"not let SQLite read ({last})",
+                hint="open it once where it can be written (lorafleet daemon or warm, as its owner)",
+            )
         try:
             connection = sqlite3.connect(
                 f"{path.resolve().as_uri()}?{flags}", uri=True, timeout=READ_WAIT_S, isolation_level=None
             )
             connection.execute(f"PRAGMA busy_timeout={int(READ_WAIT_S * 1000)}")
-            done = _applied(connection)
+            done = _applied(connection, 0.0 if immutable or not _fresh(path) else 5.0)
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
                 # Held exclusively by another process (a daemon's WAL never blocks a reader this long). Read as
@@ -359,6 +378,21 @@ def _applied(connection: sqlite3.Connection, wait_s: float = 5.0) -> set[str]:
             time.sleep(0.05)
 
 
+def _regular(path: Path, hint: str) -> None:
+    """A state database is a regular file: SQLite would block for ever on a FIFO, and a device is no journal."""
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise InputError(f"state database {path}: {kind}", hint=hint)
+
+
+def _fresh(path: Path, within_s: float = 10.0) -> bool:
+    """Whether the file changed in the last few seconds: only then may a daemon be creating its schema."""
+    try:
+        return time.time() - path.stat().st_mtime < within_s
+    except OSError:
+        return False
+
+
 def check_writable(path: Path) -> None:
     """Fail before any work when the state file (or the folder that would hold it) cannot be written."""
     target = path if path.exists() else path.parent
@@ -372,6 +406,7 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
     path = Path(path)
     if read_only:
         return _open_read_only(path, clock)
+    _regular(path, "pass --state PATH or set LORAFLEET_STATE")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path)

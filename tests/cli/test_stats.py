@@ -303,3 +303,19 @@ def test_stats_reads_a_journal_it_cannot_write(tmp_path: Path, run_cli, read_onl
     read_only(folder)  # a read-only mount: not even SQLite's -shm file can be made
     data = stats_json(run_cli, db, *WINDOW)
     assert data["overall"]["requests"] == 25
+
+
+def test_a_name_with_a_newline_or_a_direction_override_stays_on_its_row(tmp_path: Path, run_cli) -> None:
+    """A tenant read from a log line is data: a newline would split its row in two, U+202E would show the row's
+    cells after it reversed; the JSON keeps the name as stored."""
+    db = tmp_path / "s.db"
+    seed(db)
+    name = "evil\ntenant\u202eX\u2066"
+    with open_store(db) as store:
+        commit_progress(store, rollups={(T0 + "03Z", name, "a1", "h/e0"): Outcomes(50, 1, 0, 49, 0, 0, 0.0, 0.0)})
+    result = run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "tenant", env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    row = next(line for line in result.stdout.splitlines() if "evil" in line)
+    assert "evil tenantX" in row and "50" in row, result.stdout
+    assert "\u202e" not in result.stdout and "\u2066" not in result.stdout
+    assert name in [r["key"] for r in stats_json(run_cli, db, *WINDOW, "--by", "tenant")["by"]]

@@ -249,3 +249,67 @@ def test_a_commit_that_fails_leaves_no_transaction_open(tmp_path: Path) -> None:
             db.execute("INSERT INTO errors (at, source, message) VALUES ('t', 's', 'kept')")
         store.db = real
         assert [m for (m,) in real.execute("SELECT message FROM errors")] == ["kept"]
+
+
+def test_a_write_ahead_log_a_read_only_folder_cannot_read_is_refused_not_skipped(tmp_path: Path, read_only) -> None:
+    """A daemon killed with its last commits still in the write-ahead log, the shared-memory file gone, the folder
+    read-only: read as immutable, the file would answer without those commits (a wrong count, exit 0)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "s.db"
+    with open_store(path) as store:
+        store.record_action(record("a"))
+    script = textwrap.dedent(f"""
+        import os, sqlite3
+        c = sqlite3.connect({str(path)!r}, isolation_level=None)
+        c.execute("PRAGMA wal_autocheckpoint=0")
+        c.execute("INSERT INTO errors (at, source, message) VALUES ('t', 'daemon', 'in the log only')")
+        os._exit(0)  # as kill -9 would: no checkpoint, the log left behind
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    wal, shm = folder / "s.db-wal", folder / "s.db-shm"
+    assert wal.stat().st_size > 0
+    shm.unlink()
+    read_only(path)
+    read_only(folder)
+    with pytest.raises(InputError, match=r"s\.db: its write-ahead log s\.db-wal holds commits"):
+        open_store(path, read_only=True)
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE foo (x)")
+    with pytest.raises(InputError, match=r"other\.db is not a lorafleet state file \(it holds tables foo\)"):
+        open_store(path)
+    with sqlite3.connect(path) as c:
+        assert [n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]
+
+
+def test_a_state_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO would block SQLite's read for ever."""
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    for read_only in (True, False):
+        with pytest.raises(InputError, match=r"fifo\.db: not a regular file"):
+            open_store(fifo, read_only=read_only)
+    with pytest.raises(InputError, match=r"folder\.db: a folder"):
+        (tmp_path / "folder.db").mkdir()
+        open_store(tmp_path / "folder.db", read_only=True)
+
+
+def test_an_old_empty_file_is_no_journal_without_waiting_for_a_schema(tmp_path: Path, monkeypatch) -> None:
+    """Only a file changed in the last seconds may be one a daemon is creating: an old empty one is answered at
+    once (it took 10 s)."""
+    import lorafleet.store.db as db
+
+    path = tmp_path / "empty.db"
+    path.touch()
+    os.utime(path, (time.time() - 60, time.time() - 60))
+
+    def no_wait(seconds: float) -> None:
+        raise AssertionError("waited for a schema in an old file")
+
+    monkeypatch.setattr(db.time, "sleep", no_wait)
+    with pytest.raises(InputError, match="no journal in it"):
+        open_store(path, read_only=True)
