@@ -19,7 +19,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, make_wsgi_app
 
 from lorafleet import __version__
 from lorafleet.daemon.listening import serve_in_thread
@@ -56,6 +56,9 @@ class Moded:
 
 class DaemonMetrics:
     def __init__(self, mode: str = "live", ready_stale_s: float = 30.0) -> None:
+        # No `_created` series: Prometheus stores each as a series of its own, nothing here reads them, and they
+        # were a third of a scrape (3,000 engines: 60,000 of 180,000 lines, 16.5 MB).
+        disable_created_metrics()
         r = self.registry = CollectorRegistry()
         self.mode = mode
         self.ready_stale_s = ready_stale_s
