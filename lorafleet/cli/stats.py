@@ -180,6 +180,14 @@ def stats(
     if ctx.invoked_subcommand is not None:
         return
     check_window(since, until)
+    from lorafleet.times import minute_key_at_or_after, utc_text
+
+    if minute_key_at_or_after(since) == minute_key_at_or_after(until):  # it would answer 0 requests, exit 0
+        raise InputError(
+            f"no whole minute starts in [{utc_text(since)}, {utc_text(until)}): the journal counts requests by the "
+            "minute",
+            hint="widen the window to a minute or more; `lorafleet stats loads` lists each action at its time",
+        )
     with reading(open_journal()) as store:
         if watch is not None:
             _watch(store, since, until, by, top, wide, watch)

@@ -89,6 +89,15 @@ def test_window_edges_are_minutes_starting_inside_it_and_offsets_are_honoured(tm
     assert late_start["overall"]["requests"] == 15  # 10:00 started before the window
     paris = stats_json(run_cli, db, "--since", "2026-11-20T11:00:00+01:00", "--until", "2026-11-20T11:01:00+01:00")
     assert paris["overall"]["requests"] == 10  # = 10:00Z
+    inside = ("--since", "2026-11-20T10:00:10Z", "--until", "2026-11-20T10:00:50Z")  # no minute starts in it
+    result = run_cli("stats", "--state", str(db), "--no-replay", *inside)
+    assert result.exit_code == 2 and "no whole minute starts in [2026-11-20T10:00:10.000Z" in result.stderr
+    assert (
+        stats_json(run_cli, db, "--since", "2026-11-20T10:00:00Z", "--until", "2026-11-20T10:00:30Z")["overall"][
+            "requests"
+        ]
+        == 10
+    )  # 10:00 starts inside
 
 
 def test_relative_times_and_bad_ones() -> None:
