@@ -54,7 +54,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.daemon.conftest import BASE, write_adapters  # noqa: E402
+from tests.daemon.conftest import write_adapters  # noqa: E402
+from tests.daemon.test_discovery import fleet_text  # noqa: E402
 from tests.kube_server import FakeKube, endpoint_slice  # noqa: E402
 
 SLICE_SIZE = 100  # endpoints per EndpointSlice: Kubernetes' own maximum
@@ -151,20 +152,6 @@ def pod_address(i: int, shared: bool) -> str:
     return "127.0.0.1" if shared else f"127.0.{1 + i // 250}.{1 + i % 250}"
 
 
-def inventory_text(adapters: list[Path], log: Path) -> str:
-    return (
-        f"base_models:\n{BASE}"
-        "discovery:\n  kubeconfig: kubeconfig\n  groups:\n"
-        "    - {name: pool, namespace: inference, selector: {kubernetes.io/service-name: vllm}, port: http,\n"
-        "       kind: vllm, base_model: m, max_loras: 2, max_cpu_loras: 4, request_timeout_s: 2,\n"
-        "       call_deadline_s: 3}\n"
-        "adapters:\n"
-        + "".join(f"  - {{id: a{i}, base_model: m, path: '{p}', rank: 8}}\n" for i, p in enumerate(adapters))
-        + f"gateway:\n  logs:\n    - path: '{log}'\n      format: jsonl\n"
-        "      fields: {time: ts, tenant: tenant_id, adapter: model, engine: upstream}\n"
-    )
-
-
 def proc_status(pid: int) -> tuple[float, int]:
     """(VmRSS in MB, threads) of a process."""
     rss, threads = 0.0, 0
@@ -206,7 +193,7 @@ def measure(pods: int, mode: str, idle_s: float, timeout_s: float, keep: Path | 
             log = tmp / "access.jsonl"
             log.touch()
             inventory = tmp / "inv.yaml"
-            inventory.write_text(inventory_text(adapters, log))
+            inventory.write_text(fleet_text(adapters, log))
             stderr_path = tmp / "daemon.stderr"
             command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inventory), "--state", str(tmp / "s.db")]
             with open(stderr_path, "wb") as stderr:
