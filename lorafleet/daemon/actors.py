@@ -99,15 +99,16 @@ class EngineActor:
         self.thread.start()
 
     def submit(self, work: Work) -> None:
-        if work.action == RECONCILE:
-            if self.reconcile_queued:
-                return
-            self.reconcile_queued = True
+        reconcile = work.action == RECONCILE
+        if reconcile and self.reconcile_queued:
+            return
         if self.inbox.qsize() >= MAX_QUEUED:
             self.outbox.put(
                 Done(self.engine.key, work, False, REFUSED, 0.0, "queue full: the engine is not keeping up")
             )
             return
+        if reconcile:  # marked only once queued: a refused one must not stop every later reconcile
+            self.reconcile_queued = True
         self.inbox.put(work)
 
     def retire(self) -> None:

@@ -123,3 +123,21 @@ def test_reconciles_take_the_fleets_few_slots_while_loads_never_wait_on_them(tmp
     assert sorted(d.engine for d in answers[1:]) == ["h/e0", "h/e1", "h/e2"] and all(d.ok for d in answers[1:])
     assert elapsed >= 1.2  # three 0.4 s reads, one after another
     assert outbox.empty() and sum(e.state.requests.count(("GET", "/v1/models", None)) for e in slow) == 3
+
+
+def test_a_reconcile_refused_by_a_full_queue_does_not_stop_later_ones(tmp_path: Path) -> None:
+    from lorafleet.daemon.actors import MAX_QUEUED, RECONCILE, REFUSED, EngineActor, Work
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+
+    inv = load_inventory(write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], write_adapters(tmp_path / "a", 1)))
+    outbox: queue.Queue = queue.Queue()
+    actor = EngineActor(inv.engines[0], make_client, outbox, Stop(), lambda key, names: [])  # never started
+    for _ in range(MAX_QUEUED):
+        actor.inbox.put(Work("touch"))  # a queue the engine is not keeping up with
+    actor.submit(Work(RECONCILE))
+    assert outbox.get_nowait().action == REFUSED
+    while not actor.inbox.empty():
+        actor.inbox.get_nowait()
+    actor.submit(Work(RECONCILE))
+    assert actor.inbox.qsize() == 1
