@@ -386,11 +386,13 @@ def _regular(path: Path, hint: str) -> None:
 
 
 def _fresh(path: Path, within_s: float = 10.0) -> bool:
-    """Whether the file changed in the last few seconds: only then may a daemon be creating its schema."""
-    try:
-        return time.time() - path.stat().st_mtime < within_s
-    except OSError:
-        return False
+    """Whether the file or its write-ahead log changed in the last few seconds: only then may a daemon be
+    creating its schema (which goes to the log first)."""
+    for each in (path, path.with_name(path.name + "-wal")):
+        with suppress(OSError):
+            if time.time() - each.stat().st_mtime < within_s:
+                return True
+    return False
 
 
 def check_writable(path: Path) -> None:
