@@ -590,12 +590,7 @@ class Daemon:
         self._sync_actors(reconcile=True)
         if before != after:
             added, gone = sorted(after - before), sorted(before - after)
-            log.info(
-                "engines: %d in use; added %s; retired %s",
-                len(after),
-                ", ".join(added) or "none",
-                ", ".join(gone) or "none",
-            )
+            log.info("engines: %d in use; added %s; retired %s", len(after), _some(added), _some(gone))
 
     def _remembered(self, inventory: Inventory) -> PolicyCore | None:
         """A core whose policy is what the last run learned (journaled with its checkpoints), when it was learned
@@ -685,6 +680,13 @@ class Daemon:
                 min(options.minute_retention_days, options.retention_days),
                 options.retention_days,
             )
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    """Names for one log line: the first few and how many more (3,000 pods found at once made a 45 KB line)."""
+    if len(names) <= shown:
+        return ", ".join(names) or "none"
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more"
 
 
 def _same(engine: Engine | None, running: Engine) -> bool:

@@ -149,3 +149,22 @@ def test_ready_fails_while_the_loop_is_stuck_and_comes_back(tmp_path: Path) -> N
             wait_for(lambda: get(port, "/ready") == 200, what="ready again")
         finally:
             release.set()  # never leave the loop stuck in the reload
+
+
+def test_many_pods_found_at_once_are_logged_as_a_few_names_and_a_count(
+    tmp_path: Path, kube, emulators, daemon_process
+) -> None:  # type: ignore[no-untyped-def]
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    kube.put(endpoint_slice("vllm-a", [("vllm-0", "127.0.0.1")], engine.port))
+    log = tmp_path / "access.jsonl"
+    log.touch()
+    kube.kubeconfig(tmp_path / "kubeconfig")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(fleet_text(write_adapters(tmp_path / "adapters", 1), log))
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start", log=daemon.log)
+    kube.put(endpoint_slice("vllm-b", [(f"vllm-{i}", "127.0.0.1") for i in range(1, 15)], engine.port))
+    wait_for(lambda: "engines: 15 in use" in daemon.log(), what="14 pods added", log=daemon.log)
+    line = next(x for x in daemon.log().splitlines() if "engines: 15 in use" in x)
+    assert line.endswith("and 4 more; retired none") and line.count("pool/vllm-") == 10, line
+    assert daemon.stop()[0] == 0
