@@ -311,7 +311,7 @@ class SliceApi:
             raise GoneError()
         if response.status_code in (401, 403):
             raise KubeError(
-                f"the API answered {response.status_code} to listing endpointslices in {namespace!r}: grant get, "
+                f"the API answered {response.status_code} to listing endpointslices in {namespace!r}: grant "
                 "list and watch on endpointslices (deploy/kubernetes.yaml's Role)"
             )
         if response.status_code != 200:

@@ -38,8 +38,9 @@ def test_the_kubernetes_example_is_a_deployment_with_a_valid_inventory(tmp_path:
     pod = deployment["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"][0] == "daemon"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # /ready for all three: /healthz answers while the process serves, a loop stuck or not
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == "/ready", probe
     inventory = tmp_path / "lorafleet.yaml"
     inventory.write_text(kinds["ConfigMap"]["data"]["lorafleet.yaml"])
     inv = load_inventory(inventory)  # offline: the discovery section is read, nothing is asked
@@ -54,7 +55,7 @@ def test_the_service_account_may_read_endpointslices_and_nothing_else() -> None:
     assert pod["serviceAccountName"] == account and pod.get("automountServiceAccountToken", True)
     role, binding = kinds["Role"], kinds["RoleBinding"]
     assert role["rules"] == [
-        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}
     ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -137,6 +138,10 @@ def test_the_systemd_unit_runs_the_daemon_hardened() -> None:
     assert logs and all(p.startswith("-") for p in logs)
     assert service["SupplementaryGroups"] == ["adm"]
     assert any(v.startswith("keys:/etc/lorafleet/keys") for v in service["LoadCredential"])
+    # the port the gateway recipe's header fills <HINTS_PORT> with: its hints reach this daemon
+    hints = command[command.index("--hints-addr") + 1]
+    recipe = (DEPLOY / "nginx-lorafleet.conf").read_text()
+    assert hints == "127.0.0.1:9465" and "-e 's/<HINTS_PORT>/9465/'" in recipe
 
 
 def test_a_broken_inventory_exits_with_a_status_the_unit_never_restarts_on(tmp_path: Path) -> None:
@@ -198,3 +203,24 @@ def test_every_dashboard_query_names_an_exported_metric_and_each_panel_one_unit(
         assert name in queried
     variables = {v["name"] for v in dashboard["templating"]["list"]}
     assert {"datasource", "instance", "mode", "engine"} <= variables
+
+
+def test_every_inventory_shipped_for_the_gateway_reads_the_fields_its_log_format_writes(tmp_path: Path) -> None:
+    """The Kubernetes ConfigMap, the recipe's own header and docs/gateway.md map the recipe's log: a field the
+    log_format does not write makes every line bad (the ConfigMap once read `tenant_id` and `model`)."""
+
+    recipe = (DEPLOY / "nginx-lorafleet.conf").read_text()
+    start = recipe.index("log_format lorafleet_json")
+    log_format = recipe[start : recipe.index(";", start)]
+    written = set(re.findall(r'"(\w+)":', log_format))
+    configmap = next(d for d in manifests() if d["kind"] == "ConfigMap")["data"]["lorafleet.yaml"]
+    inventory = tmp_path / "lorafleet.yaml"
+    inventory.write_text(configmap)
+    mappings = [load_inventory(inventory).gateway_logs[0].fields]
+    for text in (recipe, (ROOT / "docs" / "gateway.md").read_text()):
+        found = re.search(r"fields: (\{[^}]*\})", text.replace("\n#", "\n"))
+        assert found, "no fields mapping"
+        mappings.append(yaml.safe_load(" ".join(found.group(1).split())))
+    for fields in mappings:
+        assert set(fields.values()) <= written, fields
+        assert {"time", "adapter", "tenant", "engine"} <= set(fields), fields
