@@ -119,7 +119,20 @@ def test_tenants_cannot_administer_adapters_or_reach_the_hint_location(
     assert client.request("/v1/load_lora_adapter", load)[0] == 403
     assert client.request("/v1/unload_lora_adapter", {"lora_name": "x"})[0] == 403
     assert client.request("/_lorafleet_hint", BODY)[0] == 404
+    for path in (
+        "/v1/load_lora_adapter/",
+        "/load_lora_adapter",
+        "/flush_cache",
+        "/update_weights_from_disk",
+        "/sleep",
+        "/reset_prefix_cache",
+        "/metrics",
+    ):  # the engines' administration: not the tenants'
+        assert client.request(path, {})[0] == 403, path
     assert [p for _, p, _ in engine.state.requests] == []
+    for path in ("/v1/models", "/health"):  # the allow list still reaches the engine
+        assert client.request(path, None, "GET")[0] == 200, path
+    assert [p for _, p, _ in engine.state.requests] == ["/v1/models", "/health"]
 
 
 def test_requests_spread_over_several_engines_and_the_log_names_each(emulators, hint_receivers, nginx_gateway) -> None:
@@ -176,7 +189,7 @@ def test_the_recipe_filled_as_its_header_shows_passes_nginx_t(tmp_path: Path) ->
     example = re.search(r"^#\s+(sed .*?)> /etc/nginx/conf\.d/lorafleet\.conf$", RECIPE.read_text(), re.S | re.M)
     assert example is not None
     command = re.sub(r"\\\n#\s+", "", example.group(1))
-    command = command.replace("/var/log/nginx/llm-access.jsonl", str(tmp_path / "access.jsonl"))
+    command = command.replace("/var/log/nginx/llm-access.log", str(tmp_path / "access.jsonl"))
     site = subprocess.run(command, shell=True, cwd=RECIPE.parent.parent, capture_output=True, text=True, check=True)
     assert "<" not in re.sub(r"#[^\n]*", "", site.stdout)
     (tmp_path / "lorafleet.conf").write_text(site.stdout)
@@ -218,3 +231,14 @@ def test_the_stand_in_receivers_modes() -> None:
                 s.recv(1)
     finally:
         stopped.stop()
+
+
+def test_the_gateway_closes_idle_connections_before_the_servers_behind_it_do() -> None:
+    """uvicorn (vLLM, SGLang) closes an idle connection after 5 s, lorafleet's hint endpoint too: nginx must close
+    its own first, or a request sent into a closing connection fails (502; a POST is never retried)."""
+    text = RECIPE.read_text()
+    for upstream in ("lorafleet_engines", "lorafleet_hints"):
+        block = text[text.index(f"upstream {upstream} {{") :]
+        block = block[: block.index("}")]
+        found = re.search(r"keepalive_timeout (\d+)s;", block)
+        assert found and int(found.group(1)) < 5, upstream
