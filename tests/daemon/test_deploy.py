@@ -201,8 +201,10 @@ def test_every_dashboard_query_names_an_exported_metric_and_each_panel_one_unit(
         "lorafleet_engine_circuit_state",
     ):
         assert name in queried
-    variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert {"datasource", "instance", "mode", "engine"} <= variables
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"datasource", "instance", "mode", "engine"} <= set(variables)
+    # requests no engine served (engine="") are no engine to choose
+    assert 'engine!=""' in variables["engine"]["query"]["query"]
 
 
 def test_every_inventory_shipped_for_the_gateway_reads_the_fields_its_log_format_writes(tmp_path: Path) -> None:
