@@ -54,14 +54,20 @@ class VllmClient(EngineClient):
         return parse_lora_requests_info(self.request("GET", "/metrics").text)
 
 
+LORA_INFO = "vllm:lora_requests_info"
+
+
 def parse_lora_requests_info(text: str) -> Activity:
     """The newest `vllm:lora_requests_info` series (its value is a timestamp), read with prometheus_client's
-    parser; empty when there is none or the text is not the Prometheus format."""
+    parser; empty when there is none or the text is not the Prometheus format. Only that family's lines are
+    parsed: an engine's whole /metrics (about a thousand lines of histograms) took 15 ms of the daemon's one
+    interpreter per engine and reconcile, 7.5 s every 30 s at 500 engines; the filter leaves well under 1 ms."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    ours = "".join(line + "\n" for line in text.splitlines() if LORA_INFO in line)  # samples, HELP and TYPE
     newest: tuple[float, dict[str, str]] | None = None
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(ours):
             for sample in family.samples:
                 if sample.name != "vllm:lora_requests_info":
                     continue

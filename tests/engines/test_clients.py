@@ -290,3 +290,16 @@ def test_vllm_metrics_that_are_not_prometheus_text_are_no_activity() -> None:
     assert parse_lora_requests_info("<html>oops</html>\n{{{").running == ()
     escaped = 'vllm:lora_requests_info{running_lora_adapters="a\\"b",waiting_lora_adapters=""} 1.0\n'
     assert parse_lora_requests_info(escaped).running == ('a"b',)
+
+
+def test_vllm_metrics_are_read_for_the_lora_family_alone() -> None:
+    """A thousand lines of other families are not parsed (15 ms per engine and reconcile): a line of another
+    family that prometheus_client cannot parse no longer hides the adapters running."""
+    other = "".join(f'vllm:other_bucket{{le="{i}"}} {i}\n' for i in range(1000))
+    text = (
+        other
+        + "vllm:broken{engine=\n"
+        + "# TYPE vllm:lora_requests_info gauge\n"
+        + 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.8e+09\n'
+    )
+    assert parse_lora_requests_info(text).running == ("a", "b")
