@@ -46,7 +46,7 @@ CASES: list[tuple[str, dict[str, str], int, dict[str, list[dict[str, str]]]]] = 
         "a healthy busy fleet: nothing fires",
         {
             'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
-            'lorafleet_log_lag_bytes{mode="live"}': " ".join("5000000 0".split() * 21),  # bursts read within a minute
+            'lorafleet_log_lag_bytes{mode="live"}': " ".join(["5000000", "0"] * 21),  # bursts read within a minute
             'lorafleet_log_lines_total{result="ok",mode="live"}': "0+1000x40",
             'lorafleet_log_lines_total{result="bad",mode="live"}': "0+10x40",
             f'lorafleet_actions_total{{{E},action="load",result="ok",mode="live"}}': "0+100x40",
