@@ -49,6 +49,19 @@ class AgedCounts:
         return self.counts.get(key, 0.0)
 
 
+def _counts(policy: Policy, core: PolicyCore) -> AgedCounts:
+    """The policy's request counts, aged every ten turnovers of the fleet's slots. Bound again (a reload, pods
+    found or gone on Kubernetes, a restart's memory on a changed fleet), it keeps what it counted: only the
+    period follows the fleet. (It started again from nothing at every such change, so under autoscaling the
+    lfu and wtinylfu experts never knew more than the last few minutes.)"""
+    period = 10 * sum(capacity(s) for s in core.book.engines.values())
+    counts = getattr(policy, "counts", None)
+    if isinstance(counts, AgedCounts):
+        counts.period = max(1, period)
+        return counts
+    return AgedCounts(period)
+
+
 class LfuPolicy(Policy):
     """Load on demand, evict the least frequently requested (ties: least recently used); counts age by half every
     ten turnovers of the fleet's slots."""
@@ -57,8 +70,7 @@ class LfuPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
-        slots = sum(capacity(s) for s in core.book.engines.values())
-        self.counts = AgedCounts(10 * slots)
+        self.counts = _counts(self, core)
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         get = self.counts.get
@@ -128,7 +140,11 @@ class ArcPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
-        self.lists = {key: _ArcLists(capacity(s)) for key, s in core.book.engines.items()}
+        learned: dict[str, _ArcLists] = getattr(self, "lists", {})  # bound again: kept where the engine stayed
+        self.lists = {}
+        for key, state in core.book.engines.items():
+            lists = learned.get(key)
+            self.lists[key] = lists if lists is not None and lists.c == capacity(state) else _ArcLists(capacity(state))
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         return self.lists[state.key].order(state.resident)
@@ -151,9 +167,9 @@ class WTinyLfuPolicy(Policy):
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
-        slots = sum(capacity(s) for s in core.book.engines.values())
-        self.counts = AgedCounts(10 * slots)
-        self.windows: dict[str, OrderedDict[str, None]] = {key: OrderedDict() for key in core.book.engines}
+        self.counts = _counts(self, core)
+        learned: dict[str, OrderedDict[str, None]] = getattr(self, "windows", {})  # bound again: kept
+        self.windows = {key: learned.get(key, OrderedDict()) for key in core.book.engines}
         self.window_size = {key: min(2, max(1, capacity(s) // 100)) for key, s in core.book.engines.items()}
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:

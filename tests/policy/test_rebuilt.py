@@ -36,3 +36,27 @@ def test_an_engine_whose_budget_changed_starts_an_empty_book(tmp_path: Path) -> 
     new = core.rebuilt(make_inventory(tmp_path, adapters=6, engines=bigger, name="bigger.yaml"))
     assert new.book["h/e0"] is core.book["h/e0"]
     assert new.book["h/e1"] is not core.book["h/e1"] and not new.book["h/e1"].resident
+
+
+def test_the_baselines_keep_what_they_learned_on_the_engines_that_stayed(tmp_path: Path) -> None:
+    """A reload, or pods found or gone on Kubernetes, rebinds every policy: lfu's and wtinylfu's counts and arc's
+    lists are what they learned, not a fresh start (under autoscaling they never knew more than minutes)."""
+    from lorafleet.policy.baselines import capacity
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+
+    inventory = make_inventory(tmp_path, adapters=6, engines=TWO_VLLM)
+    three = [*TWO_VLLM, {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}]
+    cores = {name: PolicyCore(inventory, make_policy(name)) for name in ("lfu", "arc", "wtinylfu")}
+    for core in cores.values():
+        for adapter in ("a0", "a0", "a1"):
+            event = RequestEvent(1.0, ADAPTER, adapter, "t")
+            core.on_request(1.0, event, "h/e0")
+    grown = make_inventory(tmp_path, adapters=6, engines=three, name="three.yaml")  # a pod came
+    rebuilt = {name: core.rebuilt(grown) for name, core in cores.items()}
+    lfu, arc, tiny = (rebuilt[n].policy for n in ("lfu", "arc", "wtinylfu"))
+    slots = sum(capacity(state) for state in rebuilt["lfu"].book.engines.values())
+    assert (lfu.counts.get("a0"), lfu.counts.get("a1")) == (2.0, 1.0)  # type: ignore[attr-defined]
+    assert (tiny.counts.get("a0"), tiny.counts.get("a1")) == (2.0, 1.0)  # type: ignore[attr-defined]
+    assert lfu.counts.period == 10 * slots > 10 * 8  # type: ignore[attr-defined]  # the period follows the fleet
+    assert list(arc.lists["h/e0"].t2) == ["a0"] and list(arc.lists["h/e0"].t1) == ["a1"]  # type: ignore[attr-defined]
+    assert not arc.lists["h/e2"].t1 and not arc.lists["h/e2"].t2  # type: ignore[attr-defined]  # a new engine: fresh
