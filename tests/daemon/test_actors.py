@@ -122,6 +122,7 @@ def test_reconciles_take_the_fleets_few_slots_while_loads_never_wait_on_them(tmp
     assert (answers[0].engine, answers[0].ok) == ("h/e3", True)  # the load first, not behind the reads
     assert sorted(d.engine for d in answers[1:]) == ["h/e0", "h/e1", "h/e2"] and all(d.ok for d in answers[1:])
     assert elapsed >= 1.2  # three 0.4 s reads, one after another
+    assert all(d.ms >= 350.0 for d in answers[1:])  # each answer's time, in ms, as the journal records it
     assert outbox.empty() and sum(e.state.requests.count(("GET", "/v1/models", None)) for e in slow) == 3
 
 
@@ -133,10 +134,13 @@ def test_a_reconcile_refused_by_a_full_queue_does_not_stop_later_ones(tmp_path: 
     inv = load_inventory(write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], write_adapters(tmp_path / "a", 1)))
     outbox: queue.Queue = queue.Queue()
     actor = EngineActor(inv.engines[0], make_client, outbox, Stop(), lambda key, names: [])  # never started
-    for _ in range(MAX_QUEUED):
+    assert MAX_QUEUED == 512
+    for _ in range(511):
         actor.inbox.put(Work("touch"))  # a queue the engine is not keeping up with
-    actor.submit(Work(RECONCILE))
-    assert outbox.get_nowait().action == REFUSED
+    actor.submit(Work("touch"))  # the 512th is taken
+    assert actor.inbox.qsize() == 512 and outbox.empty()
+    actor.submit(Work(RECONCILE))  # the 513th is refused at once
+    assert outbox.get_nowait().action == REFUSED and actor.inbox.qsize() == 512
     while not actor.inbox.empty():
         actor.inbox.get_nowait()
     actor.submit(Work(RECONCILE))

@@ -313,3 +313,19 @@ def test_an_old_empty_file_is_no_journal_without_waiting_for_a_schema(tmp_path: 
     monkeypatch.setattr(db.time, "sleep", no_wait)
     with pytest.raises(InputError, match="no journal in it"):
         open_store(path, read_only=True)
+
+
+def test_a_reader_waits_for_the_schema_a_daemon_is_writing_into_a_new_file(tmp_path: Path) -> None:
+    """A file just created (a daemon's first open, its schema not yet committed) is waited for a few seconds,
+    not called no journal at once."""
+    import threading
+
+    path = tmp_path / "new.db"
+    path.touch()  # created just now
+    writer = threading.Timer(0.3, lambda: open_store(path).close())  # the schema comes 0.3 s later
+    writer.start()
+    try:
+        with open_store(path, read_only=True) as store:
+            assert store.db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+    finally:
+        writer.join()
