@@ -132,7 +132,8 @@ def test_tenants_cannot_administer_adapters_or_reach_the_hint_location(
     assert [p for _, p, _ in engine.state.requests] == []
     for path in ("/v1/models", "/health"):  # the allow list still reaches the engine
         assert client.request(path, None, "GET")[0] == 200, path
-    assert [p for _, p, _ in engine.state.requests] == ["/v1/models", "/health"]
+    assert client.request("/v1/responses", BODY)[0] == 404  # the emulator's answer: it got there, not a 403
+    assert [p for _, p, _ in engine.state.requests] == ["/v1/models", "/health", "/v1/responses"]
 
 
 def test_requests_spread_over_several_engines_and_the_log_names_each(emulators, hint_receivers, nginx_gateway) -> None:
