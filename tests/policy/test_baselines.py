@@ -45,6 +45,11 @@ def test_arc_ghosts_move_the_target_both_ways() -> None:
     arc.evicted("y")  # to b2
     arc.request("y")  # a frequency ghost returns: p shrinks
     assert arc.p == 0.0
+    arc.request("z")
+    arc.request("z")  # z in t2
+    arc.evicted("z")  # to b2
+    arc.request("z")  # another frequency ghost: p would go below 0, and stays at 0
+    assert arc.p == 0.0
 
 
 def test_arc_evicts_from_t1_while_it_is_over_its_target() -> None:
@@ -55,6 +60,8 @@ def test_arc_evicts_from_t1_while_it_is_over_its_target() -> None:
     assert arc.order(["a", "b", "c"])[:2] == ["a", "b"]  # |t1| = 2 > p = 0: t1's oldest first
     arc.p = 3.0
     assert arc.order(["a", "b", "c"])[0] == "c"  # t1 within its target: t2's oldest first
+    arc.p = 2.0
+    assert arc.order(["a", "b", "c"])[0] == "c"  # |t1| = p exactly: not over it, t2's oldest first
 
 
 def test_wtinylfu_admits_a_newcomer_only_if_more_frequent_than_mains_oldest(tmp_path: Path) -> None:
@@ -197,3 +204,22 @@ def test_wtinylfu_keeps_every_resident_in_its_order_with_a_window_of_two(tmp_pat
     for _ in range(3):
         policy.counts.add("a0")  # main's oldest is wanted more than the window's oldest (a3): a3 goes first
     assert list(policy.victim_order(state, 0.0)) == ["a3", "a0", "a1", "a2", "a4"]
+
+
+def test_wtinylfu_admits_the_windows_oldest_and_keeps_the_rest_of_the_window_in_order(tmp_path: Path) -> None:
+    from lorafleet.policy.baselines import WTinyLfuPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    policy = WTinyLfuPolicy()
+    core = PolicyCore(
+        make_inventory(tmp_path, adapters=5, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 5}]), policy
+    )
+    state = core.book["h/e0"]
+    for name in ("a0", "a1", "a2", "a3", "a4"):
+        state.admit(name, 1)
+    policy.window_size["h/e0"] = 2
+    policy.windows["h/e0"].update(dict.fromkeys(["a3", "a4"]))
+    for _ in range(3):
+        policy.counts.add("a3")  # the window's oldest is wanted more than main's oldest (a0): admitted
+    assert list(policy.victim_order(state, 0.0)) == ["a0", "a1", "a2", "a4", "a3"]
+    assert list(policy.windows["h/e0"]) == ["a4"]
