@@ -188,7 +188,8 @@ def test_every_victim_order_is_an_order_of_the_residents(tmp_path: Path) -> None
             assert sorted(order) == sorted(state.resident), name
 
 
-def test_wtinylfu_keeps_every_resident_in_its_order_with_a_window_of_two(tmp_path: Path) -> None:
+def full_with_a_window_of_two(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """W-TinyLFU on one engine holding a0..a4, its window a3 and a4 (the newest)."""
     from lorafleet.policy.baselines import WTinyLfuPolicy
     from lorafleet.policy.core import PolicyCore
 
@@ -201,24 +202,18 @@ def test_wtinylfu_keeps_every_resident_in_its_order_with_a_window_of_two(tmp_pat
         state.admit(name, 1)
     policy.window_size["h/e0"] = 2
     policy.windows["h/e0"].update(dict.fromkeys(["a3", "a4"]))
+    return policy, state
+
+
+def test_wtinylfu_keeps_every_resident_in_its_order_with_a_window_of_two(tmp_path: Path) -> None:
+    policy, state = full_with_a_window_of_two(tmp_path)
     for _ in range(3):
         policy.counts.add("a0")  # main's oldest is wanted more than the window's oldest (a3): a3 goes first
     assert list(policy.victim_order(state, 0.0)) == ["a3", "a0", "a1", "a2", "a4"]
 
 
 def test_wtinylfu_admits_the_windows_oldest_and_keeps_the_rest_of_the_window_in_order(tmp_path: Path) -> None:
-    from lorafleet.policy.baselines import WTinyLfuPolicy
-    from lorafleet.policy.core import PolicyCore
-
-    policy = WTinyLfuPolicy()
-    core = PolicyCore(
-        make_inventory(tmp_path, adapters=5, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 5}]), policy
-    )
-    state = core.book["h/e0"]
-    for name in ("a0", "a1", "a2", "a3", "a4"):
-        state.admit(name, 1)
-    policy.window_size["h/e0"] = 2
-    policy.windows["h/e0"].update(dict.fromkeys(["a3", "a4"]))
+    policy, state = full_with_a_window_of_two(tmp_path)
     for _ in range(3):
         policy.counts.add("a3")  # the window's oldest is wanted more than main's oldest (a0): admitted
     assert list(policy.victim_order(state, 0.0)) == ["a0", "a1", "a2", "a4", "a3"]
