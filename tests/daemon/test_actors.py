@@ -1,4 +1,5 @@
-"""The engines' actors: an idle one waits without polling, and leaves as soon as it is told to."""
+"""The engines' actors at fleet scale: an idle one waits without polling and leaves as soon as it is told to,
+registry reads share a few slots over the fleet, and every engine client shares one TLS context."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ def test_a_retired_idle_actor_ends_at_once_and_a_stopped_one_when_woken(tmp_path
     retiring it, or the daemon's stop, must wake it: without the wake its thread would wait for ever."""
     from lorafleet.daemon.actors import RECONCILE, EngineActor, Work
     from lorafleet.inventory import load_inventory
-    from lorafleet.stopping import Stop
 
     def no_client(engine):
         raise RuntimeError("no key")  # every call fails at once: the actor answers, then waits again
