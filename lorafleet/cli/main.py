@@ -14,6 +14,7 @@ from click.shell_completion import CompletionItem
 
 from lorafleet import __version__
 from lorafleet.cli.options import global_options
+from lorafleet.cli.signals import terminate_as_interrupt
 from lorafleet.errors import InventoryError, LorafleetError, Problem
 from lorafleet.stopping import Interrupted
 
@@ -109,9 +110,14 @@ class LorafleetGroup(click.Group):
         argv = list(args) if args is not None else sys.argv[1:]
         _JSON_ASKED = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         try:
-            rv = super().main(
-                args=args, prog_name=prog_name or "lorafleet", complete_var=complete_var, standalone_mode=False, **extra
-            )
+            with terminate_as_interrupt():  # SIGTERM ends any command as Ctrl-C does: one line, exit 143
+                rv = super().main(
+                    args=args,
+                    prog_name=prog_name or "lorafleet",
+                    complete_var=complete_var,
+                    standalone_mode=False,
+                    **extra,
+                )
         except click.exceptions.NoArgsIsHelpError as exc:
             click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
             sys.exit(2)

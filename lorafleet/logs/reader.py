@@ -6,9 +6,11 @@ A name read from a log is data: it becomes an inventory adapter id only by exact
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -285,27 +287,45 @@ def source_for(path: str | os.PathLike[str], inventory: Inventory) -> LogSource:
     return DEFAULT_JSONL
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
     """Raw lines, each capped so a line without newlines cannot exhaust memory; a log that cannot be opened (a
-    folder, no permission) is an input error naming it."""
+    folder, no permission) is an input error naming it. A gzip-compressed log (logrotate's `compress`: last
+    week's logs are `access.log.2.gz`) is read through gzip, whatever its name; one broken off is an input error."""
     if is_device(path):
         raise InputError(f"cannot read log {os.fspath(path)}: a device, not a file")
+    fh: Any
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the with below; only the open's failure is the input's
+        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below; only the open's failure is the input's
+        if fh.read(2) == GZIP_MAGIC:
+            fh.close()
+            fh = gzip.open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        else:
+            fh.seek(0)
     except OSError as exc:
         raise InputError(f"cannot read log {os.fspath(path)}: {exc.strerror}") from exc
-    with fh:
-        while True:
-            line = fh.readline(MAX_LINE_BYTES + 1)
-            if not line:
-                return
-            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                # Skip the rest of an over-long line, then report it once.
-                while line and not line.endswith(b"\n"):
-                    line = fh.readline(MAX_LINE_BYTES + 1)
-                yield b"x" * (MAX_LINE_BYTES + 1)
-                continue
-            yield line
+    try:
+        yield from _capped_lines(fh)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputError(f"cannot read log {os.fspath(path)}: compressed data broken off ({exc})") from exc
+    finally:
+        fh.close()
+
+
+def _capped_lines(fh: Any) -> Iterator[bytes]:
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            # Skip the rest of an over-long line, then report it once.
+            while line and not line.endswith(b"\n"):
+                line = fh.readline(MAX_LINE_BYTES + 1)
+            yield b"x" * (MAX_LINE_BYTES + 1)
+            continue
+        yield line
 
 
 def read_requests(

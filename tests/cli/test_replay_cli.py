@@ -157,3 +157,41 @@ def test_replay_says_when_the_log_has_no_durations(run_cli, tmp_path: Path) -> N
     result = run_cli("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru")
     assert result.exit_code == 0, result.stderr
     assert "no request durations in the log" in " ".join(result.stdout.split())
+
+
+def test_a_gzip_compressed_log_replays_as_its_text_and_a_broken_one_is_one_line(run_cli, tmp_path: Path) -> None:
+    """logrotate's `compress` leaves last week's logs as `.gz`: read through gzip, whatever the name."""
+    import gzip
+
+    packed = tmp_path / "access.log.2"  # no .gz suffix: the content says what it is
+    packed.write_bytes(gzip.compress(Path(DEMO_LOG).read_bytes()))
+    plain = run_cli("replay", DEMO_LOG, "-i", DEMO, "--json", "--policy", "lru")
+    unpacked = run_cli("replay", str(packed), "-i", DEMO, "--json", "--policy", "lru")
+    assert unpacked.exit_code == 0, unpacked.stderr
+    assert json.loads(unpacked.stdout)["policies"] == json.loads(plain.stdout)["policies"]
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
+    result = run_cli("replay", str(broken), "-i", DEMO)
+    assert result.exit_code == 2 and "compressed data broken off" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_during_a_replay_is_one_line_and_exit_143(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    long = tmp_path / "long.jsonl"
+    long.write_bytes(Path(DEMO_LOG).read_bytes() * 40)  # 80,000 requests: far longer than the wait below
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "lorafleet", "replay", str(long), "-i", DEMO, "--policy", "lorafleet"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (proc.returncode, err)
+    assert [line for line in err.splitlines() if line.strip()] == ["error: interrupted"], err
+    assert "Traceback" not in err and out == ""
