@@ -169,22 +169,27 @@ def error_message(response: Reply, redact: Callable[[str], str] = str) -> str:
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return _one_line(redact(str(error["message"])))
+            return one_line(redact(str(error["message"])))
         for key in ("message", "error_message", "detail"):
             if isinstance(body.get(key), str) and body[key]:
-                return _one_line(redact(body[key]))
+                return one_line(redact(body[key]))
         if isinstance(error, str) and error:
-            return _one_line(redact(error))
-    return _one_line(redact(text)) or f"HTTP {response.status_code}"
+            return one_line(redact(error))
+    return one_line(redact(text)) or f"HTTP {response.status_code}"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    """An engine's text as one line for logs and the journal: whitespace runs as one space, control characters
-    (a terminal's escape sequences) dropped, at most `limit` characters."""
-    line = _CONTROL.sub("", " ".join(text.split()))
+# What a log line or an error must not show of text a server sent: C0 and C1 controls (a terminal's escape
+# sequences) and the bidirectional overrides and isolates (U+202E shows the rest of the line reversed).
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A server's text (an engine's, the Kubernetes API's) as one line for logs, errors and the journal:
+    whitespace runs as one space, control and bidirectional characters dropped, at most `limit` characters."""
+    line = _UNSHOWN.sub("", " ".join(text.split()))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -393,7 +398,7 @@ class EngineClient:
 
     def _said(self, text: str, limit: int = 300) -> str:
         """An engine's (or its transport's) words for a message: the key masked first, then one line."""
-        return _one_line(self._redact(text), limit)
+        return one_line(self._redact(text), limit)
 
     def _redact(self, text: str) -> str:
         """Bodies for -vv and error messages: the engine's key, should an engine echo it, is masked."""

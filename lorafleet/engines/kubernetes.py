@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import yaml
 
+from lorafleet.engines.base import one_line
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.discovery import slice_engines
 from lorafleet.inventory.model import Engine, EngineGroup, Inventory, KubeAccess
@@ -81,11 +82,6 @@ def _checked_token(token: str, what: str) -> str:
     if token and not (token.isascii() and token.isprintable() and not any(ch.isspace() for ch in token)):
         raise KubeError(f"{what} holds whitespace, control or non-ASCII characters: not a bearer token")
     return token
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    """Text the API sent, for a log line or an error: one line, no control characters, cut to `limit`."""
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:limit]
 
 
 def api_access(
@@ -303,7 +299,9 @@ class SliceApi:
                     status = status if isinstance(status, dict) else {}
                     if status.get("code") == 410:
                         raise GoneError()
-                    raise KubeError(f"watch error {status.get('code')}: {_one_line(str(status.get('message', '')))}")
+                    raise KubeError(
+                        f"watch error {status.get('code')}: {one_line(str(status.get('message', '')), 200)}"
+                    )
                 yield event
 
     def _checked(self, response: httpx.Response, namespace: str) -> dict[str, Any]:
@@ -320,7 +318,7 @@ class SliceApi:
                 message = str(body.get("message", "")) if isinstance(body, dict) else ""
             except ValueError:
                 message = response.text
-            raise KubeError(f"the API answered {response.status_code}: {_one_line(message)}")
+            raise KubeError(f"the API answered {response.status_code}: {one_line(message, 200)}")
         body = response.json()
         if not isinstance(body, dict):
             raise KubeError("the API's list is not an object")
@@ -349,7 +347,7 @@ def _said(exc: Exception, access: ApiAccess) -> str:
     for secret in (access.token, _read_quietly(access.token_file)):
         if secret:
             text = text.replace(secret, "***")
-    return _one_line(text, 300)
+    return one_line(text, 300)
 
 
 def _read_quietly(path: Path | None) -> str | None:
@@ -424,7 +422,7 @@ class GroupWatch:
         """One event; returns the resourceVersion it carries (a bookmark carries nothing else)."""
         item = event.get("object")
         if not isinstance(item, dict):  # not an event that worked: the backoff keeps growing
-            raise KubeError(f"the watch sent a {_one_line(str(event.get('type')), 20)} event without an object")
+            raise KubeError(f"the watch sent a {one_line(str(event.get('type')), 20)} event without an object")
         self.events_seen += 1
         metadata = item.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
