@@ -15,7 +15,6 @@ from lorafleet.cli import shapes
 from lorafleet.cli.options import Finite, complete_engines, count, settings, wide_option
 from lorafleet.cli.progress import progress_bar
 from lorafleet.cli.render import Column, Report, console, print_json, safe
-from lorafleet.cli.signals import terminate_as_interrupt
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.policy.residency import ResidencyBook
 from lorafleet.store import Store, open_store
@@ -52,7 +51,7 @@ def act_and_report(
 ) -> None:
     """Open the state first (an unusable file costs nothing), choose the targets, run with a progress bar, print
     the table or JSON; exit 1 when any row failed, 130/143 when interrupted."""
-    with open_store(settings().state_path) as store, terminate_as_interrupt():
+    with open_store(settings().state_path) as store:  # SIGTERM is an interrupt here as in every command (main.py)
         book = restore_book(inv, store)
         pairs = choose(book)
         code, reason = 0, ""

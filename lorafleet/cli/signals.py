@@ -1,4 +1,4 @@
-"""Signals: for the commands that run engine actions, SIGTERM turned into the same interrupt as Ctrl-C; for the
+"""Signals: for every command, SIGTERM turned into the same interrupt as Ctrl-C (main.py); for the
 daemon, SIGTERM and Ctrl-C set its stop flag (it drains and commits) and SIGHUP asks for an inventory reload."""
 
 from __future__ import annotations
