@@ -26,12 +26,14 @@ The guarantee, in measured quantities: over any stretch of requests, the live en
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
 except while the leader is that far ahead of the expert over the long window, plus the one request a change of
 leader waits for —,
-(b) for each change of leader, the misses while the contents converge (at most one turnover of the engines'
-slots, where the touch budget pays for the evictions converging takes; on vLLM evicting the n-th least recently
-used costs n - 1 touches, and where the leader's own budget cannot bring divergent contents back they stay apart:
-on many-slots the live engines trailed a leader's copy by about a point, docs/benchmarks.md), and (c) nothing
-else: imitating the leader from a converged state is exact (tests/policy/test_leader.py). The whole bound is
-checked on traces hypothesis draws, where convergence costs no touches (tests/policy/test_leader_bound.py).
+(b) for each change of leader, the misses until the contents agree: the new leader's copy of each engine of the
+pool is matched to the live engine as soon as neither has a load in flight (`_match`; a load's place in a queue
+cannot be copied), and until then the live engine converges on the copy by imitation (at most one turnover of
+the slots where the touch budget pays for it; on vLLM evicting the n-th least recently used costs n - 1 touches,
+which is why the copy is matched rather than chased), and (c) nothing else: imitating the leader from agreeing
+contents is exact (tests/policy/test_leader.py). A match costs the new leader's copy whatever its own contents
+were worth beyond the live engines', and the standings see it there. The whole bound is checked on traces
+hypothesis draws, against each expert's copy and each expert replayed alone (tests/policy/test_leader_bound.py).
 Touches count against the core's touch budget in every expert alike, so each is judged as the engines would
 carry it out.
 """
@@ -221,6 +223,9 @@ class LeaderPolicy(Policy):
         # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
         self._pending: RequestEvent | None = None
         self._pending_scores = False
+        # Engines whose new leader's copy is still to be matched to them (engine -> that expert), once neither
+        # has a load in flight (`_match`).
+        self._unmatched: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, object]:
         """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once."""
@@ -362,8 +367,33 @@ class LeaderPolicy(Policy):
                 self._serve(i, event)
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
         standings = self.standings.get(model) if model is not None else None
-        if self._pending_scores and standings is not None:
-            standings.record(self._hits)
+        if self._pending_scores and standings is not None and standings.record(self._hits):
+            for key, state in self.core.book.engines.items():
+                if state.base_model == model:
+                    self._unmatched[key] = standings.leader
+        if self._unmatched:
+            self._match(event.time)
+
+    def _match(self, now: float) -> None:
+        """A new leader's copy of an engine takes the live engine's contents, as soon as neither has a load in
+        flight: from then on the live engine imitates it exactly. Left to converge by imitation alone, the two
+        stayed apart on vLLM, where evicting what the copy does not hold costs touches the budget does not pay
+        for (on many-slots the live engines trailed their leader's copy by about a point); the price of the
+        change of leader is now its copy's, which the standings see."""
+        for key, index in list(self._unmatched.items()):
+            live = self.core.book.engines.get(key)
+            session = self.shadows[index].session
+            copy = session.core.book.engines.get(key)
+            if live is None or copy is None or self._leader(live.base_model) != index:
+                del self._unmatched[key]  # retired, or another leads now (its own match is queued)
+            elif not (live.in_flight or copy.in_flight):
+                del self._unmatched[key]
+                dropped, _ = copy.match(live)
+                for adapter in dropped:
+                    session.core.policy.on_evicted(now, key, adapter)
+                if session.sim is not None:
+                    session.sim.holding(key, copy.resident)
+                session.core.touch_credit[key] = self.core.touch_credit.get(key, 0.0)
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         """Live residents the leader does not hold go first (least recently used first), then the rest by

@@ -99,6 +99,10 @@ class SimulatedEngines:
         self.seq += 1
         heapq.heappush(self.completions, (done, self.seq, engine, adapter))
 
+    def holding(self, engine: str, adapters: Iterable[str]) -> None:
+        """The engine holds exactly `adapters` now, none loading (its copy was matched to another engine's)."""
+        self.held[engine] = {a: self.sizes[a] for a in adapters}
+
     def promote(self, engine: str, adapter: str) -> None:
         """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""
         loader = self.loaders[engine]

@@ -294,6 +294,34 @@ class EngineResidency:
         self.start_load(adapter, size)
         self.finish_load(adapter)
 
+    def match(self, other: EngineResidency) -> tuple[list[str], list[str]]:
+        """Hold what `other` holds, as `other` holds it: its residents this engine lacks come in (while room
+        lasts), residents it lacks leave (pins stay, least recently used), and recency, the GPU tier and the unused
+        prefetches become `other`'s. Returns (dropped, adopted). Only between engines with nothing in flight: a
+        load's place in a queue and its time left are not in a book, so a match then would not be exact."""
+        if self.in_flight or other.in_flight:
+            raise BudgetError(f"{self.key} can be matched only while neither engine has a load in flight")
+        theirs = other.resident
+        dropped = [a for a in self.resident if a not in theirs and a not in self.pins]
+        for adapter in dropped:
+            self.evict(adapter)
+        adopted = []
+        for adapter in theirs:
+            size = other.sizes[adapter]
+            if adapter not in self.resident and self.has_room(size):
+                self.resident[adapter] = None
+                self.sizes[adapter] = size
+                self.used_bytes += size
+                self._moved(adapter)
+                adopted.append(adapter)
+        order = [a for a in self.resident if a not in theirs] + [a for a in theirs if a in self.resident]
+        self.resident = dict.fromkeys(order)
+        self.used_at = {a: stamp for stamp, a in enumerate(order, start=1)}
+        self.stamp = len(order)
+        self.gpu = dict.fromkeys(a for a in other.gpu if a in self.resident)
+        self.prefetched = {a for a in other.prefetched if a in self.resident}
+        return dropped, adopted
+
     def pin(self, adapter: str) -> None:
         if adapter not in self.resident and adapter not in self.in_flight:
             raise BudgetError(f"{adapter} is not held on {self.key}; only a held adapter can be pinned")

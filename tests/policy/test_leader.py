@@ -379,3 +379,49 @@ def test_a_demand_miss_keeps_a_pinned_oldest_adapter_by_an_unpaid_touch_never_a_
     assert outcome == "miss"
     assert [(d.action, d.adapter) for d in decisions] == [("touch", "a0"), ("evict", "a1"), ("load", "a4")]
     assert "a0" in core.book.engines["h/e0"].resident and "a4" in core.book.engines["h/e0"].in_flight
+
+
+def test_a_new_leaders_copy_is_matched_to_the_live_engine_once_idle_and_imitated_exactly_from_then(
+    tmp_path: Path,
+) -> None:
+    """On vLLM under the touch budget the live engine cannot buy the evictions that would bring it to a new
+    leader's contents (mru's, 8 slots, then lfu's): once neither has a load in flight, lfu's copy takes the live
+    engine's contents, recency and touch credit, and from then the live engine hits exactly when the copy does."""
+    from lorafleet.drive.session import Session
+
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 8}]
+    inv = make_inventory(tmp_path, adapters=24, engines=engines)
+    rng = random.Random(5)
+    weights = [1.0 / (k + 1) for k in range(24)]
+    events = stream(rng.choices(range(24), weights=weights, k=3000), gap_s=0.05)
+    policy = LeaderPolicy(experts=[("mru", MruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy, touch_budget=0.1)
+    session = Session(core, simulate=True, answers=False)
+    session.start(events[0].time)
+    standings = policy.standings["m"]
+    live = core.book.engines["h/e0"]
+    lfu = policy.shadows[1].session
+    copy = lfu.core.book.engines["h/e0"]
+    matched_at, waited, agreed, compared = None, 0, 0, 0
+    for n, event in enumerate(events):
+        hits, copy_hits = session.counts.hits, lfu.counts.hits
+        session.request(event)
+        session.idle()
+        if standings.changes == 0:
+            continue
+        assert standings.changes == 1 and standings.leader == 1
+        if matched_at is None:
+            if policy._unmatched:
+                assert live.in_flight or copy.in_flight  # a match waits only for a load in flight
+                waited += 1
+                continue
+            matched_at = n
+            assert list(copy.resident) == list(live.resident) and list(copy.gpu) == list(live.gpu)
+            assert lfu.core.touch_credit["h/e0"] == core.touch_credit["h/e0"]
+            assert lfu.sim is not None and list(lfu.sim.held["h/e0"]) == list(copy.resident)
+            continue
+        compared += 1
+        agreed += (session.counts.hits - hits) == (lfu.counts.hits - copy_hits)
+    assert matched_at is not None and compared > 1000
+    assert agreed == compared  # exact from the match on
+    assert lfu.sim.violations == 0
