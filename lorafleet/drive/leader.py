@@ -384,8 +384,8 @@ class LeaderPolicy(Policy):
             live = self.core.book.engines.get(key)
             session = self.shadows[index].session
             copy = session.core.book.engines.get(key)
-            if live is None or copy is None or self._leader(live.base_model) != index:
-                del self._unmatched[key]  # retired, or another leads now (its own match is queued)
+            if live is None or copy is None:
+                del self._unmatched[key]  # retired (a later change of leader replaces the entry)
             elif not (live.in_flight or copy.in_flight):
                 del self._unmatched[key]
                 dropped, _ = copy.match(live)

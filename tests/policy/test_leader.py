@@ -425,3 +425,12 @@ def test_a_new_leaders_copy_is_matched_to_the_live_engine_once_idle_and_imitated
     assert matched_at is not None and compared > 1000
     assert agreed == compared  # exact from the match on
     assert lfu.sim.violations == 0
+
+
+def test_a_match_still_due_on_an_engine_that_left_the_fleet_is_dropped(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    PolicyCore(inv, policy)
+    policy._unmatched = {"h/gone": 1, "h/e0": 1}
+    policy._match(0.0)
+    assert policy._unmatched == {}  # h/e0 idle on both sides: matched; h/gone: dropped, nothing raised
