@@ -309,10 +309,8 @@ class EngineResidency:
         for adapter in theirs:
             size = other.sizes[adapter]
             if adapter not in self.resident and self.has_room(size):
-                self.resident[adapter] = None
-                self.sizes[adapter] = size
-                self.used_bytes += size
-                self._moved(adapter)
+                self.start_load(adapter, size)  # the book's own accounting; recency is set below
+                self.finish_load(adapter)
                 adopted.append(adapter)
         order = [a for a in self.resident if a not in theirs] + [a for a in theirs if a in self.resident]
         self.resident = dict.fromkeys(order)
