@@ -434,3 +434,13 @@ def test_a_match_still_due_on_an_engine_that_left_the_fleet_is_dropped(tmp_path:
     policy._unmatched = {"h/gone": 1, "h/e0": 1}
     policy._match(0.0)
     assert policy._unmatched == {}  # h/e0 idle on both sides: matched; h/gone: dropped, nothing raised
+
+
+def test_an_expert_is_found_by_its_own_name_and_an_unknown_name_finds_none(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy), ("markov", MarkovPolicy)])
+    PolicyCore(inv, policy)
+    for name in ("lru", "lfu", "markov"):
+        session = policy.expert(name)
+        assert session is not None and session.core.policy.name == name
+    assert policy.expert("arc") is None

@@ -187,6 +187,7 @@ def test_a_match_takes_the_other_engines_contents_recency_gpu_tier_and_unused_pr
     assert mine.used_bytes == 10 + 10 + 20 + 20 and mine.sizes["c"] == 20 and mine.violations() == 0
     assert list(mine.gpu) == list(theirs.gpu) and mine.prefetched == {"b"}
     assert mine.keep_for(["y"]) == ["p"]  # recency is theirs: y is next after the pin
+    assert mine.used_at == {"p": 1, "y": 2, "b": 3, "c": 4} and mine.stamp == 4  # the next use is the newest
     theirs.evict("y")
     theirs.start_load("z", 1)
     with pytest.raises(BudgetError):
