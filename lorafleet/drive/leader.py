@@ -41,11 +41,11 @@ carry it out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from lorafleet.drive.session import Session
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
-from lorafleet.policy.core import DEMAND, LOAD, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.predictive import LorafleetPolicy, initial_loads
@@ -184,13 +184,15 @@ class _Shadow:
         self.session.decided = []
         self.counts = self.session.counts
 
-    def mirrorable(self) -> list[Decision]:
-        """The loads ahead of demand it decided since last asked (a leader's are made live)."""
+    def taken(self) -> tuple[list[Decision], list[tuple[str, str]]]:
+        """What it decided since last asked: the loads ahead of demand (a leader's are made live) and its
+        evictions as (engine, adapter), in the order made (a leader's go first on the live engines)."""
         decided = self.session.decided
         if not decided:
-            return []
+            return [], []
         self.session.decided = []
-        return [d for d in decided if d.action == LOAD and d.reason != DEMAND]
+        loads = [d for d in decided if d.action == LOAD and d.reason != DEMAND]
+        return loads, [(d.engine, d.adapter) for d in decided if d.action in (EVICT, UNLOAD)]
 
 
 class LeaderPolicy(Policy):
@@ -226,6 +228,8 @@ class LeaderPolicy(Policy):
         # Engines whose new leader's copy is still to be matched to them (engine -> that expert), once neither
         # has a load in flight (`_match`).
         self._unmatched: dict[str, int] = {}
+        # Per engine, what the leader's copy evicted there last, in its order: the live engine evicts it first.
+        self._evicted: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, object]:
         """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once."""
@@ -269,6 +273,8 @@ class LeaderPolicy(Policy):
             for adapter in adapters:
                 if adapter in state.resident and adapter not in state.pins:
                     state.evict(adapter)
+                    if shadow.session.sim is not None:
+                        shadow.session.sim.dropped(engine, adapter)
 
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
@@ -309,7 +315,7 @@ class LeaderPolicy(Policy):
         (`initial_loads`): they hold whichever expert is followed."""
         for shadow in self.shadows:
             shadow.session.start(now)
-            shadow.mirrorable()
+            shadow.taken()
         return initial_loads(self.core, self.plan, now)
 
     def route(self, event: RequestEvent) -> str | None:
@@ -327,7 +333,8 @@ class LeaderPolicy(Policy):
             self._observe(event)
         self._observed = None
         self._pending_scores = engine is not None
-        self.mirrored = self.shadows[self._leader(self._model(event))].mirrorable()
+        self.mirrored, evicted = self.shadows[self._leader(self._model(event))].taken()
+        self._note_evicted(evicted)
 
     def _model(self, event: RequestEvent) -> str | None:
         adapter = self.core.inventory.adapters.get(event.adapter or "")
@@ -392,7 +399,7 @@ class LeaderPolicy(Policy):
                 for adapter in dropped:
                     session.core.policy.on_evicted(now, key, adapter)
                 if session.sim is not None:
-                    session.sim.holding(key, copy.resident)
+                    session.sim.holding(key, {a: copy.sizes[a] for a in copy.resident})
                 session.core.touch_credit[key] = self.core.touch_credit.get(key, 0.0)
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
@@ -402,7 +409,7 @@ class LeaderPolicy(Policy):
         if ahead is None:
             return list(state.resident)
         held = ahead.resident
-        return [a for a in state.resident if a not in held] + [a for a in state.resident if a in held]
+        return self._spare(state, held) + [a for a in state.resident if a in held]
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         mirrored, self.mirrored = self.mirrored, []
@@ -421,9 +428,23 @@ class LeaderPolicy(Policy):
             if wakeup is None or wakeup > now:
                 continue
             shadow.session.advance(now)
-            loads = shadow.mirrorable()
+            loads, evicted = shadow.taken()
+            self._note_evicted([(e, a) for e, a in evicted if self._leads(index, e)])
             decisions += self._mirror(now, [d for d in loads if self._leads(index, d.engine)])
         return decisions
+
+    def _note_evicted(self, evicted: list[tuple[str, str]]) -> None:
+        latest: dict[str, list[str]] = {}
+        for engine, adapter in evicted:
+            latest.setdefault(engine, []).append(adapter)
+        self._evicted.update(latest)
+
+    def _spare(self, state: EngineResidency, held: Collection[str]) -> list[str]:
+        """Live residents the leader's copy does not hold: what it evicted last on this engine first, in its
+        order (where bytes bind, the order decides how many go: a copy that took a small victim, then a large
+        one, holds neither, and so must the live engine), then the rest least recently used first."""
+        first = [a for a in self._evicted.get(state.key, ()) if a in state.resident and a not in held]
+        return first + [a for a in state.resident if a not in held and a not in first]
 
     def _leads(self, index: int, engine: str) -> bool:
         state = self.core.book.engines.get(engine)
@@ -441,7 +462,7 @@ class LeaderPolicy(Policy):
             held = ahead.resident if ahead is not None else {}
 
             def spare(state: EngineResidency = state, held: dict[str, None] = held) -> Iterator[str]:
-                return (a for a in list(state.resident) if a not in held)
+                return iter(self._spare(state, held))
 
             decisions += core.load(now, d.engine, d.adapter, PREFETCH, spare)
         return decisions

@@ -99,9 +99,14 @@ class SimulatedEngines:
         self.seq += 1
         heapq.heappush(self.completions, (done, self.seq, engine, adapter))
 
-    def holding(self, engine: str, adapters: Iterable[str]) -> None:
-        """The engine holds exactly `adapters` now, none loading (its copy was matched to another engine's)."""
-        self.held[engine] = {a: self.sizes[a] for a in adapters}
+    def holding(self, engine: str, held: Mapping[str, int]) -> None:
+        """The engine holds exactly these adapters (bytes each) now, none loading (its copy was matched to
+        another engine's; the sizes are the book's: an adapter a reload dropped may still be held)."""
+        self.held[engine] = dict(held)
+
+    def dropped(self, engine: str, adapter: str) -> None:
+        """The engine lost an adapter by no decision of this session's (a live engine's reconcile found it gone)."""
+        self.held[engine].pop(adapter, None)
 
     def promote(self, engine: str, adapter: str) -> None:
         """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""

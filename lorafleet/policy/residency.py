@@ -296,23 +296,24 @@ class EngineResidency:
 
     def match(self, other: EngineResidency) -> tuple[list[str], list[str]]:
         """Hold what `other` holds, as `other` holds it: its residents this engine lacks come in (while room
-        lasts), residents it lacks leave (pins stay, least recently used), and recency, the GPU tier and the unused
-        prefetches become `other`'s. Returns (dropped, adopted). Only between engines with nothing in flight: a
+        lasts, most recent first), residents it lacks leave, and its pins, recency, GPU tier and unused prefetches
+        become this one's. Returns (dropped, adopted). Only between engines with nothing in flight: a
         load's place in a queue and its time left are not in a book, so a match then would not be exact."""
         if self.in_flight or other.in_flight:
             raise BudgetError(f"{self.key} can be matched only while neither engine has a load in flight")
         theirs = other.resident
+        self.pins = set(other.pins)  # what the other engine keeps at any cost, this one keeps too
         dropped = [a for a in self.resident if a not in theirs and a not in self.pins]
         for adapter in dropped:
             self.evict(adapter)
         adopted = []
-        for adapter in theirs:
+        for adapter in reversed(theirs):
             size = other.sizes[adapter]
             if adapter not in self.resident and self.has_room(size):
                 self.start_load(adapter, size)  # the book's own accounting; recency is set below
                 self.finish_load(adapter)
                 adopted.append(adapter)
-        order = [a for a in self.resident if a not in theirs] + [a for a in theirs if a in self.resident]
+        order = [a for a in theirs if a in self.resident]
         self.resident = dict.fromkeys(order)
         self.used_at = {a: stamp for stamp, a in enumerate(order, start=1)}
         self.stamp = len(order)

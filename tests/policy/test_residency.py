@@ -172,7 +172,7 @@ def test_a_book_pickled_before_its_holder_index_existed_is_read_with_one() -> No
     assert back.indexed() is back.indexed()  # an index, built once
 
 
-def test_a_match_takes_the_other_engines_contents_recency_gpu_tier_and_unused_prefetches() -> None:
+def test_a_match_takes_the_other_engines_contents_pins_recency_gpu_tier_and_unused_prefetches() -> None:
     mine, theirs = engine(host_slots=4, gpu_slots=2), engine(host_slots=4, gpu_slots=2)
     for name in ("p", "x", "y"):
         mine.admit(name, 10)
@@ -180,25 +180,25 @@ def test_a_match_takes_the_other_engines_contents_recency_gpu_tier_and_unused_pr
     for name in ("c", "y", "b"):
         theirs.start_load(name, 20)
         theirs.finish_load(name, prefetched=name == "b")
+    theirs.pin("b")
     theirs.touch("c")  # recency there: y, b, c
     dropped, adopted = mine.match(theirs)
-    assert dropped == ["x"] and adopted == ["b", "c"]
-    assert list(mine.resident) == ["p", "y", "b", "c"]  # a pin the other lacks stays, least recently used
-    assert mine.used_bytes == 10 + 10 + 20 + 20 and mine.sizes["c"] == 20 and mine.violations() == 0
+    assert dropped == ["p", "x"] and adopted == ["c", "b"]  # a pin is the other engine's to keep, or not
+    assert list(mine.resident) == ["y", "b", "c"] and mine.pins == {"b"}
+    assert mine.used_bytes == 10 + 20 + 20 and mine.sizes["c"] == 20 and mine.violations() == 0
     assert list(mine.gpu) == list(theirs.gpu) and mine.prefetched == {"b"}
-    assert mine.keep_for(["y"]) == ["p"]  # recency is theirs: y is next after the pin
-    assert mine.used_at == {"p": 1, "y": 2, "b": 3, "c": 4} and mine.stamp == 4  # the next use is the newest
+    assert mine.keep_for(["c"]) == ["y", "b"]  # recency is theirs
+    assert mine.used_at == {"y": 1, "b": 2, "c": 3} and mine.stamp == 3  # the next use is the newest
     theirs.evict("y")
     theirs.start_load("z", 1)
     with pytest.raises(BudgetError):
         mine.match(theirs)  # never with a load in flight (its place in the loader cannot be copied)
 
 
-def test_a_match_adopts_only_while_room_lasts() -> None:
+def test_a_match_adopts_the_most_recent_while_room_lasts() -> None:
     mine, theirs = engine(host_slots=2), engine(host_slots=3)
     for name in ("a", "b", "c"):
         theirs.admit(name, 1)
     mine.admit("p", 1)
-    mine.pin("p")
     dropped, adopted = mine.match(theirs)
-    assert dropped == [] and adopted == ["a"] and list(mine.resident) == ["p", "a"]
+    assert dropped == ["p"] and adopted == ["c", "b"] and list(mine.resident) == ["b", "c"]
