@@ -479,8 +479,13 @@ class Session:
 
     # --- helpers ------------------------------------------------------------------------------------------
     def model_ms(self, engine: str, adapter: str) -> float:
-        """A cold load's time by the load-time model."""
-        return self.core.load_ms[engine].cold_ms(self.core.sizes[adapter])
+        """A cold load's time by the load-time model (an adapter a reload dropped while an engine held or loaded
+        it keeps the size the book has for it)."""
+        size = self.core.sizes.get(adapter)
+        if size is None:
+            state = self.core.book.engines[engine]
+            size = state.in_flight.get(adapter, state.sizes.get(adapter, 0))
+        return self.core.load_ms[engine].cold_ms(size)
 
     def cold_ms(self, engine: str, adapter: str) -> float:
         """A cold load's time: the load-time model, scaled by what this engine's loads measured (when known)."""

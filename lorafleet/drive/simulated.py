@@ -92,7 +92,7 @@ class SimulatedEngines:
             return
         adapter = loader.queue.popleft()
         loader.current = adapter
-        duration = loader.load.cold_ms(self.sizes[adapter])
+        duration = loader.load.cold_ms(self.held[engine].get(adapter) or self.sizes[adapter])  # a reload may drop it
         loader.busy_ms += duration
         done = now + duration / 1000.0
         self.last_done = max(self.last_done, done)

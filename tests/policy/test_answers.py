@@ -48,6 +48,19 @@ def test_a_reload_of_a_registered_name_measures_no_cold_load(tmp_path: Path) -> 
     assert session.cold_ms("h/e0", "a1") == session.model_ms("h/e0", "a1")
 
 
+def test_a_load_answered_after_a_reload_dropped_its_adapter_completes_in_the_book(tmp_path: Path) -> None:
+    """The load of a5 was sent; the inventory reloaded without a5 before the engine answered. The answer still
+    measures the load (at the size the book reserved) and frees nothing twice: a5 is resident, not in flight for
+    good (which would hold its slot until a reconcile)."""
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru")))
+    session.core.book["h/e0"].start_load("a5", session.core.sizes["a5"])
+    session.replace_inventory(make_inventory(tmp_path, adapters=5, engines=TWO_VLLM, name="fewer.yaml"))
+    assert "a5" not in session.core.sizes and "a5" in session.core.book["h/e0"].in_flight
+    session.answered(1000.0, Call(LOAD, "h/e0", "a5", "demand"), LOADED, True, 50.0)
+    state = session.core.book["h/e0"]
+    assert "a5" in state.resident and not state.in_flight and session.counts.loads == 1
+
+
 def test_a_live_session_counts_each_call_from_the_engines_answer(tmp_path: Path) -> None:
     """A touch or an unload answered as done counts as one; a failed call counts as failed only; an unload the
     engine answers "no such adapter" is done as asked (counted, journaled as unloaded, with the reason)."""

@@ -96,6 +96,18 @@ def test_the_simulated_loader_serves_demand_before_queued_prefetches() -> None:
     assert order == ["p1", "d", "p2"]  # p1 was loading already: never preempted; d jumps p2
 
 
+def test_a_queued_load_of_an_adapter_a_reload_dropped_still_runs_at_its_queued_size() -> None:
+    load = LoadModel()
+    sim = SimulatedEngines({"e": load}, {"e": Budget(1, None, None)}, {"a": 10, "b": 4_000_000})
+    sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND), Decision(LOAD, "e", "b", PREFETCH)])
+    sim.replace_engines({"e": load}, {"e": Budget(1, None, None)}, {"a": 10})  # the new inventory lacks b
+    first = sim.pop_done()
+    sim.start_next(first.done_at, first.engine)
+    second = sim.pop_done()
+    assert second.adapter == "b"
+    assert (second.done_at - first.done_at) * 1000.0 == pytest.approx(load.cold_ms(4_000_000))
+
+
 def test_simulated_holdings_count_evictions_and_violations() -> None:
     sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, 1, None)}, {"a": 10, "b": 10})
     sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND)])
