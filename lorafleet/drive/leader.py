@@ -440,9 +440,13 @@ class LeaderPolicy(Policy):
         self._evicted.update(latest)
 
     def _spare(self, state: EngineResidency, held: Collection[str]) -> list[str]:
-        """Live residents the leader's copy does not hold: what it evicted last on this engine first, in its
-        order (where bytes bind, the order decides how many go: a copy that took a small victim, then a large
-        one, holds neither, and so must the live engine), then the rest least recently used first."""
+        """Live residents the leader's copy does not hold, least recently used first (the cheapest to evict on
+        vLLM) — but on an engine with a byte budget, what the copy evicted there last comes first, in its order:
+        there the order decides how many go (a copy that took a small victim, then a large one, holds neither,
+        and so must the live engine). Elsewhere one slot is one victim, and putting the copy's victim first
+        where the contents differ only spent touches (agentic-noisy, tune seeds: 184 → 411 touches, 8.4 → 8.1%)."""
+        if not state.budget.budget_bytes:
+            return [a for a in state.resident if a not in held]
         first = [a for a in self._evicted.get(state.key, ()) if a in state.resident and a not in held]
         return first + [a for a in state.resident if a not in held and a not in first]
 
