@@ -228,7 +228,8 @@ class LeaderPolicy(Policy):
         # Engines whose new leader's copy is still to be matched to them (engine -> that expert), once neither
         # has a load in flight (`_match`).
         self._unmatched: dict[str, int] = {}
-        # Per engine, what the leader's copy evicted there last, in its order: the live engine evicts it first.
+        # Per engine, what the leader's copy evicted there last, in its order: where a byte budget binds, the live
+        # engine evicts it first (`_spare`).
         self._evicted: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, object]:
