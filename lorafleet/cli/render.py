@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from lorafleet.shown import UNSHOWN
+
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
@@ -28,16 +30,13 @@ def console(stderr: bool = False) -> Console:
     return _Console(file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False)
 
 
-# C0 and C1 controls (escape sequences included) and the bidirectional overrides and isolates, which would show a
-# name reversed (U+202E) or reorder the cells after it.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _BREAKS = re.compile(r"[\t\n]+")
 
 
 def safe(text: str, style: str = "") -> Text:
     """Untrusted text (an engine's message, a log field, a name) for a table cell: on one line (a newline would
     split the row in two), control and bidirectional characters removed, and never read as rich markup."""
-    return Text(_CONTROL.sub("", _BREAKS.sub(" ", text)), style=style)
+    return Text(UNSHOWN.sub("", _BREAKS.sub(" ", text)), style=style)
 
 
 def print_json(data: Any) -> None:

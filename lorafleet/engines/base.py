@@ -32,6 +32,7 @@ import httpx
 
 from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.model import Engine
+from lorafleet.shown import UNSHOWN
 from lorafleet.stopping import Cancelled, Stop
 
 log = logging.getLogger("lorafleet.engines")
@@ -181,15 +182,10 @@ def error_message(response: Reply, redact: Callable[[str], str] = str) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-# What a log line or an error must not show of text a server sent: C0 and C1 controls (a terminal's escape
-# sequences) and the bidirectional overrides and isolates (U+202E shows the rest of the line reversed).
-_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def one_line(text: str, limit: int = 300) -> str:
     """A server's text (an engine's, the Kubernetes API's) as one line for logs, errors and the journal:
     whitespace runs as one space, control and bidirectional characters dropped, at most `limit` characters."""
-    line = _UNSHOWN.sub("", " ".join(text.split()))
+    line = UNSHOWN.sub("", " ".join(text.split()))
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -69,7 +69,7 @@ def parse_lora_requests_info(text: str) -> Activity:
     try:
         for family in text_string_to_metric_families(ours):
             for sample in family.samples:
-                if sample.name != "vllm:lora_requests_info":
+                if sample.name != LORA_INFO:
                     continue
                 if newest is None or sample.value >= newest[0]:  # a tie: the later series
                     newest = (sample.value, dict(sample.labels))

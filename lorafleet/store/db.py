@@ -29,6 +29,7 @@ from lorafleet.store.migrations import MIGRATIONS, statements
 from lorafleet.times import hour_key, minute_of, minute_start_text, utc_now_text
 
 SCHEMA_VERSION = len(MIGRATIONS)
+STATE_HINT = "pass --state PATH or set LORAFLEET_STATE"
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -319,12 +320,12 @@ READ_WAIT_S = 10.0
 def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
     """SQLite's read-only mode; where even its shared-memory file cannot be made (a read-only mount), the file is
     read as immutable (nothing else may write it then, which is what such a mount means)."""
-    hint = "pass --state PATH or set LORAFLEET_STATE"
+    hint = STATE_HINT
     _regular(path, hint)
     last: Exception | None = None
     for flags in ("mode=ro", "mode=ro&immutable=1"):
         immutable = "immutable" in flags
-        wal = path.with_name(path.name + "-wal")
+        wal = _wal(path)
         if immutable and wal.exists() and wal.stat().st_size:
             # Read as immutable, the file would answer without the commits its write-ahead log holds (a daemon
             # stopped by kill -9, its shared-memory file gone): a wrong answer, not a slow one.
@@ -378,6 +379,11 @@ def _applied(connection: sqlite3.Connection, wait_s: float = 5.0) -> set[str]:
             time.sleep(0.05)
 
 
+def _wal(path: Path) -> Path:
+    """The database's write-ahead log, beside it."""
+    return path.with_name(path.name + "-wal")
+
+
 def _regular(path: Path, hint: str) -> None:
     """A state database is a regular file: SQLite would block for ever on a FIFO, and a device is no journal."""
     if path.exists() and not path.is_file():
@@ -388,7 +394,7 @@ def _regular(path: Path, hint: str) -> None:
 def _fresh(path: Path, within_s: float = 10.0) -> bool:
     """Whether the file or its write-ahead log changed in the last few seconds: only then may a daemon be
     creating its schema (which goes to the log first)."""
-    for each in (path, path.with_name(path.name + "-wal")):
+    for each in (path, _wal(path)):
         with suppress(OSError):
             if time.time() - each.stat().st_mtime < within_s:
                 return True
@@ -399,7 +405,7 @@ def check_writable(path: Path) -> None:
     """Fail before any work when the state file (or the folder that would hold it) cannot be written."""
     target = path if path.exists() else path.parent
     if target.exists() and not os.access(target, os.W_OK):
-        raise InputError(f"state database {path}: not writable", hint="pass --state PATH or set LORAFLEET_STATE")
+        raise InputError(f"state database {path}: not writable", hint=STATE_HINT)
 
 
 def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_only: bool = False) -> Store:
@@ -408,7 +414,7 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
     path = Path(path)
     if read_only:
         return _open_read_only(path, clock)
-    _regular(path, "pass --state PATH or set LORAFLEET_STATE")
+    _regular(path, STATE_HINT)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path)
@@ -420,5 +426,5 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
         store = Store(connection, path, clock)
         store.migrate()
     except (OSError, sqlite3.Error) as exc:
-        raise InputError(f"state database {path}: {exc}", hint="pass --state PATH or set LORAFLEET_STATE") from exc
+        raise InputError(f"state database {path}: {exc}", hint=STATE_HINT) from exc
     return store
