@@ -2,10 +2,13 @@
 
 Each engine has one serial loader (engines load adapters one at a time on the request path). A load takes the
 load-time model's cold time for its size. Demand loads go ahead of queued prefetches but never preempt the load
-in progress, as an engine serves its waiting requests before idle work; a request that starts waiting on a
-queued prefetch moves it to the front. What each engine holds is counted here from the decisions alone, not
-from the book, so a load past an engine's slots or bytes shows as a violation even if the book were wrong.
-Instants are epoch seconds, as everywhere in the session; load times are milliseconds.
+in progress, as an engine serves its waiting requests before idle work; among themselves they keep their
+requests' order, as an engine's scheduler serves its waiting requests first come, first served (were the latest
+first, a busy engine would leave a request waiting for as long as newer ones kept coming). A request that starts
+waiting on a queued prefetch makes it a demand load, behind those already waiting. What each engine holds is
+counted here from the decisions alone, not from the book, so a load past an engine's slots or bytes shows as a
+violation even if the book were wrong. Instants are epoch seconds, as everywhere in the session; load times are
+milliseconds.
 """
 
 from __future__ import annotations
@@ -29,13 +32,25 @@ class Completion(NamedTuple):
 class _Loader:
     """One engine's serialized loader."""
 
-    __slots__ = ("busy_ms", "current", "load", "queue")
+    __slots__ = ("busy_ms", "current", "demands", "load", "queue")
 
     def __init__(self, load: LoadModel) -> None:
         self.load = load
-        self.queue: deque[str] = deque()
+        self.queue: deque[str] = deque()  # the demand loads first, in their requests' order; then prefetches
+        self.demands = 0  # how many of the queue's first entries are demand loads
         self.current: str | None = None
         self.busy_ms = 0.0
+
+    def wait(self, adapter: str) -> None:
+        """A request now waits on `adapter`: it joins the demand loads, behind those already there."""
+        self.queue.insert(self.demands, adapter)
+        self.demands += 1
+
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        """Pickled (a daemon's memory) before `demands` existed: its queue is read as prefetches alone."""
+        self.demands = 0
+        for name, value in state[1].items():
+            setattr(self, name, value)
 
 
 class SimulatedEngines:
@@ -81,7 +96,7 @@ class SimulatedEngines:
         self.violations += int(over_slots) + int(over_bytes)
         loader = self.loaders[engine]
         if demand:
-            loader.queue.appendleft(adapter)
+            loader.wait(adapter)
         else:
             loader.queue.append(adapter)
         self.start_next(now, engine)
@@ -91,6 +106,8 @@ class SimulatedEngines:
         if loader is None or loader.current is not None or not loader.queue:
             return
         adapter = loader.queue.popleft()
+        if loader.demands:
+            loader.demands -= 1
         loader.current = adapter
         duration = loader.load.cold_ms(self.held[engine].get(adapter) or self.sizes[adapter])  # a reload may drop it
         loader.busy_ms += duration
@@ -109,11 +126,13 @@ class SimulatedEngines:
         self.held[engine].pop(adapter, None)
 
     def promote(self, engine: str, adapter: str) -> None:
-        """A request now waits on a queued prefetch: it goes to the front, as a demand load would."""
+        """A request now waits on a queued load: a prefetch becomes a demand load, behind those already waiting
+        (a demand load keeps its place: an earlier request waits on it already)."""
         loader = self.loaders[engine]
-        if loader.current != adapter and adapter in loader.queue:
-            loader.queue.remove(adapter)
-            loader.queue.appendleft(adapter)
+        queue = loader.queue
+        if loader.current != adapter and adapter in queue and queue.index(adapter) >= loader.demands:
+            queue.remove(adapter)
+            loader.wait(adapter)
 
     def next_done(self) -> float:
         return self.completions[0][0] if self.completions else float("inf")

@@ -96,6 +96,57 @@ def test_the_simulated_loader_serves_demand_before_queued_prefetches() -> None:
     assert order == ["p1", "d", "p2"]  # p1 was loading already: never preempted; d jumps p2
 
 
+def _finish_all(sim: SimulatedEngines) -> list[str]:
+    order = []
+    while sim.completions:
+        done = sim.pop_done()
+        order.append(done.adapter)
+        sim.start_next(done.done_at, done.engine)
+    return order
+
+
+def test_the_simulated_loader_serves_demand_loads_first_come_first_served() -> None:
+    """A busy engine's scheduler serves its waiting requests in order: the newest does not go first (it left a
+    request waiting 47 s on a saturated engine, agentic-noisy tune seed 2, while newer ones kept coming)."""
+    sim = SimulatedEngines(
+        {"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "p2", "d1", "d2"], 10)
+    )
+    sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH), Decision(LOAD, "e", "p2", PREFETCH)])
+    sim.apply(1.0, [Decision(LOAD, "e", "d1", DEMAND)])
+    sim.apply(2.0, [Decision(LOAD, "e", "d2", DEMAND)])
+    assert _finish_all(sim) == ["p1", "d1", "d2", "p2"]
+
+
+def test_a_waited_on_prefetch_joins_the_demand_loads_behind_those_already_waiting() -> None:
+    sim = SimulatedEngines(
+        {"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "p2", "p3", "d1"], 10)
+    )
+    sim.apply(0.0, [Decision(LOAD, "e", a, PREFETCH) for a in ["p1", "p2", "p3"]])
+    sim.apply(1.0, [Decision(LOAD, "e", "d1", DEMAND)])
+    sim.promote("e", "p3")
+    sim.promote("e", "d1")  # already a demand load: it keeps its place
+    assert _finish_all(sim) == ["p1", "d1", "p3", "p2"]
+
+
+def test_a_demand_load_waited_on_again_keeps_its_place() -> None:
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "d1", "d2"], 10))
+    sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH)])
+    sim.apply(1.0, [Decision(LOAD, "e", "d1", DEMAND), Decision(LOAD, "e", "d2", DEMAND)])
+    sim.promote("e", "d2")  # a later request for d2: d1's request still came first
+    assert _finish_all(sim) == ["p1", "d1", "d2"]
+
+
+def test_a_loader_pickled_before_demand_loads_were_counted_reads_its_queue_as_prefetches() -> None:
+    import pickle
+
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "p2", "d"], 10))
+    sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH), Decision(LOAD, "e", "p2", PREFETCH)])
+    del sim.loaders["e"].demands  # as a daemon's memory of an older version holds it
+    sim = pickle.loads(pickle.dumps(sim))
+    sim.apply(1.0, [Decision(LOAD, "e", "d", DEMAND)])
+    assert _finish_all(sim) == ["p1", "d", "p2"]
+
+
 def test_a_queued_load_of_an_adapter_a_reload_dropped_still_runs_at_its_queued_size() -> None:
     load = LoadModel()
     sim = SimulatedEngines({"e": load}, {"e": Budget(1, None, None)}, {"a": 10, "b": 4_000_000})
