@@ -179,7 +179,7 @@ class EngineResidency:
         self._moved(adapter)
         if prefetched:
             self.prefetched.add(adapter)
-        if self.loads_fill_gpu:
+        if self.loads_fill_gpu or last is not None:  # vLLM's load fills a slot; a waiting request's batch does too
             self.use_gpu(adapter)
 
     def fail_load(self, adapter: str) -> None:

@@ -203,6 +203,19 @@ def test_gpu_hits_are_hits_whose_adapter_held_a_gpu_slot(tmp_path: Path) -> None
     assert (r.hits, r.gpu_hits) == (3, 2)
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_request_that_waited_for_its_load_runs_with_the_adapter_in_a_gpu_slot(tmp_path: Path, kind: str) -> None:
+    """On SGLang a load fills host memory only, but the request waiting on it runs in a batch: its adapter takes a
+    GPU slot then, as on vLLM (it was counted as never reaching one: a cold adapter never pushed a hot one out)."""
+    slots = (
+        {"max_loras": 1, "max_cpu_loras": 3} if kind == "vllm" else {"max_loras_per_batch": 1, "max_loaded_loras": 3}
+    )
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": kind, **slots}])
+    r = Simulation(inv, "lru", stream([0, 0, 1, 1, 0], gap_s=5.0)).run()
+    # a0 miss (runs in the slot), a0 hit in its slot, a1 miss (takes the slot), a1 hit in it, a0 hit copied back
+    assert (r.hits, r.gpu_hits) == (3, 2)
+
+
 def test_cold_ms_percentiles_are_nearest_rank() -> None:
     from lorafleet.replay.driver import PolicyResult
 
