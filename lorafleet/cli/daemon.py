@@ -274,7 +274,7 @@ def render_summary(data: dict[str, Any]) -> None:
         ("hits", share(data["hits"], requests), share(alone["hits"], alone["requests"]), "resident when they arrived"),
         ("late", share(data["late"], requests), share(alone["late"], alone["requests"]), "waited on a load in flight"),
         ("misses", share(data["misses"], requests), share(alone["misses"], alone["requests"]), "cold starts"),
-        ("cold ms paid", f"{data['cold_ms_paid']:,.0f}", f"{alone['cold_ms_paid']:,.0f}", "time waited on loads"),
+        ("cold ms paid", f"{data['cold_ms_paid']:,.0f}", f"{alone['cold_ms_paid']:,.0f}", "waited: loads, GPU copies"),
         ("cold ms avoided", f"{data['cold_ms_avoided']:,.0f}", "", "by prefetched adapters"),
         (
             "loads",

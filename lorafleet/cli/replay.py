@@ -115,7 +115,7 @@ REPLAY_COLUMNS = [
     Column("GPU hits", wide=True, legend="hits whose adapter also held a GPU slot (no host-to-GPU copy)"),
     Column("wait p50 ms", wide=True),
     Column("wait p99 ms", legend="99th percentile of the time a request waited on a load (hits wait 0)"),
-    Column("wait total s", wide=True, legend="time all requests waited on loads, summed"),
+    Column("wait total s", wide=True, legend="time all requests waited on loads and GPU-slot copies, summed"),
     Column("loads", wide=True),
     Column("prefetched", wide=True, legend="loads issued ahead of demand"),
     Column("wasted", wide=True, legend="prefetched adapters evicted before any request used them"),

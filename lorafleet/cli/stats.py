@@ -221,7 +221,9 @@ def render(snap: Snapshot, by: str, wide: bool) -> list[Any]:
     summary.add_row("hits", f"{o['hits']:,}", f"{o['hit_ratio']:.1%}{lru}; {o['gpu_hits']:,} in a GPU slot")
     summary.add_row("late", f"{o['late']:,}", f"{o['late'] / requests:.1%} waited on a load in flight")
     summary.add_row("misses", f"{o['misses']:,}", f"{o['misses'] / requests:.1%} cold starts")
-    summary.add_row("cold ms paid", f"{o['cold_ms_paid']:,.0f}", "waited on loads (load-time model, calibrated)")
+    summary.add_row(
+        "cold ms paid", f"{o['cold_ms_paid']:,.0f}", "waited on loads and GPU-slot copies (load-time model, calibrated)"
+    )
     summary.add_row("cold ms avoided", f"{o['cold_ms_avoided']:,.0f}", "hits on adapters loaded ahead of demand")
     summary.add_row(
         "prefetches",
@@ -243,7 +245,7 @@ def render(snap: Snapshot, by: str, wide: bool) -> list[Any]:
         Column("requests"),
         Column("hit %", legend="hit ratio"),
         Column("misses"),
-        Column("cold ms", legend="waited on loads"),
+        Column("cold ms", legend="waited on loads and GPU-slot copies"),
         Column("avoided ms", wide=True),
         Column("wasted", wide=True, legend="prefetches evicted unused"),
         Column("trend", "left", legend=f"hit ratio over the window in {SERIES_BUCKETS} slices"),

@@ -58,7 +58,7 @@ class Counts:
     unserved: int = 0  # adapter requests no engine can serve (base model, rank or bytes)
     gpu_hits: int = 0  # hits whose adapter also held a GPU slot
     bypassed: int = 0  # misses for which no room could be made (served by a load that is not kept)
-    cold_ms_paid: float = 0.0  # time requests waited on loads
+    cold_ms_paid: float = 0.0  # time requests waited on loads and on copies into a GPU slot
     cold_ms_avoided: float = 0.0  # load time requests did not wait, thanks to a prefetch
     loads: int = 0  # loads done
     prefetch_loads: int = 0  # of them, ahead of demand (prefetch or plan)
@@ -478,18 +478,25 @@ class Session:
         return [(key, len(s.resident), s.used_bytes) for key, s in self.core.book.engines.items()]
 
     # --- helpers ------------------------------------------------------------------------------------------
-    def model_ms(self, engine: str, adapter: str) -> float:
-        """A cold load's time by the load-time model (an adapter a reload dropped while an engine held or loaded
-        it keeps the size the book has for it)."""
+    def _size(self, engine: str, adapter: str) -> int:
+        """An adapter's bytes (one a reload dropped while an engine held or loaded it keeps the book's size)."""
         size = self.core.sizes.get(adapter)
         if size is None:
             state = self.core.book.engines[engine]
             size = state.in_flight.get(adapter, state.sizes.get(adapter, 0))
-        return self.core.load_ms[engine].cold_ms(size)
+        return size
+
+    def model_ms(self, engine: str, adapter: str) -> float:
+        """A cold load's time by the load-time model."""
+        return self.core.load_ms[engine].cold_ms(self._size(engine, adapter))
 
     def cold_ms(self, engine: str, adapter: str) -> float:
         """A cold load's time: the load-time model, scaled by what this engine's loads measured (when known)."""
         return self.model_ms(engine, adapter) * self.speed.get(engine, 1.0)
+
+    def copy_ms(self, engine: str, adapter: str) -> float:
+        """What a hit outside the GPU slots waits: the host-to-device copy, scaled as `cold_ms` is."""
+        return self.core.load_ms[engine].copy_ms(self._size(engine, adapter)) * self.speed.get(engine, 1.0)
 
     def span_ms(self) -> float:
         """From the first instant to the last request or simulated load, whichever ends later (at least 1 ms)."""
@@ -520,6 +527,12 @@ class Session:
             counts.hits += 1
             gpu = state.use_gpu(adapter)
             counts.gpu_hits += gpu
+            if not gpu:  # resident in host memory only: the request waits the copy into a GPU slot
+                hit = Served(now, event, engine, HIT, False, used, 0.0) if answers is not None else None
+                if hit is not None:
+                    answers.append(hit)  # type: ignore[union-attr]
+                self._waited(hit, self.copy_ms(engine, adapter), self.cold_ms(engine, adapter), used, held)
+                return
             avoided = self.cold_ms(engine, adapter) if used else 0.0
             counts.cold_ms_avoided += avoided
             if answers is not None:

@@ -45,8 +45,7 @@ class SshSettings:
 
 @dataclass(frozen=True)
 class LoadModel:
-    """Cold load = fixed overhead + disk read + host-to-device copy (a host-cached adapter outside the GPU slots
-    pays the copy only; replay does not charge that yet, docs/replay.md)."""
+    """Cold load = fixed overhead + disk read + host-to-device copy; a host-cached adapter pays the copy only."""
 
     load_fixed_ms: float = 15.0
     disk_gbps: float = 3.0

@@ -203,6 +203,15 @@ def test_gpu_hits_are_hits_whose_adapter_held_a_gpu_slot(tmp_path: Path) -> None
     assert (r.hits, r.gpu_hits) == (3, 2)
 
 
+def test_a_hit_outside_the_gpu_slots_waits_the_copy_into_one(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    r = Simulation(inv, "lru", stream([0, 1, 0, 0], gap_s=5.0)).run()
+    load, a0, a1 = inv.engines[0].load, inv.adapters["a0"].size_bytes, inv.adapters["a1"].size_bytes
+    # a0 and a1 cold; a0 resident but a1 holds the one GPU slot: it waits the copy; then it is in its slot
+    assert r.cold_ms == pytest.approx([load.cold_ms(a0), load.cold_ms(a1), load.copy_ms(a0), 0.0], abs=1e-9)
+    assert r.cold_ms_paid == pytest.approx(sum(r.cold_ms)) and load.copy_ms(a0) > 0.0
+
+
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_a_request_that_waited_for_its_load_runs_with_the_adapter_in_a_gpu_slot(tmp_path: Path, kind: str) -> None:
     """On SGLang a load fills host memory only, but the request waiting on it runs in a batch: its adapter takes a
