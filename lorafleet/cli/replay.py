@@ -114,7 +114,7 @@ REPLAY_COLUMNS = [
     Column("misses", legend="cold starts"),
     Column("GPU hits", wide=True, legend="hits whose adapter also held a GPU slot (no host-to-GPU copy)"),
     Column("wait p50 ms", wide=True),
-    Column("wait p99 ms", legend="99th percentile of the time a request waited on a load (hits wait 0)"),
+    Column("wait p99 ms", legend="99th percentile of the time a request waited on a load or a GPU-slot copy"),
     Column("wait total s", wide=True, legend="time all requests waited on loads and GPU-slot copies, summed"),
     Column("loads", wide=True),
     Column("prefetched", wide=True, legend="loads issued ahead of demand"),
@@ -180,6 +180,13 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
     unserved = max(r.unserved for r in results)
     if unserved:
         notes.append(f"{plural(unserved, 'request')} no engine can serve (base model or rank)")
+    bypassed = max(results, key=lambda r: r.bypassed, default=None)
+    if bypassed is not None and bypassed.bypassed:
+        notes.append(
+            f"loaders saturated: up to {bypassed.bypassed:,} misses ({bypassed.policy}) found every slot of their "
+            "engine held by loads in flight and were each charged one cold load without waiting their turn, so "
+            "these figures are optimistic (docs/replay.md, Loads)"
+        )
     out.print("; ".join(notes))
     out.print(report.legend() + ("" if wide else "; --wide shows every column") + ".", style="dim")
 

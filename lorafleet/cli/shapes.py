@@ -168,9 +168,10 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     "gpu_hits", "cold_ms_total", "cold_ms_p50", "cold_ms_p95", "cold_ms_p99", "loads", "prefetch_loads",
     "prefetch_used",
     "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
-    "touches_per_request", "unloads"}], "log": {"lines",
+    "touches_per_request", "unloads", "bypassed"}], "log": {"lines",
     "adapter_requests", "base_requests", "unknown_requests", "timed_requests", "bad_lines", "bad_reasons"}}`
-    (`timed_requests`: those whose line gave a duration, so their arrival is known apart from their end)."""
+    (`timed_requests`: those whose line gave a duration, so their arrival is known apart from their end;
+    `bypassed`: misses that found every slot held by loads in flight, charged a cold load without queueing)."""
     return {
         "policies": [
             {
@@ -197,6 +198,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
                 "touches": r.touches,
                 "touches_per_request": round(per_request(r.touches, r.requests), 6),
                 "unloads": r.unloads,
+                "bypassed": r.bypassed,
             }
             for r in results
         ],

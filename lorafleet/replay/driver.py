@@ -62,7 +62,7 @@ class PolicyResult(Counts):
     visibility: str = LOG
     base_requests: int = 0
     unknown_requests: int = 0
-    cold_ms: list[float] = field(default_factory=list, repr=False)  # every served request's wait (hits: 0)
+    cold_ms: list[float] = field(default_factory=list, repr=False)  # every served request's wait
     budget_violations: int = 0
     loader_busy_ms: float = 0.0
     loader_span_ms: float = 0.0

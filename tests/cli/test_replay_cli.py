@@ -159,6 +159,27 @@ def test_replay_says_when_the_log_has_no_durations(run_cli, tmp_path: Path) -> N
     assert "no request durations in the log" in " ".join(result.stdout.split())
 
 
+def test_replay_says_when_saturated_loaders_made_its_figures_optimistic(run_cli, tmp_path: Path) -> None:
+    """Misses that find every slot held by loads in flight are charged a cold load without queueing (a lane the
+    engines do not have): replay says so rather than presenting those figures as the engines'."""
+    from tests.policy.builders import make_inventory
+
+    make_inventory(tmp_path, adapters=4, engines=[{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 2}])
+    log = tmp_path / "access.jsonl"
+    log.write_text("".join(json.dumps({"ts": 1_000_000 + i / 1000, "model": f"a{i % 4}"}) + "\n" for i in range(8)))
+    args = ("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru")
+    data = json.loads(run_cli(*args, "--json").stdout)
+    assert data["policies"][0]["bypassed"] > 0
+    table = run_cli(*args)
+    assert table.exit_code == 0, table.stderr
+    assert "loaders saturated" in " ".join(table.stdout.split())
+    calm = tmp_path / "calm.jsonl"
+    calm.write_text("".join(json.dumps({"ts": 1_000_000 + i, "model": f"a{i % 4}"}) + "\n" for i in range(8)))
+    quiet = run_cli("replay", str(calm), *args[2:], "--json")
+    assert json.loads(quiet.stdout)["policies"][0]["bypassed"] == 0
+    assert "loaders saturated" not in run_cli("replay", str(calm), *args[2:]).stdout
+
+
 def test_a_gzip_compressed_log_replays_as_its_text_and_a_broken_one_is_one_line(run_cli, tmp_path: Path) -> None:
     """logrotate's `compress` leaves last week's logs as `.gz`: read through gzip, whatever the name."""
     import gzip
