@@ -128,6 +128,28 @@ def test_a_waited_on_prefetch_joins_the_demand_loads_behind_those_already_waitin
     assert _finish_all(sim) == ["p1", "d1", "p3", "p2"]
 
 
+def test_a_demand_load_that_started_leaves_the_demand_loads_waiting() -> None:
+    sim = SimulatedEngines(
+        {"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p0", "d1", "p2", "d3"], 10)
+    )
+    sim.apply(0.0, [Decision(LOAD, "e", "p0", PREFETCH), Decision(LOAD, "e", "d1", DEMAND)])
+    sim.apply(0.0, [Decision(LOAD, "e", "p2", PREFETCH)])
+    done = sim.pop_done()  # p0; d1 starts
+    sim.start_next(done.done_at, done.engine)
+    sim.apply(done.done_at, [Decision(LOAD, "e", "d3", DEMAND)])  # the only demand load waiting: before p2
+    assert [done.adapter, *_finish_all(sim)] == ["p0", "d1", "d3", "p2"]
+
+
+def test_the_first_prefetch_in_line_waited_on_joins_the_demand_loads() -> None:
+    names = ["p1", "p2", "p3", "d1", "d2"]
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(names, 10))
+    sim.apply(0.0, [Decision(LOAD, "e", a, PREFETCH) for a in ["p1", "p2", "p3"]])
+    sim.apply(1.0, [Decision(LOAD, "e", "d1", DEMAND)])
+    sim.promote("e", "p2")  # first among the prefetches, right behind d1: a request waits on it now
+    sim.apply(2.0, [Decision(LOAD, "e", "d2", DEMAND)])  # a later request: behind p2's
+    assert _finish_all(sim) == ["p1", "d1", "p2", "d2", "p3"]
+
+
 def test_a_demand_load_waited_on_again_keeps_its_place() -> None:
     sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "d1", "d2"], 10))
     sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH)])
@@ -166,6 +188,14 @@ def test_simulated_holdings_count_evictions_and_violations() -> None:
     assert sim.violations == 0 and sim.held["e"] == {"b": 10}
     sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND)])
     assert sim.violations == 1
+
+
+def test_simulated_holdings_at_their_byte_budget_are_no_violation_and_over_both_budgets_count_twice() -> None:
+    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, 2, 20)}, {"a": 10, "b": 10, "c": 10})
+    sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND), Decision(LOAD, "e", "b", DEMAND)])
+    assert sim.violations == 0  # 20 of 20 bytes, 2 of 2 slots: full, not over
+    sim.apply(0.0, [Decision(LOAD, "e", "c", DEMAND)])
+    assert sim.violations == 2  # one slot and 10 bytes over
 
 
 def test_an_empty_replay_counts_nothing(tmp_path: Path) -> None:
