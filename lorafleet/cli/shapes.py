@@ -171,7 +171,9 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     "touches_per_request", "unloads", "bypassed"}], "log": {"lines",
     "adapter_requests", "base_requests", "unknown_requests", "timed_requests", "bad_lines", "bad_reasons"}}`
     (`timed_requests`: those whose line gave a duration, so their arrival is known apart from their end;
-    `bypassed`: misses that found every slot held by loads in flight, charged a cold load without queueing)."""
+    `bypassed`: misses that found every slot of their engine held by loads in flight, charged one cold load
+    without queueing — 0 under `log` visibility, whose stand-in engines queue every miss; where it is not 0 the
+    loaders are saturated and the table says the figures are optimistic)."""
     return {
         "policies": [
             {

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
-from lorafleet.drive.simulated import SimulatedEngines
+from lorafleet.drive.simulated import Completion, SimulatedEngines
 from lorafleet.inventory.model import Inventory
 from lorafleet.measures import hit_ratio
 from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
@@ -105,7 +105,8 @@ class Served(NamedTuple):
 
 
 class Waited(NamedTuple):
-    """A late or missed request's wait on its load, and for a prefetch the load time it did not wait."""
+    """A request's wait on its load (late, missed) or on the copy into a GPU slot (a hit outside them), and for a
+    prefetch the load time it did not wait."""
 
     request: Served
     waited_ms: float
@@ -174,7 +175,7 @@ class Session:
     ) -> None:
         """`simulate`: simulated engines at the inventory's budgets carry the decisions out (replay, shadow mode);
         otherwise they come back as calls for the driver to make. `answers`: keep what happened for
-        `take_answers`; `waits`: a list to append every served request's wait to (hits wait 0)."""
+        `take_answers`; `waits`: a list to append every served request's wait to (a hit in a GPU slot waits 0)."""
         self.core = core
         self.answers: list[Answer] | None = [] if answers else None
         self.waits = waits
@@ -577,14 +578,14 @@ class Session:
         if self.answers is not None:
             self.answers.append(Performed(at, call, answer, ok, ms, error))
 
-    def _completed(self, done: tuple[float, str, str]) -> list[Call]:
+    def _completed(self, done: Completion) -> list[Call]:
         """A simulated load is done: its waiters' waits are known, and the core hears of it."""
-        at, engine, adapter = done
+        at, engine, adapter, replaced = done
         self._at(at)
         key = (engine, adapter)
         core = self.core
-        if engine not in core.book.engines:
-            return _NO_CALLS  # the engine left the inventory while this loaded
+        if engine not in core.book.engines or replaced:
+            return _NO_CALLS  # the engine left the inventory, or started anew under a new budget, while this loaded
         waiting = self.waiters.pop(key, None)
         if waiting:
             cold = self.cold_ms(engine, adapter)

@@ -27,6 +27,7 @@ class Completion(NamedTuple):
     done_at: float  # epoch seconds
     engine: str
     adapter: str
+    replaced: bool = False  # started by a loader a new budget replaced: the engine's new book never had it
 
 
 class _Loader:
@@ -61,7 +62,8 @@ class SimulatedEngines:
         self.budgets: dict[str, Budget] = {}
         self.held: dict[str, dict[str, int]] = {}
         self.sizes = sizes
-        self.completions: list[tuple[float, int, str, str]] = []  # (done at, seq, engine, adapter)
+        # (done at, seq, engine, adapter, the loader that started it; absent in a memory pickled before it was kept)
+        self.completions: list[tuple[float, int, str, str, _Loader]] = []
         self.seq = 0
         self.last_done = float("-inf")
         self.violations = 0
@@ -114,7 +116,7 @@ class SimulatedEngines:
         done = now + duration / 1000.0
         self.last_done = max(self.last_done, done)
         self.seq += 1
-        heapq.heappush(self.completions, (done, self.seq, engine, adapter))
+        heapq.heappush(self.completions, (done, self.seq, engine, adapter, loader))
 
     def holding(self, engine: str, held: Mapping[str, int]) -> None:
         """The engine holds exactly these adapters (bytes each) now, none loading (its copy was matched to
@@ -138,12 +140,15 @@ class SimulatedEngines:
         return self.completions[0][0] if self.completions else float("inf")
 
     def pop_done(self) -> Completion:
-        """The earliest completion; the engine's loader is free from that instant."""
-        done, _, engine, adapter = heapq.heappop(self.completions)
+        """The earliest completion; the loader that started it is free from that instant. One started by a
+        loader that a new budget has since replaced leaves the new loader as it is."""
+        entry = heapq.heappop(self.completions)
+        done, _, engine, adapter = entry[:4]
         loader = self.loaders.get(engine)
-        if loader is not None:
+        started = entry[4] if len(entry) > 4 else loader
+        if loader is not None and started is loader:
             loader.current = None
-        return Completion(done, engine, adapter)
+        return Completion(done, engine, adapter, loader is not None and started is not loader)
 
     def cold_ms(self, engine: str, adapter: str) -> float:
         return self.loaders[engine].load.cold_ms(self.sizes[adapter])

@@ -2,7 +2,8 @@
 
 The clock is the log's own: no sleeping, no wall clock. A request is a hit when its adapter is resident on the
 serving engine when it arrives, late when a load of it is in flight (it waits the remainder), and a miss
-otherwise (it waits for a cold load). Cold ms of a request is the time it waited on an adapter load; hits wait 0.
+otherwise (it waits for a cold load). Cold ms of a request is the time it waited on an adapter load, or for a hit
+outside the GPU slots the copy into one (the stand-in engines of `log` visibility model no GPU tier: 0).
 The daemon's shadow mode runs the same session over the same requests, so its counts equal replay's exactly
 (on a log without durations; with them, replay takes requests in arrival order, the daemon as it reads them).
 
@@ -75,7 +76,7 @@ class PolicyResult(Counts):
         return self.cold_ms_paid
 
     def cold_ms_percentile(self, q: float) -> float:
-        """Nearest-rank percentile over every served adapter request (hits count as 0 ms)."""
+        """Nearest-rank percentile over every served adapter request (a hit in a GPU slot counts as 0 ms)."""
         return nearest_rank(sorted(self.cold_ms), q)
 
     @property
@@ -238,7 +239,7 @@ class Simulation:
 _DONE, _ARRIVE, _READ = 0, 1, 2  # at one instant: loads done, then arrivals, then lines read
 # What the stand-ins count (what the engines did with each request); every other count is the session's: what
 # lorafleet did and believed, as the daemon's journal has it.
-_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid"})
+_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed"})
 _SESSIONS_OWN = tuple(f.name for f in dataclasses.fields(Counts) if f.name not in _STANDINS_OWN)
 
 

@@ -178,6 +178,15 @@ def test_replay_says_when_saturated_loaders_made_its_figures_optimistic(run_cli,
     quiet = run_cli("replay", str(calm), *args[2:], "--json")
     assert json.loads(quiet.stdout)["policies"][0]["bypassed"] == 0
     assert "loaders saturated" not in run_cli("replay", str(calm), *args[2:]).stdout
+    timed = tmp_path / "timed.jsonl"  # with durations, log visibility's stand-in engines queue every miss
+    timed.write_text(
+        "".join(
+            json.dumps({"ts": 1_000_001 + i / 1000, "duration_s": 1.0, "model": f"a{i % 4}"}) + "\n" for i in range(8)
+        )
+    )
+    both = json.loads(run_cli("replay", str(timed), *args[2:], "--visibility", "both", "--json").stdout)
+    assert {p["visibility"]: p["bypassed"] > 0 for p in both["policies"]} == {"log": False, "hints": True}
+    assert "loaders saturated" not in run_cli("replay", str(timed), *args[2:], "--visibility", "log").stdout
 
 
 def test_a_gzip_compressed_log_replays_as_its_text_and_a_broken_one_is_one_line(run_cli, tmp_path: Path) -> None:

@@ -181,6 +181,36 @@ def test_a_queued_load_of_an_adapter_a_reload_dropped_still_runs_at_its_queued_s
     assert (second.done_at - first.done_at) * 1000.0 == pytest.approx(load.cold_ms(4_000_000))
 
 
+def test_a_new_budget_while_a_simulated_load_is_in_flight_leaves_the_engine_new(tmp_path: Path) -> None:
+    """The engine starts anew under its new budget (as its book does): the old loader's load, when it completes,
+    neither reaches the new book (it raised KeyError: an inventory reload in the daemon replaces every expert's
+    inventory) nor frees the new loader, busy with a load of its own."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.baselines import LruPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    engines: list[dict[str, object]] = [{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 3}]
+    inv = make_inventory(tmp_path, adapters=3, engines=engines)
+    smaller = make_inventory(tmp_path, adapters=3, engines=[{**engines[0], "max_loaded_loras": 2}], name="new.yaml")
+    session = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    sim = session.sim
+    assert sim is not None
+    e = stream([0, 1, 2], gap_s=0.001)
+    session.start(e[0].time)
+    session.request(e[0])  # a0 loading
+    a0_done = sim.next_done()
+    session.replace_inventory(smaller)
+    session.request(e[1])  # a1 loading on the new loader, a2 queued behind it
+    session.request(e[2])
+    engine = next(iter(sim.loaders))
+    assert sim.loaders[engine].current == "a1" and sim.next_done() == a0_done
+    session.advance(a0_done)  # a0's load completes: not in the new book, and a1 still loads
+    assert sim.loaders[engine].current == "a1" and list(sim.loaders[engine].queue) == ["a2"]
+    session.finish()
+    book = session.core.book.engines[engine]
+    assert set(book.resident) == {"a1", "a2"} and not book.in_flight and session.counts.requests == 3
+
+
 def test_simulated_holdings_count_evictions_and_violations() -> None:
     sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, 1, None)}, {"a": 10, "b": 10})
     sim.apply(0.0, [Decision(LOAD, "e", "a", DEMAND)])
