@@ -150,9 +150,6 @@ class SimulatedEngines:
             loader.current = None
         return Completion(done, engine, adapter, loader is not None and started is not loader)
 
-    def cold_ms(self, engine: str, adapter: str) -> float:
-        return self.loaders[engine].load.cold_ms(self.sizes[adapter])
-
     @property
     def busy_ms(self) -> float:
         return sum(loader.busy_ms for loader in self.loaders.values())

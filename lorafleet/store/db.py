@@ -320,12 +320,11 @@ READ_WAIT_S = 10.0
 def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
     """SQLite's read-only mode; where even its shared-memory file cannot be made (a read-only mount), the file is
     read as immutable (nothing else may write it then, which is what such a mount means)."""
-    hint = STATE_HINT
-    _regular(path, hint)
+    _regular(path)
+    wal = _wal(path)
     last: Exception | None = None
     for flags in ("mode=ro", "mode=ro&immutable=1"):
         immutable = "immutable" in flags
-        wal = _wal(path)
         if immutable and wal.exists() and wal.stat().st_size:
             # Read as immutable, the file would answer without the commits its write-ahead log holds (a daemon
             # stopped by kill -9, its shared-memory file gone): a wrong answer, not a slow one.
@@ -361,7 +360,7 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
                 hint="open it once where it can be written (lorafleet daemon or warm) to bring its schema up to date",
             )
         return Store(connection, path, clock)
-    raise InputError(f"state database {path}: {last}", hint=hint)
+    raise InputError(f"state database {path}: {last}", hint=STATE_HINT)
 
 
 def _applied(connection: sqlite3.Connection, wait_s: float = 5.0) -> set[str]:
@@ -384,11 +383,11 @@ def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-def _regular(path: Path, hint: str) -> None:
+def _regular(path: Path) -> None:
     """A state database is a regular file: SQLite would block for ever on a FIFO, and a device is no journal."""
     if path.exists() and not path.is_file():
         kind = "a folder" if path.is_dir() else "not a regular file"
-        raise InputError(f"state database {path}: {kind}", hint=hint)
+        raise InputError(f"state database {path}: {kind}", hint=STATE_HINT)
 
 
 def _fresh(path: Path, within_s: float = 10.0) -> bool:
@@ -414,7 +413,7 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
     path = Path(path)
     if read_only:
         return _open_read_only(path, clock)
-    _regular(path, STATE_HINT)
+    _regular(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path)
