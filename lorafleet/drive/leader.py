@@ -26,11 +26,11 @@ The guarantee, in measured quantities: over any stretch of requests, the live en
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
 except while the leader is that far ahead of the expert over the long window, plus the one request a change of
 leader waits for —,
-(b) for each change of leader, the misses until the contents agree: the new leader's copy of each engine of the
-pool is matched to the live engine as soon as neither has a load in flight (`_match`; a load's place in a queue
-cannot be copied), and until then the live engine converges on the copy by imitation (at most one turnover of
-the slots where the touch budget pays for it; on vLLM evicting the n-th least recently used costs n - 1 touches,
-which is why the copy is matched rather than chased), and (c) nothing else: imitating the leader from agreeing
+(b) for each change of leader, nothing where the engines are simulated (replay, shadow mode): the new leader's
+copy of each engine of the pool is matched to the live engine as the lead changes, its loads in flight and its
+loader as it stands included (`_match`); on real engines, whose loads the copy models rather than knows, the
+loads in flight start anew on the copy at the change, so its loader runs behind the engine's by as much of the
+engine's current load as had gone (`Session.match`), and (c) nothing else: imitating the leader from agreeing
 contents is exact (tests/policy/test_leader.py). A match costs the new leader's copy whatever its own contents
 were worth beyond the live engines', and the standings see it there. The whole bound is checked on traces
 hypothesis draws, against each expert's copy and each expert replayed alone (tests/policy/test_leader_bound.py).
@@ -44,6 +44,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from lorafleet.drive.session import Session
+from lorafleet.drive.simulated import SimulatedEngines
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
@@ -201,6 +202,7 @@ class LeaderPolicy(Policy):
 
     name = "lorafleet"
     honours_pins = True
+    _engines: SimulatedEngines | None = None  # the live engines, where simulated (shadow mode, replay): `driven`
     memory = 16.0  # the standings remember this many turnovers of the pool's slots (in requests) ...
     min_memory = 500.0  # ... and at least this many requests
     z = 2.0  # a challenger must lead by z standard deviations (six challengers: a few lucky runs do not count)
@@ -225,18 +227,20 @@ class LeaderPolicy(Policy):
         # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
         self._pending: RequestEvent | None = None
         self._pending_scores = False
-        # Engines whose new leader's copy is still to be matched to them (engine -> that expert), once neither
-        # has a load in flight (`_match`).
-        self._unmatched: dict[str, int] = {}
         # Per engine, what the leader's copy evicted there last, in its order: where a byte budget binds, the live
         # engine evicts it first (`_spare`).
         self._evicted: dict[str, list[str]] = {}
 
     def __getstate__(self) -> dict[str, object]:
-        """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once."""
+        """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once, and
+        the live session's simulated engines, which the restarted daemon's session replaces."""
         state = dict(self.__dict__)
         state["factories"] = ()
+        state["_engines"] = None
         return state
+
+    def driven(self, engines: object | None) -> None:
+        self._engines = engines if isinstance(engines, SimulatedEngines) else None
 
     def bind(self, core: PolicyCore) -> None:
         if self.shadows:
@@ -376,32 +380,20 @@ class LeaderPolicy(Policy):
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
         standings = self.standings.get(model) if model is not None else None
         if self._pending_scores and standings is not None and standings.record(self._hits):
-            for key, state in self.core.book.engines.items():
-                if state.base_model == model:
-                    self._unmatched[key] = standings.leader
-        if self._unmatched:
-            self._match(event.time)
+            self._match(event.time, model, standings.leader)
 
-    def _match(self, now: float) -> None:
-        """A new leader's copy of an engine takes the live engine's contents, as soon as neither has a load in
-        flight: from then on the live engine imitates it exactly. Left to converge by imitation alone, the two
-        stayed apart on vLLM, where evicting what the copy does not hold costs touches the budget does not pay
-        for (on many-slots the live engines trailed their leader's copy by about a point); the price of the
-        change of leader is now its copy's, which the standings see."""
-        for key, index in list(self._unmatched.items()):
-            live = self.core.book.engines.get(key)
-            session = self.shadows[index].session
-            copy = session.core.book.engines.get(key)
-            if live is None or copy is None:
-                del self._unmatched[key]  # retired (a later change of leader replaces the entry)
-            elif not (live.in_flight or copy.in_flight):
-                del self._unmatched[key]
-                dropped, _ = copy.match(live)
-                for adapter in dropped:
-                    session.core.policy.on_evicted(now, key, adapter)
-                if session.sim is not None:
-                    session.sim.holding(key, {a: copy.sizes[a] for a in copy.resident})
-                session.core.touch_credit[key] = self.core.touch_credit.get(key, 0.0)
+    def _match(self, now: float, model: str | None, index: int) -> None:
+        """The new leader's copy of each engine of the pool takes the live engine's contents and loads in flight
+        (on simulated engines, its loader as it stands): from then on the live engine imitates it exactly. Left
+        to converge by imitation alone, the two stayed apart on vLLM, where evicting what the copy does not hold
+        costs touches the budget does not pay for (on many-slots the live engines trailed their leader's copy by
+        about a point); waiting for both to have no load in flight left a busy engine apart for good (on
+        agentic-noisy, whose loaders are never idle, 1-1.6 points). The price of the change of leader is now its
+        copy's, which the standings see."""
+        session = self.shadows[index].session
+        for key, state in self.core.book.engines.items():
+            if state.base_model == model and key in session.core.book.engines:
+                session.match(now, key, self.core, self._engines)
 
     def victim_order(self, state: EngineResidency, now: float) -> Iterable[str]:
         """Live residents the leader does not hold go first (least recently used first), then the rest by

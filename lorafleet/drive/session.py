@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
-from lorafleet.drive.simulated import Completion, SimulatedEngines
+from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.inventory.model import Inventory
 from lorafleet.measures import hit_ratio
 from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
@@ -183,6 +183,7 @@ class Session:
         if simulate:
             budgets = {key: state.budget for key, state in core.book.engines.items()}
             self.sim = SimulatedEngines(core.load_ms, budgets, core.sizes)
+        core.policy.driven(self.sim)
         self.counts = counts if counts is not None else Counts()
         self.plan = tuple(plan)  # placements a reconcile warms again where the engine lacks them
         self.clock = float("-inf")  # the newest instant seen: time never runs backwards
@@ -463,6 +464,52 @@ class Session:
             state.touch(adapter)
         if pinned:
             state.pin(adapter)
+
+    def match(self, now: float, engine: str, source: PolicyCore, engines: SimulatedEngines | None) -> list[str]:
+        """This copy of the fleet's engine takes the contents, loads in flight and touch credit of `source`'s, as
+        they stand (a new leader's copy matched to the live engine, leader.py). `engines`: the simulated engines
+        carrying `source`'s decisions out, whose loader this copy's takes exactly (its load in progress, when
+        that completes, its queue); None for real engines, whose loads start anew here in the order they were
+        made, those a request waits on first. Its own loads in flight are dropped: a request waiting on one that
+        `source` is not loading is charged as served by a load of its own (as `bypassed` is). Returns what it
+        dropped."""
+        core = self.core
+        state = core.book.engines[engine]
+        other = source.book.engines[engine]
+        reasons = {a: source.loading_reason.get((engine, a), DEMAND) for a in other.in_flight}
+        for adapter in list(state.in_flight):
+            state.fail_load(adapter)
+            key = (engine, adapter)
+            core.loading_reason.pop(key, None)
+            core.claimed.discard(key)
+            if adapter not in other.in_flight:
+                cold = self.cold_ms(engine, adapter)
+                for arrived, served, used, held in self.waiters.pop(key, ()):
+                    self._waited(served, (now - arrived) * 1000.0 + cold, cold, used, held)
+        dropped, _ = state.match(other)
+        flying = list(state.in_flight)
+        for adapter in flying:
+            key = (engine, adapter)
+            core.loading_reason[key] = reasons.get(adapter, DEMAND)
+            if key in source.claimed:
+                core.claimed.add(key)
+        core.touch_credit[engine] = source.touch_credit.get(engine, 0.0)
+        for adapter in dropped:
+            core.policy.on_evicted(now, engine, adapter)
+        if self.sim is not None:
+            holding = {a: state.sizes[a] for a in state.resident} | dict(state.in_flight)
+            if engines is not None:  # simulated too: its loader exactly as it stands (what this copy loads)
+                theirs = engines.loading(engine)
+                current = theirs.current if theirs.current in state.in_flight else None
+                queue = tuple(a for a in theirs.queue if a in state.in_flight)
+                demands = sum(a in state.in_flight for a in theirs.queue[: theirs.demands])
+                loading = Loading(current, theirs.done_at, queue, demands)
+            else:  # real engines: the loads in the order they were started, those requests wait on first
+                waited = [a for a in flying if reasons.get(a, DEMAND) == DEMAND or a in state.used_at]
+                rest = [a for a in flying if a not in waited]
+                loading = Loading(None, float("inf"), (*waited, *rest), len(waited))
+            self.sim.take(now, engine, holding, loading)
+        return dropped
 
     def replace_inventory(self, inventory: Inventory, like: PolicyCore | None = None) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the

@@ -30,6 +30,15 @@ class Completion(NamedTuple):
     replaced: bool = False  # started by a loader a new budget replaced: the engine's new book never had it
 
 
+class Loading(NamedTuple):
+    """An engine's loader as it stands: the load in progress and when it completes, then the queue."""
+
+    current: str | None
+    done_at: float  # epoch seconds; inf when nothing is loading
+    queue: tuple[str, ...]
+    demands: int  # how many of the queue's first entries are demand loads
+
+
 class _Loader:
     """One engine's serialized loader."""
 
@@ -123,6 +132,27 @@ class SimulatedEngines:
         another engine's; the sizes are the book's: an adapter a reload dropped may still be held)."""
         self.held[engine] = dict(held)
 
+    def loading(self, engine: str) -> Loading:
+        loader = self.loaders[engine]
+        done = next((e[0] for e in self.completions if e[2] == engine and e[4:5] == (loader,)), float("inf"))
+        return Loading(loader.current, done, tuple(loader.queue), loader.demands)
+
+    def take(self, now: float, engine: str, held: Mapping[str, int], loading: Loading) -> None:
+        """The engine holds exactly these adapters (bytes each, those loading included) and its loader is
+        `loading` (its copy was matched to another engine with loads in flight); the next load starts at `now`
+        if none is in progress. Loads the old loader had started complete as `replaced`: nothing waits on them."""
+        old = self.loaders[engine]
+        loader = self.loaders[engine] = _Loader(old.load)
+        loader.busy_ms = old.busy_ms
+        self.held[engine] = dict(held)
+        loader.queue = deque(loading.queue)
+        loader.demands = loading.demands
+        if loading.current is not None:
+            loader.current = loading.current
+            self.seq += 1
+            heapq.heappush(self.completions, (loading.done_at, self.seq, engine, loading.current, loader))
+        self.start_next(now, engine)
+
     def dropped(self, engine: str, adapter: str) -> None:
         """The engine lost an adapter by no decision of this session's (a live engine's reconcile found it gone)."""
         self.held[engine].pop(adapter, None)
@@ -155,4 +185,4 @@ class SimulatedEngines:
         return sum(loader.busy_ms for loader in self.loaders.values())
 
 
-__all__ = ["Completion", "SimulatedEngines"]
+__all__ = ["Completion", "Loading", "SimulatedEngines"]

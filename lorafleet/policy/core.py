@@ -84,6 +84,11 @@ class Policy:
         """A reconcile found an engine without these adapters (restarted, or unloaded by someone else): the book
         has forgotten them. Policies that keep copies of the engines forget them there too."""
 
+    def driven(self, engines: object | None) -> None:
+        """The session carrying this core's decisions out has started: `engines` are its simulated engines
+        (drive/simulated.py), None where real engines carry them out. A policy that keeps copies of the engines
+        reads their loaders from there."""
+
     def resumed(self) -> None:
         """Bound to a restarted daemon's core (store/memory.py): what it learned stays; the engines' contents are
         what the new book finds, not what the policy last saw."""

@@ -295,17 +295,21 @@ class EngineResidency:
         self.finish_load(adapter)
 
     def match(self, other: EngineResidency) -> tuple[list[str], list[str]]:
-        """Hold what `other` holds, as `other` holds it: its residents this engine lacks come in (while room
-        lasts, most recent first), residents it lacks leave, and its pins, recency, GPU tier and unused prefetches
-        become this one's. Returns (dropped, adopted). Only between engines with nothing in flight: a
-        load's place in a queue and its time left are not in a book, so a match then would not be exact."""
-        if self.in_flight or other.in_flight:
-            raise BudgetError(f"{self.key} can be matched only while neither engine has a load in flight")
+        """Hold what `other` holds, as `other` holds it, its loads in flight included: those come first (they
+        are reserved there), then its residents this engine lacks (while room lasts, most recent first); residents
+        it lacks leave, and its pins, recency, GPU tier and unused prefetches become this one's. Returns (dropped,
+        adopted). This engine must have no load of its own in flight (a copy of the fleet drops them first,
+        `Session.match`): a load's place in this engine's queue would not be the other's."""
+        if self.in_flight:
+            raise BudgetError(f"{self.key} can be matched only while it has no load of its own in flight")
         theirs = other.resident
         self.pins = set(other.pins)  # what the other engine keeps at any cost, this one keeps too
         dropped = [a for a in self.resident if a not in theirs and a not in self.pins]
         for adapter in dropped:
             self.evict(adapter)
+        for adapter, size in other.in_flight.items():
+            if adapter not in self.resident and self.has_room(size):
+                self.start_load(adapter, size)
         adopted = []
         for adapter in reversed(theirs):
             size = other.sizes[adapter]
@@ -313,10 +317,13 @@ class EngineResidency:
                 self.start_load(adapter, size)  # the book's own accounting; recency is set below
                 self.finish_load(adapter)
                 adopted.append(adapter)
-        order = [a for a in theirs if a in self.resident]
+        order = [a for a in self.resident if a not in theirs] + [a for a in theirs if a in self.resident]
         self.resident = dict.fromkeys(order)
-        self.used_at = {a: stamp for stamp, a in enumerate(order, start=1)}
-        self.stamp = len(order)
+        used = other.used_at
+        waited = [a for a in self.in_flight if a in used]  # requested while loading there: placed by that request
+        ranked = sorted([*order, *waited], key=lambda a: used.get(a, 0))
+        self.used_at = {a: stamp for stamp, a in enumerate(ranked, start=1)}
+        self.stamp = len(ranked)
         self.gpu = dict.fromkeys(a for a in other.gpu if a in self.resident)
         self.prefetched = {a for a in other.prefetched if a in self.resident}
         return dropped, adopted

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -390,14 +390,14 @@ MATCHED = {
 
 
 @pytest.mark.parametrize("case", list(MATCHED))
-def test_a_new_leaders_copy_is_matched_to_the_live_engine_once_idle_and_imitated_exactly_from_then(
+def test_a_new_leaders_copy_is_matched_to_the_live_engine_at_once_and_imitated_exactly_from_then(
     tmp_path: Path, case: str
 ) -> None:
     """On vLLM under the touch budget the live engine cannot buy the evictions that would bring it to a new
-    leader's contents (mru's, 8 slots, then lfu's): once neither has a load in flight, the new leader's copy takes
-    the live engine's contents, pins, recency and touch credit, and from then on, until the lead changes again,
-    the live engine hits exactly when the copy does and holds what it holds — with a pinned adapter, and where
-    bytes bind (the copy's victims go first on the live engine, in the copy's order)."""
+    leader's contents (mru's, 8 slots, then lfu's): as the lead changes, the new leader's copy takes the live
+    engine's contents, loads in flight (its loader as it stands), pins, recency and touch credit, and from then on,
+    until the lead changes again, the live engine hits exactly when the copy does and holds what it holds — with a
+    pinned adapter, and where bytes bind (the copy's victims go first on the live engine, in the copy's order)."""
     from lorafleet.drive.session import Session
 
     spec, tenants = MATCHED[case]
@@ -423,13 +423,16 @@ def test_a_new_leaders_copy_is_matched_to_the_live_engine_once_idle_and_imitated
         if matched_at is None:
             lead = policy.shadows[standings.leader].session
             copy = lead.core.book.engines["h/e0"]
-            if policy._unmatched:
-                assert live.in_flight or copy.in_flight  # a match waits only for a load in flight
-                continue
             matched_at, changes = n, standings.changes
+            assert live.in_flight  # the case that waited before: a load in flight as the lead changes
             assert list(copy.resident) == list(live.resident) and list(copy.gpu) == list(live.gpu)
+            assert copy.in_flight == live.in_flight and sorted(copy.used_at, key=copy.used_at.__getitem__) == sorted(
+                live.used_at, key=live.used_at.__getitem__
+            )
             assert copy.pins == live.pins and lead.core.touch_credit["h/e0"] == core.touch_credit["h/e0"]
-            assert lead.sim is not None and list(lead.sim.held["h/e0"]) == list(copy.resident)
+            assert lead.sim is not None and session.sim is not None
+            assert lead.sim.loading("h/e0") == session.sim.loading("h/e0")
+            assert lead.sim.held["h/e0"] == session.sim.held["h/e0"]
             continue
         if standings.changes != changes:
             break
@@ -439,15 +442,6 @@ def test_a_new_leaders_copy_is_matched_to_the_live_engine_once_idle_and_imitated
     assert matched_at is not None and compared > 800
     assert agreed == compared  # exact from the match on
     assert lead is not None and lead.sim is not None and lead.sim.violations == 0
-
-
-def test_a_match_still_due_on_an_engine_that_left_the_fleet_is_dropped(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    PolicyCore(inv, policy)
-    policy._unmatched = {"h/gone": 1, "h/e0": 1}
-    policy._match(0.0)
-    assert policy._unmatched == {}  # h/e0 idle on both sides: matched; h/gone: dropped, nothing raised
 
 
 def test_an_expert_is_found_by_its_own_name_and_an_unknown_name_finds_none(tmp_path: Path) -> None:
@@ -510,6 +504,37 @@ def test_a_match_keeps_an_adapter_a_reload_dropped_from_the_inventory_while_an_e
     for event in rest[1:]:
         session.request(dataclasses.replace(event, engine="h/e0"))
         session.idle()
-    assert policy.standings["m"].changes >= 1 and not policy._unmatched
+    assert policy.standings["m"].changes >= 1
     lru = policy.shadows[1].session
     assert lru.sim is not None and lru.sim.held["h/e1"] == {"a12": lru.core.book.engines["h/e1"].sizes["a12"]}
+
+
+def test_a_copy_matched_to_real_engines_starts_their_loads_anew_those_a_request_waits_on_first(
+    tmp_path: Path,
+) -> None:
+    """Real engines' loads are not simulated: their load in progress and time left are unknown. The copy drops
+    its own loads (a request waiting on one is charged its wait so far and a load of its own), takes theirs, and
+    its loader starts them at the match, the one a request waits on first; they complete within its budget."""
+    from lorafleet.drive.session import Session
+    from lorafleet.drive.simulated import Loading
+    from lorafleet.policy.core import DEMAND, PREFETCH
+
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR_SGLANG)
+    live = PolicyCore(inv, LruPolicy())
+    none: Callable[[], Iterable[str]] = lambda: iter(())  # noqa: E731
+    live.load(0.0, "h/e0", "a1", PREFETCH, none)
+    live.load(0.0, "h/e0", "a2", DEMAND, none)
+    copy = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    copy.start(0.0)
+    copy.request(RequestEvent(0.0, "t", "a3"))  # a miss: a3 loads on the copy, its request waiting
+    assert copy.sim is not None and copy.sim.loading("h/e0").current == "a3"
+    dropped = copy.match(0.01, "h/e0", live, None)
+    state = copy.core.book.engines["h/e0"]
+    assert dropped == [] and state.in_flight == live.book.engines["h/e0"].in_flight
+    cold = {a: copy.cold_ms("h/e0", a) for a in ("a2", "a3")}
+    assert copy.sim.loading("h/e0") == Loading("a2", 0.01 + cold["a2"] / 1000.0, ("a1",), 0)
+    assert copy.counts.cold_ms_paid == pytest.approx(10.0 + cold["a3"])  # its wait so far, then a load of its own
+    assert copy.core.loading_reason[("h/e0", "a1")] == PREFETCH
+    copy.finish()
+    assert list(state.resident) == ["a2", "a1"] and not state.in_flight and copy.sim.violations == 0
+    assert copy.counts.cold_ms_paid == pytest.approx(10.0 + cold["a3"])  # a3's old completion charges nothing

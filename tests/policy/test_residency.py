@@ -189,10 +189,29 @@ def test_a_match_takes_the_other_engines_contents_pins_recency_gpu_tier_and_unus
     assert list(mine.gpu) == list(theirs.gpu) and mine.prefetched == {"b"}
     assert mine.keep_for(["c"]) == ["y", "b"]  # recency is theirs
     assert mine.used_at == {"y": 1, "b": 2, "c": 3} and mine.stamp == 3  # the next use is the newest
-    theirs.evict("y")
-    theirs.start_load("z", 1)
+    mine.start_load("z", 1)
     with pytest.raises(BudgetError):
-        mine.match(theirs)  # never with a load in flight (its place in the loader cannot be copied)
+        mine.match(theirs)  # never with a load of its own in flight (its place in its loader is not theirs)
+
+
+def test_a_match_takes_the_other_engines_loads_in_flight_first_placed_by_the_requests_that_wait_on_them() -> None:
+    mine, theirs = engine(host_slots=3), engine(host_slots=4)
+    for name in ("x", "y"):
+        mine.admit(name, 1)
+    for name in ("b", "c"):
+        theirs.admit(name, 1)
+    theirs.start_load("w", 5)  # a request waits on it, after b's and before c's last use
+    theirs.start_load("p", 7)  # a prefetch nobody asked for yet
+    theirs.touch("b")
+    theirs.note_use("w")
+    theirs.touch("c")
+    dropped, adopted = mine.match(theirs)
+    assert dropped == ["x", "y"] and adopted == ["c"]  # b does not fit: the loads in flight are reserved first
+    assert mine.in_flight == {"w": 5, "p": 7} and list(mine.resident) == ["c"] and mine.used_bytes == 13
+    assert sorted(mine.used_at, key=mine.used_at.__getitem__) == ["w", "c"] and mine.stamp == 2
+    mine.finish_load("p")
+    mine.finish_load("w")
+    assert list(mine.resident) == ["w", "c", "p"]  # w by its request, p most recent by its load, as on theirs
 
 
 def test_a_match_adopts_the_most_recent_while_room_lasts() -> None:
