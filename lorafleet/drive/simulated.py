@@ -42,13 +42,14 @@ class Loading(NamedTuple):
 class _Loader:
     """One engine's serialized loader."""
 
-    __slots__ = ("busy_ms", "current", "demands", "load", "queue")
+    __slots__ = ("busy_ms", "current", "demands", "done_at", "load", "queue")
 
     def __init__(self, load: LoadModel) -> None:
         self.load = load
         self.queue: deque[str] = deque()  # the demand loads first, in their requests' order; then prefetches
         self.demands = 0  # how many of the queue's first entries are demand loads
         self.current: str | None = None
+        self.done_at = float("inf")  # when `current` completes
         self.busy_ms = 0.0
 
     def wait(self, adapter: str) -> None:
@@ -57,8 +58,10 @@ class _Loader:
         self.demands += 1
 
     def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
-        """Pickled (a daemon's memory) before `demands` existed: its queue is read as prefetches alone."""
+        """Pickled (a daemon's memory) before `demands` existed: its queue is read as prefetches alone; before
+        `done_at`, its load in progress completes at an unknown time (a restart's copies start anew anyway)."""
         self.demands = 0
+        self.done_at = float("inf")
         for name, value in state[1].items():
             setattr(self, name, value)
 
@@ -122,7 +125,7 @@ class SimulatedEngines:
         loader.current = adapter
         duration = loader.load.cold_ms(self.held[engine].get(adapter) or self.sizes[adapter])  # a reload may drop it
         loader.busy_ms += duration
-        done = now + duration / 1000.0
+        done = loader.done_at = now + duration / 1000.0
         self.last_done = max(self.last_done, done)
         self.seq += 1
         heapq.heappush(self.completions, (done, self.seq, engine, adapter, loader))
@@ -134,8 +137,7 @@ class SimulatedEngines:
 
     def loading(self, engine: str) -> Loading:
         loader = self.loaders[engine]
-        done = next((e[0] for e in self.completions if e[2] == engine and e[4:5] == (loader,)), float("inf"))
-        return Loading(loader.current, done, tuple(loader.queue), loader.demands)
+        return Loading(loader.current, loader.done_at, tuple(loader.queue), loader.demands)
 
     def take(self, now: float, engine: str, held: Mapping[str, int], loading: Loading) -> None:
         """The engine holds exactly these adapters (bytes each, those loading included) and its loader is
@@ -148,7 +150,7 @@ class SimulatedEngines:
         loader.queue = deque(loading.queue)
         loader.demands = loading.demands
         if loading.current is not None:
-            loader.current = loading.current
+            loader.current, loader.done_at = loading.current, loading.done_at
             self.seq += 1
             heapq.heappush(self.completions, (loading.done_at, self.seq, engine, loading.current, loader))
         self.start_next(now, engine)
@@ -177,7 +179,7 @@ class SimulatedEngines:
         loader = self.loaders.get(engine)
         started = entry[4] if len(entry) > 4 else loader
         if loader is not None and started is loader:
-            loader.current = None
+            loader.current, loader.done_at = None, float("inf")
         return Completion(done, engine, adapter, loader is not None and started is not loader)
 
     @property
