@@ -538,3 +538,26 @@ def test_a_copy_matched_to_real_engines_starts_their_loads_anew_those_a_request_
     copy.finish()
     assert list(state.resident) == ["a2", "a1"] and not state.in_flight and copy.sim.violations == 0
     assert copy.counts.cold_ms_paid == pytest.approx(10.0 + cold["a3"])  # a3's old completion charges nothing
+
+
+def test_a_prefetch_in_flight_that_a_live_request_waits_on_is_claimed_on_the_copy_and_loaded_first(
+    tmp_path: Path,
+) -> None:
+    """A live request waiting on a prefetch still loading claims it (used, never wasted) and makes it a load a
+    request waits on: the matched copy holds it so too."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import DEMAND, LATE, PREFETCH
+
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR_SGLANG)
+    live = PolicyCore(inv, LruPolicy())
+    none: Callable[[], Iterable[str]] = lambda: iter(())  # noqa: E731
+    live.load(0.0, "h/e0", "a2", DEMAND, none)
+    live.load(0.0, "h/e0", "a1", PREFETCH, none)
+    outcome, _ = live.on_request(0.001, RequestEvent(0.001, "t", "a1"), "h/e0")
+    assert outcome == LATE and live.used_prefetch
+    copy = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    copy.match(0.002, "h/e0", live, None)
+    assert copy.sim is not None and copy.sim.loading("h/e0")[2:] == (("a1",), 1)  # behind a2, ahead of nothing
+    copy.finish()
+    state = copy.core.book.engines["h/e0"]
+    assert set(state.resident) == {"a1", "a2"} and state.prefetched == set()  # a1 was used: not an unused prefetch
