@@ -526,18 +526,18 @@ def test_a_copy_matched_to_real_engines_starts_their_loads_anew_those_a_request_
     live.load(0.0, "h/e0", "a2", DEMAND, none)
     copy = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
     copy.start(0.0)
-    copy.request(RequestEvent(0.0, "t", "a3"))  # a miss: a3 loads on the copy, its request waiting
+    copy.request(RequestEvent(0.004, "t", "a3"))  # a miss: a3 loads on the copy, its request waiting
     assert copy.sim is not None and copy.sim.loading("h/e0").current == "a3"
     dropped = copy.match(0.01, "h/e0", live, None)
     state = copy.core.book.engines["h/e0"]
     assert dropped == [] and state.in_flight == live.book.engines["h/e0"].in_flight
     cold = {a: copy.cold_ms("h/e0", a) for a in ("a2", "a3")}
     assert copy.sim.loading("h/e0") == Loading("a2", 0.01 + cold["a2"] / 1000.0, ("a1",), 0)
-    assert copy.counts.cold_ms_paid == pytest.approx(10.0 + cold["a3"])  # its wait so far, then a load of its own
+    assert copy.counts.cold_ms_paid == pytest.approx(6.0 + cold["a3"])  # its wait so far, then a load of its own
     assert copy.core.loading_reason[("h/e0", "a1")] == PREFETCH
     copy.finish()
     assert list(state.resident) == ["a2", "a1"] and not state.in_flight and copy.sim.violations == 0
-    assert copy.counts.cold_ms_paid == pytest.approx(10.0 + cold["a3"])  # a3's old completion charges nothing
+    assert copy.counts.cold_ms_paid == pytest.approx(6.0 + cold["a3"])  # a3's old completion charges nothing
 
 
 def test_a_prefetch_in_flight_that_a_live_request_waits_on_is_claimed_on_the_copy_and_loaded_first(
@@ -561,3 +561,39 @@ def test_a_prefetch_in_flight_that_a_live_request_waits_on_is_claimed_on_the_cop
     copy.finish()
     state = copy.core.book.engines["h/e0"]
     assert set(state.resident) == {"a1", "a2"} and state.prefetched == set()  # a1 was used: not an unused prefetch
+
+
+def test_a_copy_matched_to_simulated_engines_takes_their_queue_and_completes_as_they_do(tmp_path: Path) -> None:
+    """Three misses at once and a prefetch: one load in progress, two demand loads waiting, the prefetch behind
+    them. The copy's loader becomes exactly that, and each load completes on both at the same instant."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import PREFETCH
+
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR_SGLANG)
+    live = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    live.start(0.0)
+    for adapter in ("a0", "a1", "a2"):
+        live.request(RequestEvent(0.0, "t", adapter))
+    none: Callable[[], Iterable[str]] = lambda: iter(())  # noqa: E731
+    live.core.load(0.0, "h/e0", "a3", PREFETCH, none)
+    assert live.sim is not None
+    live.sim.queue(0.0, "h/e0", "a3", False)
+    copy = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    copy.start(0.0)
+    copy.request(RequestEvent(0.0, "t", "a5"))
+    copy.match(0.001, "h/e0", live.core, live.sim)
+    assert copy.sim is not None and copy.sim.loading("h/e0") == live.sim.loading("h/e0")
+    assert copy.sim.loading("h/e0")[0] == "a0" and copy.sim.loading("h/e0")[2:] == (("a1", "a2", "a3"), 2)
+    done = [(c.done_at, c.adapter) for c in _completions(live)]
+    assert [(c.done_at, c.adapter) for c in _completions(copy) if not c.replaced] == done
+    assert copy.sim.violations == 0
+
+
+def _completions(session):  # type: ignore[no-untyped-def]
+    out = []
+    sim = session.sim
+    while sim.completions:
+        done = sim.pop_done()
+        out.append(done)
+        session._completed(done)
+    return out

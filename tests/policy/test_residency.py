@@ -221,3 +221,13 @@ def test_a_match_adopts_the_most_recent_while_room_lasts() -> None:
     mine.admit("p", 1)
     dropped, adopted = mine.match(theirs)
     assert dropped == ["p"] and adopted == ["c", "b"] and list(mine.resident) == ["b", "c"]
+
+
+def test_a_pinned_adapter_held_here_and_loading_there_stays_held_here() -> None:
+    mine, theirs = engine(host_slots=3), engine(host_slots=3)
+    mine.admit("p", 1)
+    mine.pin("p")
+    theirs.start_load("p", 1)
+    theirs.pin("p")
+    dropped, adopted = mine.match(theirs)
+    assert dropped == [] and adopted == [] and list(mine.resident) == ["p"] and not mine.in_flight
