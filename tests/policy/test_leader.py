@@ -597,3 +597,15 @@ def _completions(session):  # type: ignore[no-untyped-def]
         out.append(done)
         session._completed(done)
     return out
+
+
+def test_a_change_of_leader_matches_its_own_pools_engines_only(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    core.book.engines["h/e0"].admit("a0", core.sizes["a0"])
+    copy = policy.shadows[1].session.core.book.engines["h/e0"]
+    policy._match(0.0, "another-model", 1)
+    assert not copy.resident
+    policy._match(0.0, "m", 1)
+    assert list(copy.resident) == ["a0"]
