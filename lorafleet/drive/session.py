@@ -472,21 +472,25 @@ class Session:
         that completes, its queue); None for real engines, whose loads start anew here in the order they were
         made, those a request waits on first. Its own loads in flight are dropped: a request waiting on one that
         `source` is not loading is charged as served by a load of its own (as `bypassed` is). Returns what it
-        dropped."""
+        dropped. `now` is taken as this copy's clock where that is later (a log's lines come by the requests'
+        ends, so the request that changed the lead may have arrived before others already served)."""
+        now = self._at(now)
         core = self.core
         state = core.book.engines[engine]
         other = source.book.engines[engine]
         reasons = {a: source.loading_reason.get((engine, a), DEMAND) for a in other.in_flight}
+        own: dict[str, float] = {}  # its loads in flight, each a cold load's ms (priced while the book has its size)
         for adapter in list(state.in_flight):
+            own[adapter] = self.cold_ms(engine, adapter)
             state.fail_load(adapter)
             key = (engine, adapter)
             core.loading_reason.pop(key, None)
             core.claimed.discard(key)
-            if adapter not in other.in_flight:
-                cold = self.cold_ms(engine, adapter)
-                for arrived, served, used, held in self.waiters.pop(key, ()):
-                    self._waited(served, (now - arrived) * 1000.0 + cold, cold, used, held)
         dropped, _ = state.match(other)
+        for adapter, cold in own.items():
+            if adapter not in state.in_flight:  # not taken again (not loading there, or no room here)
+                for arrived, served, used, held in self.waiters.pop((engine, adapter), ()):
+                    self._waited(served, (now - arrived) * 1000.0 + cold, cold, used, held)
         flying = list(state.in_flight)
         for adapter in flying:
             key = (engine, adapter)

@@ -609,3 +609,44 @@ def test_a_change_of_leader_matches_its_own_pools_engines_only(tmp_path: Path) -
     assert not copy.resident
     policy._match(0.0, "m", 1)
     assert list(copy.resident) == ["a0"]
+
+
+def test_a_match_settles_every_waiting_copy_request_at_the_copys_own_clock(tmp_path: Path) -> None:
+    """Found by review, each failing before its fix: a match dated before the copy's clock (a log read by the
+    requests' ends) charged negative waits; a request waiting on a load the live engine makes but the copy no
+    longer has room for (a reload shrank an adapter the copy holds at its old size) was never settled; an adapter
+    a reload removed was priced as a 0-byte load."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import DEMAND, PREFETCH
+
+    none: Callable[[], Iterable[str]] = lambda: iter(())  # noqa: E731
+    engines = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 8, "lora_budget_mb": 24576 / 2**20}]
+    before = make_inventory(tmp_path, adapters=4, engines=engines, ranks=[16, 8, 8, 8], name="one.yaml")
+    after = make_inventory(tmp_path, adapters=4, engines=engines, ranks=[8, 8, 8, 8], name="two.yaml")
+    copy = Session(PolicyCore(before, LruPolicy()), simulate=True, answers=False)
+    copy.start(0.0)
+    copy.request(RequestEvent(0.0, "t", "a0"))  # a0 loads at 16 KiB
+    copy.advance(5.0)
+    copy.replace_inventory(after)  # the same budget: the book keeps a0 at 16 KiB
+    copy.request(RequestEvent(10.0, "t", "a2"))  # a miss: its request waits on a2
+    cold = copy.cold_ms("h/e0", "a2")
+    live = PolicyCore(after, LruPolicy())
+    live.book.engines["h/e0"].admit("a0", 8192)
+    live.load(9.0, "h/e0", "a3", PREFETCH, none)
+    live.load(9.5, "h/e0", "a2", DEMAND, none)  # a2 loads there too, and no longer fits here after a3
+    copy.match(9.5, "h/e0", live, None)  # dated before the copy's clock (10.0)
+    assert "a2" not in copy.core.book.engines["h/e0"].in_flight and not copy.waiters
+    assert copy.counts.cold_ms_paid >= cold  # waited 0 ms so far (not -500), then a load of its own
+    assert copy.sim is not None and copy.sim.loading("h/e0").done_at >= 10.0  # a3 starts now, not in the past
+    copy.finish()
+    assert copy.counts.requests == 2 and not copy.waiters
+
+    gone = make_inventory(tmp_path, adapters=3, engines=FOUR_SGLANG, ranks=[64], name="three.yaml")
+    held = make_inventory(tmp_path, adapters=4, engines=FOUR_SGLANG, ranks=[64], name="four.yaml")
+    copy = Session(PolicyCore(held, LruPolicy()), simulate=True, answers=False)
+    copy.start(0.0)
+    copy.request(RequestEvent(0.0, "t", "a3"))
+    cold = copy.cold_ms("h/e0", "a3")
+    copy.replace_inventory(gone)  # a3 is no adapter of the inventory now, still loading on the copy
+    copy.match(0.0, "h/e0", PolicyCore(gone, LruPolicy()), None)
+    assert copy.counts.cold_ms_paid == pytest.approx(cold)  # its cold load at the size the book had
