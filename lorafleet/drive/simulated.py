@@ -130,11 +130,6 @@ class SimulatedEngines:
         self.seq += 1
         heapq.heappush(self.completions, (done, self.seq, engine, adapter, loader))
 
-    def holding(self, engine: str, held: Mapping[str, int]) -> None:
-        """The engine holds exactly these adapters (bytes each) now, none loading (its copy was matched to
-        another engine's; the sizes are the book's: an adapter a reload dropped may still be held)."""
-        self.held[engine] = dict(held)
-
     def loading(self, engine: str) -> Loading:
         loader = self.loaders[engine]
         return Loading(loader.current, loader.done_at, tuple(loader.queue), loader.demands)
