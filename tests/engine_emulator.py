@@ -4,7 +4,9 @@ Status codes, message texts, plain-text success on vLLM, JSON bodies on SGLang, 
 configured slot counts, a load delay proportional to adapter size, rank checks from adapter_config.json,
 injectable faults (HTTP errors with Retry-After, hangs, restarts that empty the registry), and a generation time
 for completions (a fixed part plus a per-token part, with a seeded spread) so that a gateway in front of it sees
-requests as long as real ones. Used by the warm tests, the daemon's and the gateway's.
+requests as long as real ones. An adapter is in use while a completion naming it generates: as vLLM touches the
+adapters of each step's batch, LRU never evicts it then, and its request's end leaves it the most recent. Used by
+the warm tests, the daemon's and the gateway's.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class EngineState:
     host: OrderedDict[str, None] = field(default_factory=OrderedDict)  # LRU first
     gpu: OrderedDict[str, None] = field(default_factory=OrderedDict)
     pinned: set[str] = field(default_factory=set)
+    # Completions generating now, per adapter: vLLM activates (and so touches) the adapters of every request in
+    # each step's batch, so one in use is never the least recently used and is most recent when its last request
+    # ends (SGLang's pool marks them used per batch alike).
+    running: dict[str, int] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     requests: list[tuple[str, str, dict[str, Any] | None]] = field(default_factory=list)
     loads: int = 0
@@ -206,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
             state.host.pop(name, None)
             state.host[name] = None
             while state.host_slots is not None and len(state.host) > state.host_slots:
-                victim = next((a for a in state.host if a not in state.pinned), None)
+                victim = next((a for a in state.host if a not in state.pinned and not state.running.get(a)), None)
                 if victim is None:
                     break
                 del state.host[victim]
@@ -217,7 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
             state.gpu.pop(name, None)
             state.gpu[name] = None
             while len(state.gpu) > state.gpu_slots:
-                victim = next((a for a in state.gpu if a not in state.pinned), next(iter(state.gpu)))
+                free = (a for a in state.gpu if a not in state.pinned and not state.running.get(a))
+                victim = next(free, next(iter(state.gpu)))
                 del state.gpu[victim]
 
     def models(self, body: dict[str, Any]) -> None:
@@ -242,16 +249,22 @@ class _Handler(BaseHTTPRequestHandler):
                 hit = adapter in state.host
                 if not touch:
                     state.served["hit" if hit else "miss"] += 1
-            self._cache(adapter)
-            if not touch:
-                waited_ms = (time.monotonic() - arrived) * 1000.0
-                with self.server.lock:
-                    state.ttft_ms.append((adapter, waited_ms, hit))
-                headers["X-Emulator-Cache"] = "hit" if hit else "miss"  # the engine's own verdict, per request
-        with self.server.lock:
-            generate = state.generation_s(body)
-        if generate:
-            time.sleep(generate)  # no lock held: concurrent requests generate side by side
+                state.running[adapter] = state.running.get(adapter, 0) + 1
+        try:
+            if adapter is not None:
+                self._cache(adapter)
+                if not touch:
+                    waited_ms = (time.monotonic() - arrived) * 1000.0
+                    with self.server.lock:
+                        state.ttft_ms.append((adapter, waited_ms, hit))
+                    headers["X-Emulator-Cache"] = "hit" if hit else "miss"  # the engine's own verdict
+            with self.server.lock:
+                generate = state.generation_s(body)
+            if generate:
+                time.sleep(generate)  # no lock held: concurrent requests generate side by side
+        finally:
+            if adapter is not None:
+                self._ended(adapter)
         self._send(
             200,
             {
@@ -262,6 +275,19 @@ class _Handler(BaseHTTPRequestHandler):
             },
             headers,
         )
+
+    def _ended(self, adapter: str) -> None:
+        """A completion's last step: its adapter is the most recent in both tiers (every step touched it)."""
+        state = self.server.state
+        with self.server.lock:
+            left = state.running.get(adapter, 1) - 1
+            if left > 0:
+                state.running[adapter] = left
+            else:
+                state.running.pop(adapter, None)
+            for tier in (state.host, state.gpu):
+                if adapter in tier:
+                    tier.move_to_end(adapter)
 
     # vLLM ----------------------------------------------------------------------------------------------------
     def vllm_load(self, body: dict[str, Any]) -> None:

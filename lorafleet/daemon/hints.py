@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
@@ -249,9 +250,12 @@ class HintJoin(Generic[T]):
     """Open hints, each with what its arrival held (a token), waiting for their log lines (module docstring):
     by request id, and by (tenant, adapter)."""
 
-    def __init__(self, window_s: float = JOIN_WINDOW_S, limit: int = MAX_OPEN_HINTS) -> None:
+    def __init__(
+        self, window_s: float = JOIN_WINDOW_S, limit: int = MAX_OPEN_HINTS, closed: Callable[[T], None] | None = None
+    ) -> None:
         self.window_s = window_s
         self.limit = limit
+        self.closed = closed  # told of each hint closed without its line (its token)
         self.by_id: OrderedDict[str, tuple[float, str, T]] = OrderedDict()  # in order of receipt, with the adapter
         self.by_key: dict[tuple[str | None, str], deque[tuple[float, T]]] = {}
         self.keyed: deque[tuple[float, tuple[str | None, str]]] = deque()  # receipt order, for expiry
@@ -280,8 +284,9 @@ class HintJoin(Generic[T]):
         end = event.seen if event.seen is not None else event.time
         while times:
             at, token = times[0]
-            if at < end - self.window_s:  # too old to be this one's: it will expire
+            if at < end - self.window_s:  # too old to be this one's: closed
                 times.popleft()
+                self._closed(token)
                 continue
             if at <= end + JOIN_SKEW_S:
                 times.popleft()
@@ -289,20 +294,25 @@ class HintJoin(Generic[T]):
             return None
         return None
 
+    def _closed(self, token: T) -> None:
+        if self.closed is not None:
+            self.closed(token)
+
     def expire(self, now: float) -> int:
         """Close the hints whose log lines did not come within the window (or past the limit); how many."""
         gone = 0
         cutoff = now - self.window_s
         by_id = self.by_id
         while by_id and (next(iter(by_id.values()))[0] < cutoff or len(by_id) > self.limit):
-            by_id.popitem(last=False)
+            _, (_, _, token) = by_id.popitem(last=False)
+            self._closed(token)
             gone += 1
         keyed = self.keyed
         while keyed and (keyed[0][0] < cutoff or len(keyed) > self.limit):
             at, key = keyed.popleft()
             times = self.by_key.get(key)
             if times and times[0][0] == at:
-                times.popleft()
+                self._closed(times.popleft()[1])
                 gone += 1
             if times is not None and not times:
                 del self.by_key[key]

@@ -124,7 +124,8 @@ class Daemon:
         self.journal = Journaling(self.metrics, options.shadow, store.clock)
         self.outbox: queue.Queue[Done] = queue.Queue()
         self.hints: HintIngress | None = None  # the gateway's start hints, when --hints-addr is on
-        self.joins: HintJoin[Held] = HintJoin()  # hints waiting for their log lines
+        # Hints waiting for their log lines; one closed without its line runs no more in the book.
+        self.joins: HintJoin[Held] = HintJoin(closed=self._unjoined)
         self._hints_exported = dict.fromkeys(OUTCOMES, 0)
         self.actors: dict[str, EngineActor] = {}
         self.reconciles = threading.Semaphore(RECONCILES_AT_ONCE)
@@ -160,6 +161,9 @@ class Daemon:
         self.streams = [LogStream(p, inventory, saved, options.from_start) for p in self.patterns]
         self._use(inventory)
         self._sync_actors()
+
+    def _unjoined(self, held: Held) -> None:
+        self.session.unjoined(held)
 
     def _use(self, inventory: Inventory) -> None:
         """What follows from the inventory in use: the parsers' names, the journal's sizes, the budget gauges."""

@@ -257,6 +257,7 @@ class LeaderPolicy(Policy):
         else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
             for shadow in self.shadows:
                 shadow.session.replace_inventory(inventory, like=core)
+        self._share_running()
         slots: dict[str, int] = {}
         for state in core.book.engines.values():
             slots[state.base_model] = slots.get(state.base_model, 0) + capacity(state)
@@ -293,6 +294,18 @@ class LeaderPolicy(Policy):
             expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
             expert.demand = old.demand
             shadow.fleet(expert)
+        self._share_running()
+
+    def _share_running(self) -> None:
+        """Each expert's copy of an engine sees the live engine's requests in progress (known from start hints,
+        `EngineResidency.running`): the same adapters are in use on the engine, so no copy takes one as a victim
+        either, and imitation stays exact."""
+        live = self.core.book.engines
+        for shadow in self.shadows:
+            for key, state in shadow.session.core.book.engines.items():
+                mine = live.get(key)
+                if mine is not None:
+                    state.running = mine.running
 
     def expert(self, name: str) -> Session | None:
         """The session of the expert called `name`, on its own copy of the fleet (the daemon reports lru's as

@@ -147,6 +147,9 @@ class Held:
     answers: list[Answer]
     released: bool = False
     tenant: str | None = None  # the log line's, where it names another than the hint did: answers are filed so
+    engine: str | None = None  # where it was served: its adapter is running there until its line comes
+    adapter: str | None = None
+    ended: bool = False  # its line came, or its hint was closed without one: it runs no more
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
@@ -199,7 +202,6 @@ class Session:
         self.started = False
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
-        self.arrivals: dict[str, dict[str, float]] = {}  # live, per engine: each adapter's latest request arrival
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -228,6 +230,9 @@ class Session:
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
             self._release(held, event)
+            if not held.ended:
+                held.ended = True
+                self._ended(held.engine, held.adapter)
             return calls
         more = self._arrive(now, event, engine, None)
         return calls + more if calls else more
@@ -263,28 +268,45 @@ class Session:
                 answers.append(Unserved(now, event))
         else:
             self._classify(now, event, engine, outcome, held)
-            if self.sim is None:
-                self._by_arrival(event, engine)
+            if held is not None:  # a start hint: its request runs on the engine until its line comes
+                adapter = event.adapter
+                assert adapter is not None
+                held.engine, held.adapter = engine, adapter
+                self.runs(engine, adapter)
         return self._carry_out(now, decisions) if decisions else _NO_CALLS
 
-    def _by_arrival(self, event: RequestEvent, engine: str) -> None:
-        """Live: the engine's own LRU took requests as they arrived, a log shows them as they end. A request read
-        after others that arrived later leaves those more recent, as they are on the engine — else the book's
-        idea of what the engine still holds drifts from its cache (which vLLM's registry does not show)."""
-        adapter = event.adapter
-        assert adapter is not None
-        arrived = self.arrivals.setdefault(engine, {})
-        at = event.time
-        arrived[adapter] = max(at, arrived.get(adapter, at))
-        if event.seen is None:
+    def runs(self, engine: str, adapter: str) -> None:
+        """A request known on arrival runs on `engine` until `ended` is called for it (a start hint until its log
+        line; replay with hints, until the line's time): the engine touches its adapter at every step meanwhile,
+        so it is no victim (`EngineResidency.running`)."""
+        running = self.core.book.engines[engine].running
+        running[adapter] = running.get(adapter, 0) + 1
+
+    def ended(self, engine: str | None, adapter: str | None) -> None:
+        """A request `runs` announced has ended: its adapter is the engine's most recent, in use no more by it."""
+        self._ended(engine, adapter)
+
+    def _ended(self, engine: str | None, adapter: str | None, ended: bool = True) -> None:
+        """A hinted request's line: the request has ended, and the engine, which touched its adapter at every step
+        of its batches (docs/engines.md), holds that adapter as its most recent, in use no more by it. `ended`
+        False: its line never came (the hint is closed), so it leaves the running ones and nothing more."""
+        state = self.core.book.engines.get(engine) if engine is not None else None
+        if state is None or adapter is None:
             return
-        state = self.core.book.engines[engine]
-        later = sorted((t, a) for a, t in arrived.items() if t > at and a in state.resident and a != adapter)
-        for _, other in later:
-            state.reorder(other)
-        if len(arrived) > 4 * max(8, len(state.resident)):  # only recent arrivals matter: keep the newest
-            keep = sorted(arrived.items(), key=lambda kv: kv[1])[-2 * max(8, len(state.resident)) :]
-            self.arrivals[engine] = dict(keep)
+        running = state.running
+        left = running.get(adapter, 0) - 1
+        if left > 0:
+            running[adapter] = left
+        else:
+            running.pop(adapter, None)
+        if ended and adapter in state.resident:
+            state.reorder(adapter)
+
+    def unjoined(self, held: Held) -> None:
+        """A hint whose log line never came is closed: its request no longer counts as running."""
+        if not held.ended:
+            held.ended = True
+            self._ended(held.engine, held.adapter, ended=False)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""

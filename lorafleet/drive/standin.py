@@ -5,7 +5,9 @@ engine has served it: took it at its arrival, loaded a missing adapter itself an
 used. The book then believes what it learned, in the order it learned it; the engine holds what its own LRU
 kept. To tell what that gives, replay runs the session as the daemon runs it (the session returns calls) against
 these stand-ins, which act as each kind's engine does by itself (docs/engines.md): every request is taken at its
-arrival and its adapter made most recent, loaded first when absent (a miss) or still loading (late); a load, a
+arrival and its adapter made most recent, loaded first when absent (a miss) or still loading (late), and in use
+until the request ends (`end`): each step touches the adapters of its batch, so one in use is never the least
+recently used, and its request's end leaves it the most recent; a load, a
 touch (a 1-token request naming the adapter) and a prefetch of a registered adapter (vLLM: a 1-token request)
 make it most recent, loading it when absent; an unload drops it. Past its slots or bytes the engine evicts its
 least recently used — pinned ones only on a kind whose engine holds pins (SGLang). The GPU tier is not modelled.
@@ -25,7 +27,7 @@ from lorafleet.policy.residency import EngineResidency
 
 
 class _Engine:
-    __slots__ = ("budget", "free_at", "held", "load", "pins", "used_bytes")
+    __slots__ = ("budget", "free_at", "held", "load", "pins", "running", "used_bytes")
 
     def __init__(self, state: EngineResidency, load: LoadModel) -> None:
         self.budget = state.budget
@@ -34,6 +36,7 @@ class _Engine:
         self.pins: set[str] | None = set() if state.profile.engine_pins else None
         self.free_at = float("-inf")  # when the loader is next free
         self.used_bytes = 0
+        self.running: dict[str, int] = {}  # requests in progress, per adapter
 
 
 class StandInEngines:
@@ -48,8 +51,10 @@ class StandInEngines:
         self.last_done = float("-inf")
 
     def arrive(self, now: float, engine: str, adapter: str) -> tuple[str, float]:
-        """A request at its arrival: its outcome and how long it waits (ms) for its adapter."""
+        """A request at its arrival: its outcome and how long it waits (ms) for its adapter. The adapter is in
+        use until `end` is called for the request."""
         state = self.engines[engine]
+        state.running[adapter] = state.running.get(adapter, 0) + 1
         ready = state.held.get(adapter)
         if ready is None:
             done = self._load(now, state, adapter)
@@ -58,6 +63,17 @@ class StandInEngines:
         if ready > now:
             return LATE, (ready - now) * 1000.0
         return HIT, 0.0
+
+    def end(self, engine: str, adapter: str) -> None:
+        """A request `arrive` took has ended: its adapter is the most recent, and in use no more by it."""
+        state = self.engines[engine]
+        left = state.running.get(adapter, 1) - 1
+        if left > 0:
+            state.running[adapter] = left
+        else:
+            state.running.pop(adapter, None)
+        if adapter in state.held:
+            state.held.move_to_end(adapter)
 
     def use(self, now: float, engine: str, adapter: str, pin: bool = False) -> bool:
         """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads."""
@@ -97,15 +113,19 @@ class StandInEngines:
         return done
 
     def _fit(self, state: _Engine, newest: str) -> None:
-        """Evict least recently used until the engine is within its slots and bytes (the newest always stays)."""
-        budget, held, pins = state.budget, state.held, state.pins
+        """Evict least recently used until the engine is within its slots and bytes (the newest and those in use
+        always stay: an engine never takes more distinct adapters into a step than its slots, so this lets it run
+        over only where more are in use at once than it holds)."""
+        budget, held, pins, running = state.budget, state.held, state.pins, state.running
 
         def over() -> bool:
             slots = budget.host_slots is not None and len(held) > budget.host_slots
             return slots or (budget.budget_bytes is not None and state.used_bytes > budget.budget_bytes)
 
         while over():
-            victim = next((a for a in held if a != newest and (pins is None or a not in pins)), None)
+            victim = next(
+                (a for a in held if a != newest and a not in running and (pins is None or a not in pins)), None
+            )
             if victim is None:
                 return
             del held[victim]

@@ -62,6 +62,7 @@ class EngineResidency:
         "prefetched",
         "profile",
         "resident",
+        "running",
         "sizes",
         "stamp",
         "used_at",
@@ -78,6 +79,9 @@ class EngineResidency:
         self.sizes: dict[str, int] = {}
         self.pins: set[str] = set()
         self.prefetched: set[str] = set()  # resident because of a prefetch, not yet requested
+        # Requests known to be in progress, per adapter (a start hint until its log line): the engine touches the
+        # adapters of every step's batch, so it never evicts one in use; neither is it a victim here.
+        self.running: dict[str, int] = {}
         self.used_bytes = 0
         self.stamp = 0  # counts uses on this engine; `used_at` holds each held adapter's last one
         self.used_at: dict[str, int] = {}
@@ -93,6 +97,7 @@ class EngineResidency:
     def __setstate__(self, state: dict[str, Any] | tuple[None, dict[str, Any]]) -> None:
         slots = state[1] if isinstance(state, tuple) else state  # (None, slots): pickled before __getstate__
         self.index = None
+        self.running = {}  # pickled before it was kept
         for name, value in slots.items():
             if name != "index":
                 setattr(self, name, value)
@@ -125,7 +130,8 @@ class EngineResidency:
     def victims_for(self, size: int, order: Iterable[str]) -> list[str] | None:
         """The first victims from `order` that make room for `size` bytes, or None if they cannot.
 
-        `order` is the policy's preference (least valuable first); pinned and in-flight adapters are skipped.
+        `order` is the policy's preference (least valuable first); pinned, in-flight and running adapters are
+        skipped.
         """
         if not self.fits_ever(size):
             return None
@@ -135,8 +141,9 @@ class EngineResidency:
         if slots_over <= 0 and bytes_over <= 0:
             return []
         victims: list[str] = []
+        running = self.running
         for adapter in order:
-            if adapter not in self.resident or adapter in self.pins:
+            if adapter not in self.resident or adapter in self.pins or adapter in running:
                 continue
             victims.append(adapter)
             slots_over -= 1
@@ -233,13 +240,14 @@ class EngineResidency:
         if self.profile.unload_frees or not victims:
             return []
         doomed = set(victims)
+        running = self.running
         older: list[str] = []
         for adapter in self.resident:
             if len(doomed) == 0:
                 break
             if adapter in doomed:
                 doomed.discard(adapter)
-            else:
+            elif adapter not in running:  # one in use is never the engine's least recently used
                 older.append(adapter)
         return older
 

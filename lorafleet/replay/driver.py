@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from lorafleet.collector import settle, unsettle
 from lorafleet.drive.policies import BELADY, OFFLINE_POLICIES, ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
@@ -101,9 +102,14 @@ class Simulation:
         visibility: str = LOG,
     ) -> None:
         """`events` in arrival order (`in_arrival_order`)."""
+        # Where each request ends, when known on arrival (hints, or a policy that sees the future) from a log with
+        # durations: it runs until then, its adapter in use on the engine (`Session.runs`).
+        self.ends: list[float | None] | None = None
         if visibility == HINTS or policy in OFFLINE_POLICIES:
             # Each request known on arrival: from its start hint, or by a policy that sees the future (so its
             # evictions are its own, not what vLLM's LRU did before a log line could tell of the request).
+            if any(e.seen is not None for e in events):
+                self.ends = [e.seen for e in events]
             events = [dataclasses.replace(e, seen=None) if e.seen is not None else e for e in events]
         self.events = events
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
@@ -127,13 +133,24 @@ class Simulation:
         started = time.perf_counter()
         result, session = self.result, self.session
         request = session.request
+        ends = self.ends
+        running: list[tuple[float, int, str, str]] = []  # (end, index, engine, adapter) of requests still running
         for index, event in enumerate(self.events):
             if index % SETTLE_EVERY == 0:
                 _settle(index, progress)
             if event.kind == ADAPTER:
+                while running and running[0][0] <= event.time:
+                    end, _, engine, adapter = heapq.heappop(running)
+                    session.advance(end)
+                    session.ended(engine, adapter)
                 if not session.started:
                     session.start(event.time)
                 request(event)
+                until = ends[index] if ends is not None else None
+                served = session.last_engine
+                if until is not None and served is not None and event.adapter is not None:
+                    session.runs(served, event.adapter)
+                    heapq.heappush(running, (until, index, served, event.adapter))
             elif event.kind == BASE:
                 result.base_requests += 1
             else:
@@ -157,7 +174,8 @@ class Simulation:
         started = time.perf_counter()
         result, session = self.result, self.session
         core = session.core
-        timeline: list[tuple[float, int, int, RequestEvent | tuple[Call, str]]] = []  # (at, kind, order, what)
+        # (at, kind, order, what): a request, a load done (the call, its answer), a request ended (engine, adapter)
+        timeline: list[tuple[float, int, int, RequestEvent | tuple[Call, str] | tuple[str, str]]] = []
         for index, event in enumerate(self.events):
             if event.kind == ADAPTER:
                 timeline.append((event.time, _ARRIVE, index, event))
@@ -199,8 +217,12 @@ class Simulation:
             while (wakeup := core.next_wakeup()) is not None and wakeup < at:  # each at its own time
                 carry_out(session.advance(wakeup), wakeup)
             carry_out(session.advance(at), at)
+            if kind == _END:  # a request ended on its engine
+                ended, adapter = cast(tuple[str, str], what)
+                standins.end(ended, adapter)
+                continue
             if isinstance(what, tuple):  # a load done
-                done, answer = what
+                done, answer = cast(tuple[Call, str], what)
                 carry_out(session.answered(at, done, answer, True, session.model_ms(done.engine, done.adapter)), at)
                 continue
             event = what
@@ -218,6 +240,8 @@ class Simulation:
                 result.unserved += 1
             else:
                 outcome, waited = standins.arrive(at, engine, event.adapter)
+                order += 1
+                heapq.heappush(timeline, (max(at, event.seen or at), _END, order, (engine, event.adapter)))
                 result.requests += 1
                 result.hits += outcome == HIT
                 result.late += outcome == LATE
@@ -236,7 +260,7 @@ class Simulation:
         return result
 
 
-_DONE, _ARRIVE, _READ = 0, 1, 2  # at one instant: loads done, then arrivals, then lines read
+_DONE, _END, _ARRIVE, _READ = 0, 1, 2, 3  # at one instant: loads done, requests ended, arrivals, lines read
 # What the stand-ins count (what the engines did with each request); every other count is the session's: what
 # lorafleet did and believed, as the daemon's journal has it.
 _STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed"})

@@ -58,6 +58,42 @@ def test_hints_whose_lines_never_come_expire_after_the_window() -> None:
     assert join.claim(logged(162.0, rid="r2")) == 3
 
 
+def test_every_hint_closed_without_its_line_is_told_once() -> None:
+    """Expired, past the limit, or skipped as too old for a line: each is told (its request runs no more)."""
+    closed: list[object] = []
+    join: HintJoin[object] = HintJoin(window_s=60.0, limit=3, closed=closed.append)
+    join.add(hinted(100.0, rid="r1"), 1)
+    join.add(hinted(100.0), 2)
+    join.add(hinted(150.0), 3)
+    assert join.claim(logged(165.0)) == 3 and closed == [2]  # 2 is too old to be this line's
+    assert join.expire(161.0) == 1 and closed == [2, 1]
+    for i in range(5):
+        join.add(hinted(200.0 + i, rid=f"s{i}"), 10 + i)
+    join.expire(204.0)
+    assert closed == [2, 1, 10, 11]
+    assert join.claim(logged(205.0, rid="s4")) == 14 and closed == [2, 1, 10, 11]  # a joined one is not closed
+
+
+def test_a_closed_hint_leaves_its_engines_running_adapters(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.baselines import LruPolicy
+    from lorafleet.policy.core import PolicyCore
+    from tests.policy.builders import make_inventory
+
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    session = Session(PolicyCore(inv, LruPolicy()))
+    session.start(100.0)
+    _, held = session.hint(RequestEvent(100.0, ADAPTER, "a0", "t", base_model="m"))
+    running = session.core.book.engines["h/e0"].running
+    assert running == {"a0": 1}
+    session.unjoined(held)
+    session.unjoined(held)  # once
+    assert running == {}
+    _, held = session.hint(RequestEvent(101.0, ADAPTER, "a0", "t", base_model="m"))
+    session.request(RequestEvent(100.5, ADAPTER, "a0", "t", base_model="m", seen=102.0), held=held)
+    assert running == {} and session.counts.requests == 1
+
+
 def test_open_hints_are_bounded() -> None:
     join: HintJoin[object] = HintJoin(limit=3)
     for i in range(5):

@@ -650,3 +650,16 @@ def test_a_match_settles_every_waiting_copy_request_at_the_copys_own_clock(tmp_p
     copy.replace_inventory(gone)  # a3 is no adapter of the inventory now, still loading on the copy
     copy.match(0.0, "h/e0", PolicyCore(gone, LruPolicy()), None)
     assert copy.counts.cold_ms_paid == pytest.approx(cold)  # its cold load at the size the book had
+
+
+def test_every_experts_copy_sees_the_live_engines_running_requests(tmp_path: Path) -> None:
+    """What runs on an engine (known from start hints) is in use on every copy of it too: no copy takes it as a
+    victim where the live engine cannot, through a restart's fresh copies as well."""
+    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    core.book.engines["h/e0"].running["a0"] = 1
+    assert all(s.session.core.book.engines["h/e0"].running == {"a0": 1} for s in policy.shadows)
+    policy.resumed()
+    core.book.engines["h/e0"].running["a1"] = 1
+    assert all(s.session.core.book.engines["h/e0"].running == {"a0": 1, "a1": 1} for s in policy.shadows)

@@ -231,3 +231,14 @@ def test_a_pinned_adapter_held_here_and_loading_there_stays_held_here() -> None:
     theirs.pin("p")
     dropped, adopted = mine.match(theirs)
     assert dropped == [] and adopted == [] and list(mine.resident) == ["p"] and not mine.in_flight
+
+
+def test_an_adapter_in_use_is_no_victim_and_needs_no_touch() -> None:
+    """The engine touches a running request's adapter at every step: it is never its least recently used, so the
+    book neither picks it as a victim nor spends a touch to keep it."""
+    mine = engine(host_slots=3)
+    for name in ("a", "b", "c"):
+        mine.admit(name, 1)
+    mine.running["a"] = 1
+    assert mine.victims_for(1, ["a", "b", "c"]) == ["b"]
+    assert mine.keep_for(["c"]) == ["b"]  # a, older still, stays on the engine untouched

@@ -19,23 +19,30 @@ def standins(tmp: Path, kind: str = "vllm") -> tuple[StandInEngines, PolicyCore]
     return StandInEngines(core.book.engines, core.load_ms, core.sizes), core
 
 
+def served(engines: StandInEngines, at: float, adapter: str) -> tuple[str, float]:
+    """A request that ends as it arrives: its outcome and wait."""
+    answer = engines.arrive(at, "h/e0", adapter)
+    engines.end("h/e0", adapter)
+    return answer
+
+
 def test_a_request_loads_its_adapter_itself_and_the_least_recently_used_goes(tmp_path: Path) -> None:
     engines, core = standins(tmp_path)
     cold = core.load_ms["h/e0"].cold_ms(core.sizes["a0"])
-    outcome, waited = engines.arrive(1000.0, "h/e0", "a0")
+    outcome, waited = served(engines, 1000.0, "a0")
     assert outcome == MISS and waited == pytest.approx(cold)
-    outcome, waited = engines.arrive(1000.0 + cold / 2000.0, "h/e0", "a0")
+    outcome, waited = served(engines, 1000.0 + cold / 2000.0, "a0")
     assert outcome == LATE and waited == pytest.approx(cold / 2)  # its load is half done
-    engines.arrive(1010.0, "h/e0", "a1")
-    assert engines.arrive(1020.0, "h/e0", "a0") == (HIT, 0.0)  # a0 now the most recent
-    engines.arrive(1030.0, "h/e0", "a2")  # two slots: a1, the least recently used, goes
+    served(engines, 1010.0, "a1")
+    assert served(engines, 1020.0, "a0") == (HIT, 0.0)  # a0 now the most recent
+    served(engines, 1030.0, "a2")  # two slots: a1, the least recently used, goes
     assert engines.holds("h/e0") == ["a0", "a2"]
 
 
 def test_a_touch_or_prefetch_is_a_use_and_loads_what_is_absent(tmp_path: Path) -> None:
     engines, _ = standins(tmp_path)
-    engines.arrive(1000.0, "h/e0", "a0")
-    engines.arrive(1010.0, "h/e0", "a1")
+    served(engines, 1000.0, "a0")
+    served(engines, 1010.0, "a1")
     assert engines.use(1020.0, "h/e0", "a0") is False  # held: made most recent, nothing read
     assert engines.use(1030.0, "h/e0", "a2") is True  # absent: loaded, the least recently used (a1) out
     assert engines.holds("h/e0") == ["a0", "a2"]
@@ -56,8 +63,8 @@ def test_only_an_engine_that_holds_pins_keeps_them_past_its_lru(tmp_path: Path) 
     for kind, kept in (("sglang", True), ("vllm", False)):
         engines, _ = standins(tmp_path, kind)
         engines.use(1000.0, "h/e0", "a0", pin=True)
-        engines.arrive(1010.0, "h/e0", "a1")
-        engines.arrive(1020.0, "h/e0", "a2")
+        served(engines, 1010.0, "a1")
+        served(engines, 1020.0, "a2")
         assert ("a0" in engines.holds("h/e0")) is kept, kind
         engines.unload("h/e0", "a0")
         assert "a0" not in engines.holds("h/e0")
@@ -69,4 +76,20 @@ def test_a_request_arriving_the_instant_its_load_completes_is_a_hit(tmp_path: Pa
     engines.use(1000.0, "h/e0", "a0")
     ready = engines.ready_at("h/e0", "a0")
     assert ready is not None and ready > 1000.0
-    assert engines.arrive(ready, "h/e0", "a0") == (HIT, 0.0)
+    assert served(engines, ready, "a0") == (HIT, 0.0)
+
+
+def test_an_adapter_in_use_is_never_the_one_evicted_and_its_requests_end_makes_it_most_recent(tmp_path: Path) -> None:
+    """vLLM touches the adapters of every step's batch: one whose request still runs is never its least recently
+    used, and it is the most recent when that request ends (a long request arrived first, ended last)."""
+    engines, _ = standins(tmp_path)
+    engines.arrive(1000.0, "h/e0", "a0")  # a long request: runs until 1050
+    served(engines, 1010.0, "a1")
+    served(engines, 1020.0, "a2")  # two slots: a1 goes, not a0 (in use), though a0 arrived first
+    assert engines.holds("h/e0") == ["a0", "a2"]
+    engines.arrive(1030.0, "h/e0", "a2")
+    engines.end("h/e0", "a2")
+    engines.end("h/e0", "a0")  # the long request ends last: a0 the most recent
+    assert engines.holds("h/e0") == ["a2", "a0"]
+    served(engines, 1060.0, "a3")  # and a2, the least recently used now, goes
+    assert engines.holds("h/e0") == ["a0", "a3"]

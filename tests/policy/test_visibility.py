@@ -176,9 +176,9 @@ def test_a_prefetch_timed_from_a_log_line_counts_the_gap_from_the_requests_arriv
     assert simulate(inv, "lorafleet", events, visibility=LOG).hit_ratio > 0.8
 
 
-def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_order(tmp_path: Path) -> None:
-    """A long request (arrived first, ended last) is read after a short one that arrived after it: on the
-    engine the short one is the more recent, and so it stays in the book."""
+def test_live_the_book_keeps_the_engines_recency_by_the_requests_ends_the_lines_order(tmp_path: Path) -> None:
+    """A long request (arrived first, ended last) is read after a short one that arrived after it: the engine
+    touched the long one's adapter at every step until it ended, so it is the more recent there, and in the book."""
     inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
     core = PolicyCore(inv, MarkovPolicy())
     session = Session(core)  # live: the driver makes the calls
@@ -190,21 +190,28 @@ def test_live_the_book_keeps_the_engines_recency_by_arrival_not_by_the_lines_ord
     long = RequestEvent(1010.0, ADAPTER, "a2", tenant="t", base_model="m", seen=1013.0)
     session.request(short)  # read first: it ended first
     session.request(long)
-    assert list(state.resident)[-2:] == ["a2", "a1"]  # a1 arrived last: the engine's most recent
+    assert list(state.resident)[-2:] == ["a1", "a2"]  # a2 ended last: the engine's most recent
 
 
-def test_live_the_arrivals_kept_per_engine_are_bounded_to_the_newest(tmp_path: Path) -> None:
-    """Only recent arrivals can reorder the book, so an engine keeps at most four times its slots' worth (at
-    least 32) and, past that, the newest half of it: a daemon reading a year of lines holds no more."""
-    inv = make_inventory(tmp_path, adapters=40, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
-    session = Session(PolicyCore(inv, MarkovPolicy()))  # live: the driver makes the calls
+def test_a_hinted_requests_line_leaves_its_adapter_the_most_recent(tmp_path: Path) -> None:
+    """Hinted at its start (most recent then), the long request ends after a short one: its line makes it the
+    most recent again, as the engine's steps did."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    core = PolicyCore(inv, MarkovPolicy())
+    session = Session(core)
     session.start(1000.0)
-    sizes = []
-    for i in range(40):  # 40 adapters, each once: every line a request of 0.5 s
-        session.request(RequestEvent(1000.0 + i, ADAPTER, f"a{i}", tenant="t", base_model="m", seen=1000.5 + i))
-        sizes.append(len(session.arrivals["h/e0"]))
-    assert max(sizes) == 32 and sizes[32] == 16  # the 33rd arrival trims to the newest 16
-    assert set(session.arrivals["h/e0"]) == {f"a{i}" for i in range(17, 40)}
+    state = core.book.engines["h/e0"]
+    for name in ("a0", "a1", "a2"):
+        state.admit(name, core.sizes[name])
+    long = RequestEvent(1010.0, ADAPTER, "a2", tenant="t", base_model="m")
+    _, held = session.hint(long)
+    short = RequestEvent(1011.0, ADAPTER, "a1", tenant="u", base_model="m")
+    _, held_short = session.hint(short)
+    assert list(state.resident)[-2:] == ["a2", "a1"]
+    session.request(dataclasses.replace(short, seen=1012.0), held=held_short)
+    session.request(dataclasses.replace(long, seen=1013.0), held=held)
+    assert list(state.resident)[-2:] == ["a1", "a2"]
+    assert session.counts.requests == 2
 
 
 class _MostRecentFirst(MarkovPolicy):
@@ -307,3 +314,32 @@ def test_replay_from_log_lines_carries_a_wakeups_decision_out_at_its_own_time(tm
     policy.bind(simulation.session.core)
     result = simulation.run()
     assert (result.hits, result.misses, result.late) == (1, 1, 0)
+
+
+def test_replay_from_log_lines_keeps_an_adapter_in_use_until_its_request_ends(tmp_path: Path) -> None:
+    """a0's request runs from 1000 to 1050: for a2 at 1020 the engine's LRU evicts a1, not a0, so a0's next
+    request is a hit (by arrival alone a0 would have gone). Its end leaves a0 the most recent, and in use no more:
+    a1 at 1055 evicts a2, the least recently used, and a2 at 1070 misses."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+
+    def replayed(spans: list[tuple[str, float, float]]) -> int:
+        events = [RequestEvent(t, ADAPTER, a, tenant="t", base_model="m", seen=end) for a, t, end in spans]
+        return simulate(inv, "lru", sorted(events, key=lambda e: e.seen or e.time), visibility=LOG).hits
+
+    first = [("a0", 1000.0, 1050.0), ("a1", 1010.0, 1011.0), ("a2", 1020.0, 1021.0)]
+    assert replayed([*first, ("a0", 1060.0, 1061.0)]) == 1
+    assert replayed([*first, ("a1", 1055.0, 1056.0), ("a0", 1060.0, 1061.0), ("a2", 1070.0, 1071.0)]) == 1
+
+
+def test_replay_with_hints_keeps_an_adapter_in_use_until_its_request_ends(tmp_path: Path) -> None:
+    """Known on arrival, a request still runs until its line's time: the book keeps its adapter as the engine does
+    (no victim while it runs, the most recent when it ends). a0 runs from 1000 to 1050: a2 at 1020 evicts a1, and
+    a0 at 1060 is a hit; with the requests' ends dropped (no durations), a0 goes for a2 and misses."""
+    inv = make_inventory(
+        tmp_path, adapters=4, engines=[{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 2}]
+    )
+    spans = [("a0", 1000.0, 1050.0), ("a1", 1010.0, 1011.0), ("a2", 1020.0, 1021.0), ("a0", 1060.0, 1061.0)]
+    events = [RequestEvent(t, ADAPTER, a, tenant="t", base_model="m", seen=end) for a, t, end in spans]
+    assert simulate(inv, "lru", events, visibility=HINTS).hits == 1
+    bare = [dataclasses.replace(e, seen=None) for e in events]
+    assert simulate(inv, "lru", bare, visibility=HINTS).hits == 0
