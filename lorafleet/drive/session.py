@@ -232,7 +232,7 @@ class Session:
             self._release(held, event)
             if not held.ended:
                 held.ended = True
-                self._ended(held.engine, held.adapter)
+                self.ended(held.engine, held.adapter)
             return calls
         more = self._arrive(now, event, engine, None)
         return calls + more if calls else more
@@ -279,34 +279,24 @@ class Session:
         """A request known on arrival runs on `engine` until `ended` is called for it (a start hint until its log
         line; replay with hints, until the line's time): the engine touches its adapter at every step meanwhile,
         so it is no victim (`EngineResidency.running`)."""
-        running = self.core.book.engines[engine].running
-        running[adapter] = running.get(adapter, 0) + 1
+        self.core.book.engines[engine].run(adapter)
 
-    def ended(self, engine: str | None, adapter: str | None) -> None:
-        """A request `runs` announced has ended: its adapter is the engine's most recent, in use no more by it."""
-        self._ended(engine, adapter)
-
-    def _ended(self, engine: str | None, adapter: str | None, ended: bool = True) -> None:
-        """A hinted request's line: the request has ended, and the engine, which touched its adapter at every step
-        of its batches (docs/engines.md), holds that adapter as its most recent, in use no more by it. `ended`
-        False: its line never came (the hint is closed), so it leaves the running ones and nothing more."""
+    def ended(self, engine: str | None, adapter: str | None, finished: bool = True) -> None:
+        """A request `runs` announced has ended: the engine, which touched its adapter at every step of its
+        batches (docs/engines.md), holds that adapter as its most recent, in use no more by it. `finished` False:
+        its line never came (the hint is closed), so it leaves the running ones and nothing more."""
         state = self.core.book.engines.get(engine) if engine is not None else None
         if state is None or adapter is None:
             return
-        running = state.running
-        left = running.get(adapter, 0) - 1
-        if left > 0:
-            running[adapter] = left
-        else:
-            running.pop(adapter, None)
-        if ended and adapter in state.resident:
+        state.ran(adapter)
+        if finished and adapter in state.resident:
             state.reorder(adapter)
 
     def unjoined(self, held: Held) -> None:
         """A hint whose log line never came is closed: its request no longer counts as running."""
         if not held.ended:
             held.ended = True
-            self._ended(held.engine, held.adapter, ended=False)
+            self.ended(held.engine, held.adapter, finished=False)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""

@@ -189,6 +189,20 @@ class EngineResidency:
         if self.loads_fill_gpu or last is not None:  # vLLM's load fills a slot; a waiting request's batch does too
             self.use_gpu(adapter)
 
+    def run(self, adapter: str) -> None:
+        """A request known to be in progress here uses `adapter` (`running`)."""
+        running = self.running
+        running[adapter] = running.get(adapter, 0) + 1
+
+    def ran(self, adapter: str) -> None:
+        """A request `run` counted has ended (or will not be heard of again)."""
+        running = self.running
+        left = running.get(adapter, 0) - 1
+        if left > 0:
+            running[adapter] = left
+        else:
+            running.pop(adapter, None)
+
     def fail_load(self, adapter: str) -> None:
         self.used_bytes -= self.in_flight.pop(adapter)
         self.used_at.pop(adapter, None)
