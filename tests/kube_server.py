@@ -184,12 +184,12 @@ class FakeKube:
             }
 
     def events(
-        self, namespace: str, selector: str, since: int, bookmarks: bool, timeout_s: float
+        self, namespace: str, selector: str, since: int, bookmarks: bool, timeout_s: float, epoch: int
     ) -> Iterator[dict[str, Any]]:
-        """The watch's events after `since`, then as they happen, until `timeout_s` or expire()."""
+        """The watch's events after `since`, then as they happen, until `timeout_s` or an expire() after
+        `epoch` (read when the watch was recorded, so a watch counted before an expiry always sees it)."""
         deadline = time.monotonic() + timeout_s
         with self.changed:
-            epoch = self.epoch
             if since < self.oldest:
                 yield _gone()
                 return
@@ -272,8 +272,10 @@ class _Handler(BaseHTTPRequestHandler):
             kube.requests.append(f"list {namespace} {selector}")
             self._json(200, kube.list(namespace, selector, int(query.get("limit", 0)), int(query.get("continue", 0))))
             return
-        since = int(query.get("resourceVersion") or kube.version)
-        kube.requests.append(f"watch {namespace} {since}")
+        with kube.changed:  # recorded and its epoch read at once: no expiry can fall between the two
+            since = int(query.get("resourceVersion") or kube.version)
+            kube.requests.append(f"watch {namespace} {since}")
+            epoch = kube.epoch
         if kube.http_gone and since < kube.oldest:
             self._json(410, {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"})
             return
@@ -284,7 +286,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         bookmarks = query.get("allowWatchBookmarks") == "true"
         try:
-            for event in kube.events(namespace, selector, since, bookmarks, float(query.get("timeoutSeconds", 300))):
+            for event in kube.events(
+                namespace, selector, since, bookmarks, float(query.get("timeoutSeconds", 300)), epoch
+            ):
                 self.wfile.write(json.dumps(event).encode() + b"\n")
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
