@@ -1,6 +1,7 @@
 """Judge the policies on the second, independent trace generator (benchmarks/tracegen2.py).
 
     python benchmarks/judge.py [--seeds tune|report] [--families a,b] [--policies lru,lfu,...] [--json]
+    python benchmarks/judge.py --durations [...]   # each line written at its request's end (durations.py)
 
 Every policy replays each family's trace on each seed (lorafleet.replay.driver.simulate, empty engines). Per
 family: each policy's mean hit ratio over the seeds, the best baseline (by mean), lorafleet's margin over the
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from durations import with_durations  # noqa: E402
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
@@ -33,7 +35,9 @@ DEFAULT_POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet")
 OURS = "lorafleet"
 
 
-def judge_family(name: str, seeds: tuple[int, ...], policies: tuple[str, ...]) -> dict[str, Any] | None:
+def judge_family(
+    name: str, seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False
+) -> dict[str, Any] | None:
     started = time.perf_counter()
     runs: dict[str, list[PolicyResult]] = {p: [] for p in policies}
     requests = []
@@ -42,6 +46,8 @@ def judge_family(name: str, seeds: tuple[int, ...], policies: tuple[str, ...]) -
         if trace is None:
             return None
         inventory, events = trace
+        if durations:
+            events = with_durations(events, seed)
         requests.append(len(events))
         known: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
@@ -78,6 +84,7 @@ def main() -> None:
     parser.add_argument("--families", help="comma-separated family names (default: all)")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
     args = parser.parse_args()
     seeds = SEEDS[args.seeds]
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
@@ -88,7 +95,7 @@ def main() -> None:
     started = time.perf_counter()
     rows, skipped = [], []
     for name in names:
-        row = judge_family(name, seeds, policies)
+        row = judge_family(name, seeds, policies, args.durations)
         if row is None:
             skipped.append(name)
             if not args.json:
@@ -102,6 +109,7 @@ def main() -> None:
     summary = {
         "seeds": args.seeds,
         "seed_values": list(seeds),
+        "durations": args.durations,
         "policies": list(policies),
         "families": rows,
         "skipped": skipped,
@@ -113,7 +121,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"tracegen2, seeds {', '.join(map(str, seeds))} ({args.seeds}); hit ratio % per policy, mean over seeds")
+    lines = "lines at each request's end" if args.durations else "lines at arrival"
+    print(f"tracegen2, seeds {', '.join(map(str, seeds))} ({args.seeds}), {lines}; hit ratio % per policy, mean")
     head = ["family", *policies, "best", "margin", "worst", "vs lru", "touch/req", "loader", "wall s"]
     widths = [max(20, len(h)) if i == 0 else max(7, len(h)) for i, h in enumerate(head)]
     print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths, strict=True))))

@@ -2,6 +2,7 @@
 
     python benchmarks/suite.py [--seeds report|tune|all] [--families a,b] [--sensitivity] [--markdown]
     python benchmarks/suite.py --holdout [--markdown]
+    python benchmarks/suite.py --durations [...]   # each line written at its request's end (durations.py)
 
 Families come from explicit parameters (benchmarks/tracegen.py), plus Azure Functions 2019 with random offsets
 inside each minute and a ServeGen client-rate stream when the shared traces are present. Tune on seeds 0-2 only
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from durations import with_durations  # noqa: E402
 from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
@@ -59,7 +61,7 @@ def traces(names: set[str] | None, holdout: bool = False) -> dict[str, Callable[
 
 
 def run_family(
-    make: Callable[[int], Trace | None], seeds: tuple[int, ...], policies: tuple[str, ...]
+    make: Callable[[int], Trace | None], seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False
 ) -> dict[str, list[PolicyResult]]:
     results: dict[str, list[PolicyResult]] = {p: [] for p in policies}
     for seed in seeds:
@@ -67,6 +69,8 @@ def run_family(
         if trace is None:
             return {}
         inventory, events = trace
+        if durations:
+            events = with_durations(events, seed)
         done: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
             done.append(simulate(inventory, policy, events, known=done if policy == "oracle" else ()))
@@ -94,6 +98,7 @@ def main() -> None:
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--holdout", action="store_true", help="the holdout families, on the holdout seeds")
+    parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
     args = parser.parse_args()
     if args.holdout:
         args.seeds = "holdout"
@@ -101,7 +106,8 @@ def main() -> None:
     chosen = set(args.families.split(",")) if args.families else None
     started = time.perf_counter()
     header = "| family | " + " | ".join(POLICY_NAMES) + " | shortfall mean | worst seed | touches | wasted |"
-    print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}); hit ratio % per policy, mean over seeds")
+    lines = "lines at each request's end (durations.py)" if args.durations else "lines at arrival"
+    print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}), {lines}; hit ratio % per policy, mean over seeds")
     print(header if args.markdown else header.replace("|", " "))
     if args.markdown:
         print("|" + "---|" * (len(POLICY_NAMES) + 5))
@@ -109,7 +115,7 @@ def main() -> None:
     family_means: list[tuple[float, str]] = []
     kept: dict[str, dict[str, list[PolicyResult]]] = {}
     for name, make in traces(chosen, args.holdout).items():
-        results = run_family(make, seeds, POLICY_NAMES)
+        results = run_family(make, seeds, POLICY_NAMES, args.durations)
         if not results:
             print(f"{name}: trace data not present, skipped")
             continue
@@ -148,7 +154,7 @@ def main() -> None:
                 setattr(LorafleetPolicy, parameter, original * factor)
                 try:
                     worst_here = max(
-                        shortfalls({**results, **run_family(makers[name], seeds, ("lorafleet",))})[1]
+                        shortfalls({**results, **run_family(makers[name], seeds, ("lorafleet",), args.durations)})[1]
                         for name, results in kept.items()
                     )
                 finally:
