@@ -10,17 +10,21 @@ than eviction orders alone), over two memories: a short one that follows a chang
 `long_scale` times longer that sees a small lead that holds.
 
 The live decisions follow one expert, the leader, whichever it is: the live engines imitate it. A request the log
-does not place goes where the leader routed it, room is made by evicting first what the leader does not hold
-(least recently used first), and the leader's prefetches are made live — so the live engines converge on the
-leader's contents, engine by engine. The predictor is imitated like any other expert: a second copy of it
-deciding on the live engines made the same decisions once converged, at the cost of a whole predictor's work
-per request (docs/benchmarks.md). The leader changes only when a challenger's record against it, on either
-memory, is ahead by more than `z` standard deviations of the requests the two differed on, plus `margin`
-requests, and the leader's record against it on the other memory is not such a lead; never on a request the
-leader hit. Only the leader's copy serves a request before the live decision; the other experts serve it, and
-the standings score it, after the live calls are sent (`catch_up`, run by `idle` or by whatever reads or moves
-the experts next): nothing live waits on them, so a decision costs the live core and one expert, not all of
-them, and a change of leader applies from the next request.
+does not place goes where the leader routed it, room is made by evicting first what the leader does not hold (least
+recently used first), and the leader's prefetches are made live — so the live engines converge on the leader's
+contents, engine by engine. A request learned from its log line was routed before lorafleet knew of it: the
+leader's copy serves it where the live engines did, and every other copy where the gateway would have sent it had
+that expert led (the placement rule on its own copy, as it stood at the request's arrival): forced to the live
+engine, a copy that had put the adapter elsewhere would be scored a miss it would not have had (on two engines,
+markov's copy scored 52% where markov alone hits 63%). The predictor is imitated like any other expert: a second
+copy of it deciding on the live engines made the same decisions once converged, at the cost of a whole predictor's
+work per request (docs/benchmarks.md). The leader changes only when a challenger's record against it, on either
+memory, is ahead by more than `z` standard deviations of the requests the two differed on, plus `margin` requests,
+and the leader's record against it on the other memory is not such a lead; never on a request the leader hit. Only
+the leader's copy serves a request before the live decision; the other experts serve it, and the standings score
+it, after the live calls are sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next):
+nothing live waits on them, so a decision costs the live core and one expert, not all of them, and a change of
+leader applies from the next request.
 
 The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
@@ -43,10 +47,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
+from lorafleet.drive.late import LateFleet
 from lorafleet.drive.session import Session
 from lorafleet.drive.simulated import SimulatedEngines
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
-from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
+from lorafleet.policy.core import DEMAND, EVICT, HIT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.predictive import LorafleetPolicy, initial_loads
@@ -208,6 +213,7 @@ class LeaderPolicy(Policy):
     z = 2.0  # a challenger must lead by z standard deviations (six challengers: a few lucky runs do not count)
     margin = 2.0  # ... and by this many requests
     long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
+    max_settle_s = 120.0  # a request learned from its line is scored at most this long after it came
 
     def __init__(
         self,
@@ -227,6 +233,9 @@ class LeaderPolicy(Policy):
         # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
         self._pending: RequestEvent | None = None
         self._pending_scores = False
+        # Per expert, on a log with durations: its run on stand-in engines, a little behind (`_score_late`)
+        self._scorers: list[LateFleet] | None = None
+        self.settle_s = 0.0
         # Per engine, what the leader's copy evicted there last, in its order: where a byte budget binds, the live
         # engine evicts it first (`_spare`).
         self._evicted: dict[str, list[str]] = {}
@@ -237,6 +246,7 @@ class LeaderPolicy(Policy):
         state = dict(self.__dict__)
         state["factories"] = ()
         state["_engines"] = None
+        state["_scorers"] = None  # made again from the default experts, and run from the lines that follow
         return state
 
     def driven(self, engines: object | None) -> None:
@@ -278,9 +288,7 @@ class LeaderPolicy(Policy):
                 continue
             for adapter in adapters:
                 if adapter in state.resident and adapter not in state.pins:
-                    state.evict(adapter)
-                    if shadow.session.sim is not None:
-                        shadow.session.sim.dropped(engine, adapter)
+                    shadow.session.lost_on(now, engine, adapter)
 
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
@@ -347,8 +355,8 @@ class LeaderPolicy(Policy):
         the live eviction can follow, and its prefetches are taken to be made live. The other experts serve it
         and the outcomes score them after the live calls are sent (`catch_up`): nothing live waits on them, and
         a change of leader it brings applies from the next request."""
-        if self._observed is not event:
-            self._observe(event)
+        if self._observed is not event:  # served before lorafleet knew of it: where it was served
+            self._observe(event, engine)
         self._observed = None
         self._pending_scores = engine is not None
         self.mirrored, evicted = self.shadows[self._leader(self._model(event))].taken()
@@ -358,19 +366,19 @@ class LeaderPolicy(Policy):
         adapter = self.core.inventory.adapters.get(event.adapter or "")
         return adapter.base_model if adapter is not None else None
 
-    def _observe(self, event: RequestEvent) -> None:
-        """The leader's session takes the request (where it routed it, whether it was a hit there); the other
-        experts' wait for `catch_up`."""
+    def _observe(self, event: RequestEvent, engine: str | None = None) -> None:
+        """The leader's session takes the request (where it routed it, or `engine`, where the live engines served
+        it; whether it was a hit there); the other experts' wait for `catch_up`, and route it their own way."""
         self.catch_up()
-        self._serve(self._leader(self._model(event)), event)
+        self._serve(self._leader(self._model(event)), event, engine)
         self._pending, self._pending_scores = event, False
         self._observed = event
 
-    def _serve(self, index: int, event: RequestEvent) -> None:
+    def _serve(self, index: int, event: RequestEvent, engine: str | None = None) -> None:
         shadow = self.shadows[index]
         before = shadow.counts.hits
         session = shadow.session
-        session.request(event)
+        session.request(event, engine=engine)
         self._hits[index] = shadow.counts.hits > before
         self._routed[index] = session.last_engine
 
@@ -392,8 +400,55 @@ class LeaderPolicy(Policy):
                 self._serve(i, event)
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
         standings = self.standings.get(model) if model is not None else None
+        if event.seen is not None and self._score_late(event):
+            return
         if self._pending_scores and standings is not None and standings.record(self._hits):
             self._match(event.time, model, standings.leader)
+
+    def _score_late(self, event: RequestEvent) -> bool:
+        """A request learned from its line scores the standings by what the engines would have done had each
+        expert alone been followed: each expert also runs on stand-in engines that act by themselves (its
+        `LateFleet`, as replay runs a policy on a log with durations), `settle_s` behind the lines, so the lines
+        of the requests that came before are in by then. Its copy of the fleet cannot tell that: a line comes
+        when its request ends, after the engine took it, loaded what it lacked and kept in use what it ran, so a
+        copy that learns in the order lines come misjudges what the engine held when each request came, and more
+        for an expert that prefetches (with seconds-long requests prefetching experts led where the engines'
+        own LRU did up to 7 points better). `settle_s` follows the longest request seen, up to `max_settle_s`.
+        False where the experts cannot be made again (after a restart, experts other than the default ones)."""
+        scorers = self._scorers
+        if scorers is None:
+            makers = self._makers()
+            if makers is None:
+                return False
+            scorers = self._scorers = [self._scorer(make) for make in makers]
+        assert event.seen is not None
+        duration = event.seen - event.time
+        if duration > self.settle_s:
+            self.settle_s = min(self.max_settle_s, duration)
+        for scorer in scorers:
+            scorer.add(event)
+            scorer.run(event.seen - self.settle_s)
+        served = [scorer.outcomes for scorer in scorers]
+        for i in range(len(served[0])):
+            request = served[0][i][0]
+            model = self._model(request)
+            standings = self.standings.get(model) if model is not None else None
+            if standings is not None and standings.record([outcomes[i][1] == HIT for outcomes in served]):
+                self._match(event.seen, model, standings.leader)
+        for outcomes in served:
+            outcomes.clear()
+        return True
+
+    def _makers(self) -> list[Callable[[], Policy]] | None:
+        """Each expert's factory, in order: the given ones, or after a restart the default experts by name."""
+        if self.factories:
+            return [make for _, make in self.factories]
+        defaults = dict(default_experts(self.plan))
+        return [defaults[name] for name in self.names] if all(n in defaults for n in self.names) else None
+
+    def _scorer(self, make: Callable[[], Policy]) -> LateFleet:
+        core = PolicyCore(self.core.inventory, make(), touch_budget=self.core.touch_budget, like=self.core)
+        return LateFleet(Session(core, answers=False))  # each line read as written: a poll is nothing to a score
 
     def _match(self, now: float, model: str | None, index: int) -> None:
         """The new leader's copy of each engine of the pool takes the live engine's contents and loads in flight

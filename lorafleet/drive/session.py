@@ -8,7 +8,10 @@ home of what happens around the core:
 - a request's two times: the engine serves it at its arrival (`RequestEvent.time`), lorafleet learns of it
   when it can know of it — a live daemon learns what it reads when it reads it; `hint` takes a request from the
   gateway's start hint, its counts held until its log line; a request learned only from its log line
-  (`RequestEvent.seen`) was served before lorafleet knew of it, so the engine made room for it by itself;
+  (`RequestEvent.seen`) was served before lorafleet knew of it, so the engine made room for it by itself, and
+  is taken at its line's time; simulated engines (an expert's copy of the fleet, shadow mode) judge it as they
+  held its adapter at its arrival and route it where the adapter was then (`held_at`), since judged as they stand
+  when its line is read they would score prefetches decided after it came;
 - each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
   the load-time model calibrated by the engine's measured loads;
 - the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
@@ -31,11 +34,12 @@ from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
+from lorafleet.drive.stays import Stays
 from lorafleet.inventory.model import Inventory
 from lorafleet.measures import hit_ratio
-from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
+from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
 from lorafleet.policy.events import RequestEvent
-from lorafleet.policy.placement import Placement
+from lorafleet.policy.placement import SCAN_MAX, Placement
 
 KEEP, RECONCILE = "keep", "reconcile"  # the reasons of touches, and of what a reconcile did
 FORGET = "forget"  # a book entry a reconcile drops (no call: the engine no longer has it)
@@ -202,6 +206,7 @@ class Session:
         self.started = False
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
+        self.stays = Stays()  # simulated: when each adapter was held on each engine (`held_at`)
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -225,8 +230,10 @@ class Session:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
         where another session routed it (an expert's copy of the fleet serves it where the live one does).
-        `held`: the request was served at its start hint (`hint`); only its counts are released now."""
-        now = self._at(event.time)
+        `held`: the request was served at its start hint (`hint`); only its counts are released now. A line
+        written at its request's end is taken no earlier than then (`seen`): nothing lorafleet did for it, or
+        for what it taught, could have been done before."""
+        now = self._at(event.seen if event.seen is not None and held is None else event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
             self._release(held, event)
@@ -253,19 +260,32 @@ class Session:
 
     def _arrive(self, now: float, event: RequestEvent, engine: str | None, held: Held | None) -> list[Call]:
         core = self.core
+        routed = engine is not None or core.named_engine(event) is not None  # not the placement rule's choice
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
+        then: bool | None = None  # simulated, learned from its line: whether the engine held it at its arrival
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
             outcome, decisions = core.on_request(now, event, engine)
         else:  # a log line, written at its end: served before lorafleet could know of it, learned now
+            if self.sim is not None and engine is not None and event.adapter is not None:
+                if not routed:
+                    engine = self.last_engine = self._routed_then(engine, event.adapter, event.time)
+                then = self.held_at(engine, event.adapter, event.time)
             outcome, decisions = core.serve(now, event, engine, known=False)
             decisions += core.learn(now, event, engine, outcome)
+            if then is not None:  # the engine held it from its arrival (a miss: once loaded) while it ran
+                adapter = event.adapter
+                assert engine is not None and adapter is not None
+                loaded = event.time if then else event.time + max(1e-6, self.cold_ms(engine, adapter) / 1000.0)
+                self.stays.add(engine, adapter, loaded, now)
         if outcome == UNSERVED or engine is None:
             counts, answers = self._sink(held)
             counts.unserved += 1
             if answers is not None:
                 answers.append(Unserved(now, event))
+        elif then is not None and then != (outcome == HIT):
+            self._served_then(now, event, engine, then)
         else:
             self._classify(now, event, engine, outcome, held)
             if held is not None:  # a start hint: its request runs on the engine until its line comes
@@ -274,6 +294,55 @@ class Session:
                 held.engine, held.adapter = engine, adapter
                 self.runs(engine, adapter)
         return self._carry_out(now, decisions) if decisions else _NO_CALLS
+
+    def held_at(self, engine: str, adapter: str, at: float) -> bool:
+        """Simulated: whether `engine` held `adapter` at instant `at` (drive/stays.py); where the session has no
+        record of it there (matched or restored, never loaded here), as it stands now."""
+        stays = self.stays
+        if stays.known(engine, adapter):
+            return stays.held(engine, adapter, at)
+        return adapter in self.core.book.engines[engine].resident
+
+    def _routed_then(self, engine: str, adapter: str, at: float) -> str:
+        """Where the placement rule sent a request learned from its line, on simulated engines: the first engine
+        of the adapter's pool that held it at the request's arrival, as it stood then (the gateway routed it
+        then), where the rule's choice now did not; else the choice now."""
+        if self.held_at(engine, adapter, at):
+            return engine
+        pool = self.core.pools.get(adapter, ())
+        if len(pool) > SCAN_MAX:  # only where it is, or has been, held
+            index = self.core.book.indexed()
+            near = set(index.resident.get(adapter, ())) | set(self.stays.engines(adapter))
+            pool = [e for e in pool if e in near]
+        return next((e for e in pool if e != engine and self.held_at(e, adapter, at)), engine)
+
+    def _served_then(self, now: float, event: RequestEvent, engine: str, hit: bool) -> None:
+        """A request learned from its line, on simulated engines, whose engine held its adapter at its arrival
+        but not now, or now but not then: it was served at its arrival, so it counts as the engine served it
+        then — a hit, or a miss that waited a cold load. Judged now, a prefetch decided after the request came
+        (on its predecessor's line) would count as a hit it could not have been, and an adapter evicted while
+        the request ran as a miss: an expert's copy would be scored on what it could not have done (leader.py).
+        What the book does with it (the engine's own recency, a load that puts it back) is the core's as ever."""
+        counts = self.counts
+        adapter = event.adapter
+        assert adapter is not None
+        used = self.core.used_prefetch
+        counts.requests += 1
+        counts.prefetch_used += used
+        answers = self.answers
+        if hit:
+            counts.hits += 1
+            if answers is not None:
+                answers.append(Served(now, event, engine, HIT, False, used, 0.0))
+            if self.waits is not None:
+                self.waits.append(0.0)
+            return
+        counts.misses += 1
+        served = Served(now, event, engine, MISS, False, used, 0.0) if answers is not None else None
+        if served is not None:
+            answers.append(served)  # type: ignore[union-attr]
+        cold = self.cold_ms(engine, adapter)
+        self._waited(served, cold, cold, used, None)
 
     def runs(self, engine: str, adapter: str) -> None:
         """A request known on arrival runs on `engine` until `ended` is called for it (a start hint until its log
@@ -498,7 +567,12 @@ class Session:
             key = (engine, adapter)
             core.loading_reason.pop(key, None)
             core.claimed.discard(key)
-        dropped, _ = state.match(other)
+        dropped, adopted = state.match(other)
+        if self.sim is not None:
+            for adapter in dropped:
+                self.stays.ended(engine, adapter, now)
+            for adapter in adopted:
+                self.stays.began(engine, adapter, now)
         for adapter, cold in own.items():
             if adapter not in state.in_flight:  # not taken again (not loading there, or no room here)
                 for arrived, served, used, held in self.waiters.pop((engine, adapter), ()):
@@ -526,6 +600,13 @@ class Session:
                 loading = Loading(None, float("inf"), (*waited, *rest), len(waited))
             self.sim.take(now, engine, holding, loading)
         return dropped
+
+    def lost_on(self, now: float, engine: str, adapter: str) -> None:
+        """The engine lost a resident by no decision of this session's (the live engine it copies did)."""
+        self.core.book.engines[engine].evict(adapter)
+        if self.sim is not None:
+            self.sim.dropped(engine, adapter)
+            self.stays.ended(engine, adapter, now)
 
     def replace_inventory(self, inventory: Inventory, like: PolicyCore | None = None) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
@@ -658,6 +739,7 @@ class Session:
         self._loaded(reason)
         if self.answers is not None:
             self._performed(at, Call(LOAD, engine, adapter, reason), LOADED, True, self.model_ms(engine, adapter), None)
+        self.stays.began(engine, adapter, at)
         calls = self._carry_out(at, core.load_finished(at, engine, adapter))
         assert self.sim is not None
         self.sim.start_next(at, engine)
@@ -705,6 +787,7 @@ class Session:
                     continue
                 if sim is not None:
                     sim.held[d.engine].pop(d.adapter, None)
+                    self.stays.ended(d.engine, d.adapter, now)
                 if action == UNLOAD:
                     counts.unloads += 1
                 self._evicted(d.unused)

@@ -17,7 +17,9 @@ learned in the order it learned it, while the engine holds what its own LRU kept
 the session as the daemon does (it returns calls; each line is taken when a follower reads it) against engines
 that act by themselves as each kind does (drive/standin.py): the stand-ins say which requests hit, came late or
 missed and how long each waited; what lorafleet did and believed (loads, prefetches and their use, touches,
-evictions, GPU hits) is the session's, as the daemon's journal has it.
+evictions, GPU hits) is the session's, as the daemon's journal has it. The session learns where each request
+was served, beside the line rather than in it: the engine the placement rule chose on the live book is no part
+of the log, so the experts' copies of the fleet (drive/leader.py) route the line their own way.
 """
 
 from __future__ import annotations
@@ -26,20 +28,19 @@ import dataclasses
 import glob
 import heapq
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 from lorafleet.collector import settle, unsettle
+from lorafleet.drive.late import LateFleet
 from lorafleet.drive.policies import BELADY, OFFLINE_POLICIES, ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
-from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Counts, Session
+from lorafleet.drive.session import Counts, Session
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
-from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, TOUCH, TOUCH_BUDGET, PolicyCore
+from lorafleet.policy.core import HIT, LATE, MISS, TOUCH_BUDGET, PolicyCore
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.times import FOLLOW_POLL_S
@@ -115,16 +116,16 @@ class Simulation:
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
         core = PolicyCore(inventory, make_policy(policy, events, variant, plan), touch_budget=touch_budget)
         self.standins: StandInEngines | None = None
-        if any(e.seen is not None for e in events):  # learned from its line, after the engine served it
-            self.session = Session(core, answers=False)
-            self.standins = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+        self.late = any(e.seen is not None for e in events)  # learned from its line, after the engine served it
+        if self.late:
+            self.session = Session(core, answers=False)  # LateFleet's, once run
         else:
             self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
     def run(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
         try:
-            if self.standins is not None:
-                return self._run_learning_late(self.standins, progress)
+            if self.late:
+                return self._run_learning_late(progress)
             return self._run(progress)
         finally:
             unsettle()  # what the run set aside is the collector's again
@@ -166,101 +167,50 @@ class Simulation:
         result.wall_s = time.perf_counter() - started
         return result
 
-    def _run_learning_late(
-        self, standins: StandInEngines, progress: Callable[[int], None] | None = None
-    ) -> PolicyResult:
+    def _run_learning_late(self, progress: Callable[[int], None] | None = None) -> PolicyResult:
         """Each request served by its engine's stand-in at its arrival, its line taken by the session when a
-        follower reads it, the session's calls carried out on the stand-ins when made and answered when done."""
+        follower reads it, the session's calls carried out on the stand-ins when made and answered when done
+        (drive/late.py)."""
         started = time.perf_counter()
-        result, session = self.result, self.session
-        core = session.core
-        # (at, kind, order, what): a request, a load done (the call, its answer), a request ended (engine, adapter)
-        timeline: list[tuple[float, int, int, RequestEvent | tuple[Call, str] | tuple[str, str]]] = []
+        result = self.result
+        cold_ms = result.cold_ms
+
+        def served(event: RequestEvent, engine: str | None, outcome: str, waited: float) -> None:
+            if engine is None:
+                result.unserved += 1
+                return
+            result.requests += 1
+            result.hits += outcome == HIT
+            result.late += outcome == LATE
+            result.misses += outcome == MISS
+            result.cold_ms_paid += waited
+            cold_ms.append(waited)
+
+        fleet = LateFleet(self.session, served, FOLLOW_POLL_S)
         for index, event in enumerate(self.events):
             if event.kind == ADAPTER:
-                timeline.append((event.time, _ARRIVE, index, event))
+                fleet.add(event)
             elif event.kind == BASE:
                 result.base_requests += 1
             else:
                 result.unknown_requests += 1
-        heapq.heapify(timeline)
-        order = len(self.events)
-        first = timeline[0][0] if timeline else 0.0
-        last = first
-
-        def carry_out(calls: list[Call], now: float) -> None:
-            nonlocal order
-            pending = deque(calls)  # in the order made: the touches before the load they make room for
-            while pending:
-                call = pending.popleft()
-                engine, adapter = call.engine, call.adapter
-                if call.action == LOAD:
-                    by_request = call.reason == DEMAND and core.book.engines[engine].profile.loads_on_request
-                    loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
-                    ready = standins.ready_at(engine, adapter)
-                    answer = LOADED if loads else RELOADED
-                    if ready is not None and ready > now:  # answered once the engine has it
-                        order += 1
-                        heapq.heappush(timeline, (ready, _DONE, order, (call, answer)))
-                        continue
-                    pending += session.answered(now, call, answer, True, session.model_ms(engine, adapter))
-                elif call.action == TOUCH:
-                    standins.use(now, engine, adapter)  # a 1-token request naming it
-                    pending += session.answered(now, call, TOUCHED, True, 0.0)
-                else:
-                    standins.unload(engine, adapter)
-                    pending += session.answered(now, call, UNLOADED, True, 0.0)
-
-        while timeline:
-            at, kind, index, what = heapq.heappop(timeline)
-            last = max(last, at)
-            while (wakeup := core.next_wakeup()) is not None and wakeup < at:  # each at its own time
-                carry_out(session.advance(wakeup), wakeup)
-            carry_out(session.advance(at), at)
-            if kind == _END:  # a request ended on its engine
-                ended, adapter = cast(tuple[str, str], what)
-                standins.end(ended, adapter)
-                continue
-            if isinstance(what, tuple):  # a load done
-                done, answer = cast(tuple[Call, str], what)
-                carry_out(session.answered(at, done, answer, True, session.model_ms(done.engine, done.adapter)), at)
-                continue
-            event = what
-            assert event.adapter is not None
-            if kind == _READ:
-                carry_out(session.request(event), at)
-                continue
-            if index % SETTLE_EVERY == 0:
+            if index % SETTLE_EVERY == SETTLE_EVERY - 1:  # run as far as every later arrival
+                fleet.run(event.time, before=True)
                 _settle(index, progress)
-            if not session.started:
-                carry_out(session.start(at), at)
-            # Routed before lorafleet knew of it: where the log says, else by the placement rule.
-            engine = core.named_engine(event) or core.place(event.adapter)
-            if engine is None:
-                result.unserved += 1
-            else:
-                outcome, waited = standins.arrive(at, engine, event.adapter)
-                order += 1
-                heapq.heappush(timeline, (max(at, event.seen or at), _END, order, (engine, event.adapter)))
-                result.requests += 1
-                result.hits += outcome == HIT
-                result.late += outcome == LATE
-                result.misses += outcome == MISS
-                result.cold_ms_paid += waited
-                result.cold_ms.append(waited)
-                event = dataclasses.replace(event, engine=engine)  # the book learns where it was served
-            seen = event.seen if event.seen is not None else at
-            heapq.heappush(timeline, (seen + FOLLOW_POLL_S, _READ, index, event))
-        counts = session.counts
+        fleet.run()
+        self.standins = fleet.standins
+        counts = fleet.session.counts
         for name in _SESSIONS_OWN:
             setattr(result, name, getattr(counts, name))
+        standins = fleet.standins
         result.loader_busy_ms = standins.busy_ms
-        result.loader_span_ms = max(1.0, (max(last, standins.last_done) - first) * 1000.0)
+        result.loader_span_ms = (
+            max(1.0, (max(fleet.last, standins.last_done) - fleet.first) * 1000.0) if fleet.added else 1.0
+        )
         result.wall_s = time.perf_counter() - started
         return result
 
 
-_DONE, _END, _ARRIVE, _READ = 0, 1, 2, 3  # at one instant: loads done, requests ended, arrivals, lines read
 # What the stand-ins count (what the engines did with each request); every other count is the session's: what
 # lorafleet did and believed, as the daemon's journal has it.
 _STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed"})

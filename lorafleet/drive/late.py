@@ -1,0 +1,132 @@
+"""A policy learning from log lines, against engines that act by themselves: what the engines then do.
+
+A request's line is written at its end, so a daemon that tails logs learns of it after its engine served it: the
+engine took it at its arrival, loaded a missing adapter itself and evicted its own least recently used, the
+adapter in use until the request ended (drive/standin.py). `LateFleet` runs one policy's session as the daemon
+runs it (it returns calls) against stand-in engines, on one timeline: each request served by its stand-in at
+its arrival, routed where the log names or by the placement rule on the session's book as it stands then, its
+line taken by the session when a follower reads it, the session's calls carried out on the stand-ins when made
+and answered when done, the session's wakeups each at its own time.
+
+Requests are added as they become known and the timeline is run up to an instant: replay adds a whole log and
+runs it to the end (replay/driver.py); the lorafleet policy runs one per expert a little behind the lines it
+reads, so each expert is scored by what the engines would have done had it alone been followed
+(drive/leader.py). Instants are epoch seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from typing import cast
+
+from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Session
+from lorafleet.drive.standin import StandInEngines
+from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNSERVED
+from lorafleet.policy.events import RequestEvent
+
+_DONE, _END, _ARRIVE, _READ = 0, 1, 2, 3  # at one instant: loads done, requests ended, arrivals, lines read
+_OWN = 1 << 62  # the order of the timeline's own entries (loads done, ends): after any request's
+
+# what the engine did with a request at its arrival: (the request, the engine or None, outcome, wait in ms)
+Served = Callable[[RequestEvent, str | None, str, float], None]
+
+
+class LateFleet:
+    """One policy's session learning from log lines, against stand-in engines (module docstring)."""
+
+    def __init__(self, session: Session, served: Served | None = None, read_after_s: float = 0.0) -> None:
+        """`session`: a live one (no simulated engines), which returns its calls; `served`: told what the engine
+        did with each request at its arrival (else each request and its outcome are kept in `outcomes`);
+        `read_after_s`: how long after its writing a line is read (a follower's poll)."""
+        self.read_after_s = read_after_s
+        core = session.core
+        self.session = session
+        self.outcomes: list[tuple[RequestEvent, str]] = []
+        self.standins = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+        self.served = served if served is not None else self._kept
+        self.timeline: list[tuple[float, int, int, RequestEvent | tuple[Call, str] | tuple[str, str]]] = []
+        self.added = 0
+        self.own = _OWN
+        self.on: dict[int, str] = {}  # where each request served and not yet read was served, by its order
+        self.first = float("inf")
+        self.last = float("-inf")  # the latest instant run
+        self.until = float("-inf")  # the latest `run` asked for: every fleet given the same requests and runs
+        # serves the same ones, by then
+
+    def add(self, event: RequestEvent) -> None:
+        """An adapter request: served at its arrival (no earlier than the timeline has run), read at its line."""
+        heapq.heappush(self.timeline, (max(event.time, self.until), _ARRIVE, self.added, event))
+        self.added += 1
+
+    def run(self, until: float = float("inf"), before: bool = False) -> None:
+        """Everything on the timeline up to `until` (`before`: short of it), in time order."""
+        timeline, session, standins = self.timeline, self.session, self.standins
+        core = session.core
+        self.until = max(self.until, until)
+        while timeline and (timeline[0][0] < until if before else timeline[0][0] <= until):
+            at, kind, order, what = heapq.heappop(timeline)
+            self.first = min(self.first, at)
+            self.last = max(self.last, at)
+            while (wakeup := core.next_wakeup()) is not None and wakeup < at:  # each at its own time
+                self._carry_out(session.advance(wakeup), wakeup)
+            self._carry_out(session.advance(at), at)
+            if kind == _END:  # a request ended on its engine
+                standins.end(*cast(tuple[str, str], what))
+                continue
+            if kind == _DONE:
+                done, answer = cast(tuple[Call, str], what)
+                self._carry_out(
+                    session.answered(at, done, answer, True, session.model_ms(done.engine, done.adapter)), at
+                )
+                continue
+            event = cast(RequestEvent, what)
+            adapter = event.adapter
+            assert adapter is not None
+            if kind == _READ:
+                self._carry_out(session.request(event, engine=self.on.pop(order, None)), at)
+                continue
+            if not session.started:
+                self._carry_out(session.start(at), at)
+            # Routed before lorafleet knew of it: where the log says, else by the placement rule.
+            engine = core.named_engine(event) or core.place(adapter)
+            if engine is None:
+                self.served(event, None, UNSERVED, 0.0)
+            else:
+                outcome, waited = standins.arrive(at, engine, adapter)
+                self.own += 1
+                heapq.heappush(timeline, (max(at, event.seen or at), _END, self.own, (engine, adapter)))
+                self.on[order] = engine  # the book learns where it was served (beside the line, not in it)
+                self.served(event, engine, outcome, waited)
+            seen = event.seen if event.seen is not None else at
+            heapq.heappush(timeline, (seen + self.read_after_s, _READ, order, event))
+
+    def _kept(self, event: RequestEvent, engine: str | None, outcome: str, waited: float) -> None:
+        self.outcomes.append((event, outcome))
+
+    def _carry_out(self, calls: list[Call], now: float) -> None:
+        session, standins = self.session, self.standins
+        pending = deque(calls)  # in the order made: the touches before the load they make room for
+        while pending:
+            call = pending.popleft()
+            engine, adapter = call.engine, call.adapter
+            if call.action == LOAD:
+                by_request = call.reason == DEMAND and session.core.book.engines[engine].profile.loads_on_request
+                loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
+                ready = standins.ready_at(engine, adapter)
+                answer = LOADED if loads else RELOADED
+                if ready is not None and ready > now:  # answered once the engine has it
+                    self.own += 1
+                    heapq.heappush(self.timeline, (ready, _DONE, self.own, (call, answer)))
+                    continue
+                pending += session.answered(now, call, answer, True, session.model_ms(engine, adapter))
+            elif call.action == TOUCH:
+                standins.use(now, engine, adapter)  # a 1-token request naming it
+                pending += session.answered(now, call, TOUCHED, True, 0.0)
+            else:
+                standins.unload(engine, adapter)
+                pending += session.answered(now, call, UNLOADED, True, 0.0)
+
+
+__all__ = ["LateFleet"]

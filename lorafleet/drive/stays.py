@@ -1,0 +1,74 @@
+"""When each adapter was held on each simulated engine: a request learned from its log line is judged by then.
+
+A line is read after its request ended, and lines come in the order requests end, not the order they came: the
+engine served the request at its arrival, from what it held then. A simulated copy of the fleet (an expert's,
+drive/leader.py; shadow mode) keeps, per adapter and engine, the stretches of time it held the adapter, so a
+request is judged by what was held when it came, not by what is held when its line is read; and a line that
+reveals a load the engine made at an arrival (a miss then) adds that stretch, which later lines of requests that
+came meanwhile are judged by.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+
+INF = float("inf")
+
+
+class Stays:
+    """Per adapter and engine, the stretches [start, end) it was held, as one sorted list of their bounds (start,
+    end, start, end, ...; a stay still going ends at +inf): an instant is inside a stay when an odd number of
+    bounds are at or before it. Stays that ended more than `keep_s` before the newest bound are dropped."""
+
+    __slots__ = ("keep_s", "on")
+
+    def __init__(self, keep_s: float = 3600.0) -> None:
+        self.keep_s = keep_s
+        self.on: dict[str, dict[str, list[float]]] = {}
+
+    def began(self, engine: str, adapter: str, at: float) -> None:
+        """It is held from `at` on (a load done)."""
+        self.add(engine, adapter, at, INF)
+
+    def ended(self, engine: str, adapter: str, at: float) -> None:
+        """It is held no more from `at` (evicted, unloaded, lost)."""
+        bounds = self.on.get(adapter, {}).get(engine)
+        if bounds and bounds[-1] == INF:
+            if at <= bounds[-2]:
+                del bounds[-2:]
+            else:
+                bounds[-1] = at
+
+    def add(self, engine: str, adapter: str, start: float, end: float) -> None:
+        """It was held over [start, end), merged with the stays known there."""
+        if end <= start:
+            return
+        bounds = self.on.setdefault(adapter, {}).setdefault(engine, [])
+        i, j = bisect_left(bounds, start), bisect_right(bounds, end)
+        if i % 2:  # starts inside (or where one ends): that stay begins it
+            i -= 1
+            start = bounds[i]
+        if j % 2:  # ends inside (or where one starts): that stay ends it
+            end = bounds[j]
+            j += 1
+        bounds[i:j] = [start, end]
+        newest = end if end != INF else start
+        if len(bounds) > 8 and bounds[1] < newest - self.keep_s:
+            cut = bisect_left(bounds, newest - self.keep_s)
+            del bounds[: cut - cut % 2]
+
+    def known(self, engine: str, adapter: str) -> bool:
+        return engine in self.on.get(adapter, {})
+
+    def held(self, engine: str, adapter: str, at: float) -> bool:
+        """Whether it was held at `at` (only where `known`)."""
+        bounds = self.on.get(adapter, {}).get(engine)
+        return bool(bounds) and bisect_right(bounds, at) % 2 == 1  # type: ignore[arg-type]
+
+    def engines(self, adapter: str) -> Iterable[str]:
+        """The engines it has been held on, as far as kept."""
+        return self.on.get(adapter, {}).keys()
+
+
+__all__ = ["Stays"]

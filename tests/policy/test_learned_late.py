@@ -1,0 +1,177 @@
+"""A request learned from its log line was served at its arrival: simulated engines (an expert's copy of the
+fleet, shadow mode) judge and route it as the engines did then, and each expert's copy is judged on where the
+gateway would have sent it had that expert led (drive/session.py, drive/leader.py, replay/driver.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lorafleet.drive.leader import LeaderPolicy, default_experts
+from lorafleet.drive.session import Session
+from lorafleet.inventory import Inventory, load_inventory
+from lorafleet.logs.reader import read_events
+from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
+from lorafleet.policy.core import PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
+from lorafleet.replay.driver import LOG, in_arrival_order, simulate
+from lorafleet.replay.synth import synthesize
+from tests.policy.builders import make_inventory
+
+TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
+ONE_EACH = [{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 1}] * 2
+
+
+class _Script(Policy):
+    """Loads ahead of demand at set instants: (at, engine, adapter), each a wakeup of its own."""
+
+    def __init__(self, plan: list[tuple[float, str, str]]) -> None:
+        self.plan = sorted(plan)
+
+    def next_wakeup(self) -> float | None:
+        return self.plan[0][0] if self.plan else None
+
+    def tick(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        while self.plan and self.plan[0][0] <= now:
+            _, engine, adapter = self.plan.pop(0)
+            resident = self.core.book[engine].resident
+            decisions += self.core.load(now, engine, adapter, PREFETCH, lambda r=resident: list(r))
+        return decisions
+
+
+def _line(adapter: str, arrival: float, end: float, engine: str | None = None) -> RequestEvent:
+    return RequestEvent(arrival, ADAPTER, adapter, tenant="t", base_model="m", seen=end, engine=engine)
+
+
+def _copy(tmp: Path, policy: Policy, engines: list[dict[str, object]]) -> Session:
+    """A simulated session, as an expert's copy of the fleet is, on engines whose loads take no time."""
+    core = PolicyCore(make_inventory(tmp, adapters=4, engines=engines, zero_load=True), policy)
+    session = Session(core, simulate=True, answers=False)
+    session.start(999.0)
+    return session
+
+
+def _read(session: Session, line: RequestEvent) -> None:
+    """A line taken when it is read: time has passed until then (a live tick advances an expert's copy so)."""
+    assert line.seen is not None
+    session.advance(line.seen)
+    session.request(line)
+
+
+def test_an_adapter_loaded_after_the_request_came_is_no_hit_for_it(tmp_path: Path) -> None:
+    """a1 is prefetched at 1001, after its request came at 1000.5 and before its line is read at 1002: the engine
+    had to load it for the request, so it counts a miss; a request that came after the prefetch is a hit."""
+    session = _copy(tmp_path, _Script([(1001.0, "h/e0", "a1")]), TWO_SLOTS)
+    _read(session, _line("a1", 1000.5, 1002.0))
+    assert (session.counts.hits, session.counts.misses) == (0, 1)
+    _read(session, _line("a1", 1001.5, 1003.0))
+    assert (session.counts.hits, session.counts.misses) == (1, 1)
+
+
+def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Path) -> None:
+    """a0, loaded at 1000, is evicted at 1003 by a1 and a2; a request for it came at 1001 and its line at 1010:
+    the engine held it when the request came, so it counts a hit (the book then loads it back, as ever)."""
+    session = _copy(tmp_path, LruPolicy(), TWO_SLOTS)
+    _read(session, _line("a0", 1000.0, 1000.0))
+    _read(session, _line("a1", 1002.0, 1002.1))
+    _read(session, _line("a2", 1003.0, 1003.1))
+    assert "a0" not in session.core.book["h/e0"].resident
+    _read(session, _line("a0", 1001.0, 1010.0))
+    assert (session.counts.hits, session.counts.misses) == (1, 3)
+    _read(session, _line("a2", 1011.0, 1011.5))  # the load that put a0 back took the least recently used, a1
+    assert session.counts.hits == 2 and "a1" not in session.core.book["h/e0"].resident
+
+
+def test_a_request_is_routed_where_its_adapter_was_when_it_came(tmp_path: Path) -> None:
+    """a0 is on e1 from 1000 until a1 displaces it at 1005, and on e0 from 1006. A request for a0 that came at
+    1002 was sent to e1, where it was a hit, though by the time its line is read the rule would pick e0; a line
+    that names e0 was served there, a miss."""
+    script = [(1000.0, "h/e1", "a0"), (1005.0, "h/e1", "a1"), (1006.0, "h/e0", "a0")]
+    session = _copy(tmp_path, _Script(script), ONE_EACH)
+    _read(session, _line("a0", 1002.0, 1010.0))
+    assert session.last_engine == "h/e1" and session.counts.hits == 1
+    named = _copy(tmp_path, _Script(script), ONE_EACH)
+    _read(named, _line("a0", 1002.0, 1010.0, engine="h/e0"))
+    assert named.last_engine == "h/e0" and (named.counts.hits, named.counts.misses) == (0, 1)
+
+
+def test_the_leaders_copy_serves_where_the_live_engines_did_and_the_others_route_their_own_way(
+    tmp_path: Path,
+) -> None:
+    """Learned from its line, a request was routed by the gateway before lorafleet knew of it: the leader's copy,
+    which the live engines imitate, serves it where they did; another expert's copy where the gateway would have
+    sent it had that expert led (forced to the live engine, a copy that put the adapter elsewhere is scored a
+    miss it would never have had)."""
+    inv = make_inventory(tmp_path, adapters=4, engines=ONE_EACH, zero_load=True)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("markov", MarkovPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, answers=False)
+    session.start(999.0)
+    session.request(_line("a0", 1000.0, 1000.5), engine="h/e1")
+    policy.idle()
+    leader, other = (shadow.session for shadow in policy.shadows)
+    assert leader.last_engine == "h/e1"  # as the live engines served it
+    assert other.last_engine == "h/e0"  # the placement rule on its own copy: the first of two empty engines
+
+
+def _workflow_log(tmp: Path, duration: Callable[[random.Random], float]) -> tuple[Inventory, Sequence[RequestEvent]]:
+    """A synthetic agentic-workflow log (`lorafleet synth`), each line written at its request's end."""
+    made = synthesize("workflows", 4000, 3, tmp)
+    rng = random.Random(1)
+    with made.log_path.open() as source, (tmp / "ends.jsonl").open("w") as out:
+        for line in source:
+            out.write(json.dumps({**json.loads(line), "duration_s": round(duration(rng), 3)}) + "\n")
+    inventory = load_inventory(made.inventory_path)
+    return inventory, in_arrival_order(read_events([tmp / "ends.jsonl"], inventory)[0])
+
+
+def _replayed(inventory: Inventory, events: Sequence[RequestEvent]) -> tuple[float, ...]:
+    return tuple(simulate(inventory, p, events, visibility=LOG).hit_ratio for p in ("lru", "markov", "lorafleet"))
+
+
+def test_on_a_log_with_durations_lorafleet_keeps_up_with_the_best_expert(tmp_path: Path) -> None:
+    """Learned only from lines written at each request's end (0.5-3 s after it came), on two engines: an expert's
+    copy judged where the live engines served it, or at the line's time rather than at arrival, misjudged the
+    experts, and lorafleet stayed behind markov (4.4 points on this log)."""
+    lru, markov, ours = _replayed(*_workflow_log(tmp_path, lambda rng: rng.uniform(0.5, 3.0)))
+    assert markov > lru + 0.05  # the shape: prefetching the next step pays
+    assert ours >= markov - 0.005
+
+
+def test_with_long_requests_the_experts_are_scored_by_what_the_engines_alone_would_do(tmp_path: Path) -> None:
+    """Requests of seconds (log-normal, median 6 s): by the time a step's line is read the next has come, so
+    prefetching loses to the engines' own LRU. Each expert is scored by its run on stand-in engines a little
+    behind the lines (`LeaderPolicy._score_late`); scored by its copy of the fleet, the predictor looked best and
+    lorafleet fell 7 points below lru on this log."""
+    lru, markov, ours = _replayed(*_workflow_log(tmp_path, lambda rng: math.exp(rng.gauss(math.log(6.0), 0.8))))
+    assert lru > markov + 0.05  # the shape: prefetching does not pay
+    assert ours >= lru - 0.02
+
+
+def test_after_a_restart_the_default_experts_are_made_again_to_score_lines_and_others_score_on_their_copies(
+    tmp_path: Path,
+) -> None:
+    """What a restart keeps leaves out the experts' runs on stand-in engines (they hold lambdas' products and
+    engines that are no more): the default experts are made again by name; experts given otherwise cannot be,
+    and their copies of the fleet score the lines instead."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
+    lines = [_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
+    for policy, scored in ((LeaderPolicy(), True), (LeaderPolicy(experts=[("own", LruPolicy)]), False)):
+        PolicyCore(inv, policy)
+        restored = pickle.loads(pickle.dumps(policy))
+        core = PolicyCore(inv, restored)
+        session = Session(core, answers=False)
+        session.start(999.0)
+        for line in lines:
+            session.request(line)
+            restored.idle()
+        assert (restored._scorers is not None) is scored
+        if scored:
+            made = [type(s.session.core.policy) for s in restored._scorers or ()]
+            assert made == [type(make()) for _, make in default_experts(())]
+            assert restored.settle_s == 1.5
