@@ -32,13 +32,14 @@ class Stays:
         self.add(engine, adapter, at, INF)
 
     def ended(self, engine: str, adapter: str, at: float) -> None:
-        """It is held no more from `at` (evicted, unloaded, lost)."""
+        """It is held no more from `at` on (evicted, unloaded, lost)."""
         bounds = self.on.get(adapter, {}).get(engine)
-        if bounds and bounds[-1] == INF:
-            if at <= bounds[-2]:
-                del bounds[-2:]
+        if bounds:
+            i = bisect_left(bounds, at)
+            if i % 2:  # inside a stay: it ends there
+                bounds[i:] = [at]
             else:
-                bounds[-1] = at
+                del bounds[i:]
 
     def add(self, engine: str, adapter: str, start: float, end: float) -> None:
         """It was held over [start, end), merged with the stays known there."""

@@ -1,0 +1,78 @@
+"""When each adapter was held on each simulated engine (drive/stays.py), against a plain list of intervals."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lorafleet.drive.stays import INF, Stays
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("began"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("ended"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("add"), st.integers(0, 30), st.integers(-3, 12)),
+    ),
+    max_size=25,
+)
+
+
+class _Plain:
+    """The stays as a plain list of [start, end) intervals, unmerged."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[float]] = []
+
+    def add(self, start: float, end: float) -> None:
+        if end > start:
+            self.spans.append([start, end])
+
+    def ended(self, at: float) -> None:
+        """Not held from `at` on: every stay cut there."""
+        self.spans = [[start, min(end, at)] for start, end in self.spans if start < at]
+
+    def held(self, at: float) -> bool:
+        return any(start <= at < end for start, end in self.spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops)
+def test_held_is_whether_an_instant_falls_in_a_stay(steps: list[tuple[str, int, int]]) -> None:
+    stays, plain = Stays(keep_s=1e9), _Plain()
+    for op, at, length in steps:
+        if op == "began":
+            stays.began("e", "a", at)
+            plain.add(at, INF)
+        elif op == "ended":
+            stays.ended("e", "a", at)
+            plain.ended(at)
+        else:
+            stays.add("e", "a", at, at + length)
+            plain.add(at, at + length)
+        for t in range(-1, 45):
+            assert stays.held("e", "a", t + 0.5) == plain.held(t + 0.5), (steps, t)
+            assert stays.held("e", "a", t) == plain.held(t), (steps, t)
+
+
+def test_an_end_with_no_stay_going_on_changes_nothing_and_an_unknown_one_is_not_held() -> None:
+    stays = Stays()
+    stays.ended("e", "a", 5.0)  # never held there
+    assert not stays.known("e", "a") and not stays.held("e", "a", 5.0)
+    stays.add("e", "a", 1.0, 3.0)
+    stays.ended("e", "a", 5.0)  # the stay had ended
+    assert stays.held("e", "a", 2.0) and not stays.held("e", "a", 4.0)
+    stays.began("e", "a", 6.0)
+    stays.ended("e", "a", 6.0)  # over as it began: no stay at all
+    assert not stays.held("e", "a", 6.0)
+    assert stays.known("e", "a") and list(stays.engines("a")) == ["e"] and not stays.known("f", "a")
+
+
+def test_stays_long_over_are_dropped_but_recent_ones_kept() -> None:
+    stays = Stays(keep_s=100.0)
+    for i in range(10):
+        stays.add("e", "a", i * 10.0, i * 10.0 + 5.0)
+    stays.add("e", "a", 1000.0, 1001.0)
+    assert not stays.held("e", "a", 2.0)  # more than keep_s before the newest: forgotten
+    stays.add("e", "a", 1010.0, 1011.0)
+    assert stays.held("e", "a", 1000.5) and stays.held("e", "a", 1010.5)
+    assert len(stays.on["a"]["e"]) == 4
