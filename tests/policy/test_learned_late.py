@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 from lorafleet.drive.leader import LeaderPolicy, default_experts
 from lorafleet.drive.session import Session
 from lorafleet.inventory import Inventory, load_inventory
@@ -68,9 +70,22 @@ def test_an_adapter_loaded_after_the_request_came_is_no_hit_for_it(tmp_path: Pat
     had to load it for the request, so it counts a miss; a request that came after the prefetch is a hit."""
     session = _copy(tmp_path, _Script([(1001.0, "h/e0", "a1")]), TWO_SLOTS)
     _read(session, _line("a1", 1000.5, 1002.0))
-    assert (session.counts.hits, session.counts.misses) == (0, 1)
+    counts = session.counts
+    assert (counts.requests, counts.hits, counts.misses, counts.prefetch_used) == (1, 0, 1, 1)
     _read(session, _line("a1", 1001.5, 1003.0))
-    assert (session.counts.hits, session.counts.misses) == (1, 1)
+    assert (counts.requests, counts.hits, counts.misses) == (2, 1, 1)
+
+
+def test_a_request_that_came_while_its_adapter_loaded_for_an_earlier_one_is_no_hit(tmp_path: Path) -> None:
+    """a0 missed at 1000.0 and its load took 15 ms or more; a request for it 5 ms later found it still loading
+    (its line is read after the first one's); one 1 s later found it held."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    session = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    session.start(999.0)
+    _read(session, _line("a0", 1000.0, 1010.0))
+    _read(session, _line("a0", 1000.005, 1011.0))
+    _read(session, _line("a0", 1001.0, 1012.0))
+    assert (session.counts.requests, session.counts.hits) == (3, 1)
 
 
 def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Path) -> None:
@@ -87,15 +102,17 @@ def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Pat
     assert session.counts.hits == 2 and "a1" not in session.core.book["h/e0"].resident
 
 
-def test_a_request_is_routed_where_its_adapter_was_when_it_came(tmp_path: Path) -> None:
-    """a0 is on e1 from 1000 until a1 displaces it at 1005, and on e0 from 1006. A request for a0 that came at
-    1002 was sent to e1, where it was a hit, though by the time its line is read the rule would pick e0; a line
-    that names e0 was served there, a miss."""
-    script = [(1000.0, "h/e1", "a0"), (1005.0, "h/e1", "a1"), (1006.0, "h/e0", "a0")]
-    session = _copy(tmp_path, _Script(script), ONE_EACH)
+@pytest.mark.parametrize("engines", [2, 9], ids=["scanned", "indexed"])  # past SCAN_MAX: the engines it was on
+def test_a_request_is_routed_where_its_adapter_was_when_it_came(tmp_path: Path, engines: int) -> None:
+    """a0 is on the last engine from 1000 until a1 displaces it at 1005, and on e0 from 1006. A request for a0
+    that came at 1002 was sent to the last engine, where it was a hit, though by the time its line is read the
+    rule would pick e0; a line that names e0 was served there, a miss."""
+    last = f"h/e{engines - 1}"
+    script = [(1000.0, last, "a0"), (1005.0, last, "a1"), (1006.0, "h/e0", "a0")]
+    session = _copy(tmp_path, _Script(script), ONE_EACH[:1] * engines)
     _read(session, _line("a0", 1002.0, 1010.0))
-    assert session.last_engine == "h/e1" and session.counts.hits == 1
-    named = _copy(tmp_path, _Script(script), ONE_EACH)
+    assert session.last_engine == last and session.counts.hits == 1
+    named = _copy(tmp_path, _Script(script), ONE_EACH[:1] * engines)
     _read(named, _line("a0", 1002.0, 1010.0, engine="h/e0"))
     assert named.last_engine == "h/e0" and (named.counts.hits, named.counts.misses) == (0, 1)
 
