@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.drive.leader import LeaderPolicy, default_experts
+from lorafleet.drive.leader import LeaderPolicy, Standings, default_experts
 from lorafleet.drive.session import Session
 from lorafleet.inventory import Inventory, load_inventory
 from lorafleet.logs.reader import read_events
@@ -192,3 +192,23 @@ def test_after_a_restart_the_default_experts_are_made_again_to_score_lines_and_o
             made = [type(s.session.core.policy) for s in restored._scorers or ()]
             assert made == [type(make()) for _, make in default_experts(())]
             assert restored.settle_s == 1.5
+
+
+def test_on_a_log_with_durations_each_request_scores_the_standings_once_from_the_experts_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The experts' runs on stand-in engines score a line's request once it has settled (`settle_s` after it
+    came, the longest request seen); the copies' outcomes for it score nothing."""
+    scored: list[tuple[bool, ...]] = []
+    record = Standings.record
+    monkeypatch.setattr(Standings, "record", lambda self, hits: scored.append(tuple(hits)) or record(self, hits))
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
+    policy = LeaderPolicy()
+    session = Session(PolicyCore(inv, policy), answers=False)
+    session.start(999.0)
+    for i in range(40):  # the first takes 5 s, the others 2 s
+        session.request(_line(f"a{i % 3}", 1000.0 + i, 1000.0 + i + (5.0 if i == 0 else 2.0)))
+        policy.idle()
+    assert policy.settle_s == 5.0
+    assert len(scored) == 37  # those that came by the last line's time (1041) less 5 s: 1000 to 1036
+    assert all(len(hits) == len(policy.names) for hits in scored)
