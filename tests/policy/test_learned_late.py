@@ -22,6 +22,7 @@ from lorafleet.policy.core import PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.driver import LOG, in_arrival_order, simulate
 from lorafleet.replay.synth import synthesize
+from lorafleet.times import FOLLOW_POLL_S
 from tests.policy.builders import make_inventory
 
 TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
@@ -188,6 +189,7 @@ def test_after_a_restart_the_default_experts_are_made_again_to_score_lines_and_o
             session.request(line)
             restored.idle()
         assert (restored._scorers is not None) is scored
+        assert restored.standings["m"].short.weight > 1.0  # the lines scored the standings, either way
         if scored:
             made = [type(s.session.core.policy) for s in restored._scorers or ()]
             assert made == [type(make()) for _, make in default_experts(())]
@@ -212,3 +214,12 @@ def test_on_a_log_with_durations_each_request_scores_the_standings_once_from_the
     assert policy.settle_s == 5.0
     assert len(scored) == 37  # those that came by the last line's time (1041) less 5 s: 1000 to 1036
     assert all(len(hits) == len(policy.names) for hits in scored)
+
+
+def test_replay_of_lines_learned_late_spans_from_the_first_arrival_to_the_last_thing_done(tmp_path: Path) -> None:
+    """The loaders' span (their utilisation's denominator): from the first request's arrival to the last line
+    read (its end plus a follower's poll), or the last load done if later."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    events = [_line(f"a{i}", 1000.0 + i, 1001.5 + i) for i in range(3)]
+    result = simulate(inv, "lru", events, visibility=LOG)
+    assert result.loader_span_ms == pytest.approx((1003.5 + FOLLOW_POLL_S - 1000.0) * 1000.0)
