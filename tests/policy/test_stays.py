@@ -76,3 +76,13 @@ def test_stays_long_over_are_dropped_but_recent_ones_kept() -> None:
     stays.add("e", "a", 1010.0, 1011.0)
     assert stays.held("e", "a", 1000.5) and stays.held("e", "a", 1010.5)
     assert len(stays.on["a"]["e"]) == 4
+
+
+def test_a_stay_going_on_across_the_cut_is_kept_whole() -> None:
+    stays = Stays(keep_s=100.0)
+    for start, end in ((0.0, 5.0), (850.0, 950.0), (960.0, 961.0), (970.0, 971.0), (980.0, 981.0)):
+        stays.add("e", "a", start, end)
+    stays.add("e", "a", 1000.0, 1001.0)  # the cut (901) falls inside 850-950
+    assert stays.held("e", "a", 860.0) and stays.held("e", "a", 949.0)
+    assert not stays.held("e", "a", 955.0) and not stays.held("e", "a", 2.0)
+    assert stays.on["a"]["e"][:2] == [850.0, 950.0]
