@@ -267,6 +267,7 @@ class LeaderPolicy(Policy):
         else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
             for shadow in self.shadows:
                 shadow.session.replace_inventory(inventory, like=core)
+            self._scorers = None  # their runs start again on the new engines, from the lines that follow
         self._share_running()
         slots: dict[str, int] = {}
         for state in core.book.engines.values():

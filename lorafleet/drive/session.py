@@ -229,7 +229,7 @@ class Session:
     def request(self, event: RequestEvent, engine: str | None = None, held: Held | None = None) -> list[Call]:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
-        where another session routed it (an expert's copy of the fleet serves it where the live one does).
+        where it was served (the leader's copy of the fleet serves a line where the live engines did).
         `held`: the request was served at its start hint (`hint`); only its counts are released now. A line
         written at its request's end is taken no earlier than then (`seen`): nothing lorafleet did for it, or
         for what it taught, could have been done before."""

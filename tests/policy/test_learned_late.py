@@ -223,3 +223,19 @@ def test_replay_of_lines_learned_late_spans_from_the_first_arrival_to_the_last_t
     events = [_line(f"a{i}", 1000.0 + i, 1001.5 + i) for i in range(3)]
     result = simulate(inv, "lru", events, visibility=LOG)
     assert result.loader_span_ms == pytest.approx((1003.5 + FOLLOW_POLL_S - 1000.0) * 1000.0)
+
+
+def test_a_new_inventory_starts_the_experts_runs_again_on_its_engines(tmp_path: Path) -> None:
+    policy = LeaderPolicy()
+    first = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
+    session = Session(PolicyCore(first, policy), answers=False)
+    session.start(999.0)
+    session.request(_line("a0", 1000.0, 1001.0))
+    policy.idle()
+    assert policy._scorers is not None
+    second = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS * 2, zero_load=True, name="second.yaml")
+    session.replace_inventory(second)
+    session.request(_line("a1", 1002.0, 1003.0))
+    policy.idle()
+    assert all(run.session.core.inventory is second for run in policy._scorers or ())
+    assert set(policy._scorers[0].standins.engines) == {"h/e0", "h/e1"}  # type: ignore[index]
