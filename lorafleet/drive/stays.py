@@ -19,11 +19,13 @@ INF = float("inf")
 class Stays:
     """Per adapter and engine, the stretches [start, end) it was held, as one sorted list of their bounds (start,
     end, start, end, ...; a stay still going ends at +inf): an instant is inside a stay when an odd number of
-    bounds are at or before it. Stays that ended more than `keep_s` before the newest bound are dropped."""
+    bounds are at or before it. Stays that ended more than `keep_s` before the newest bound are dropped: a line
+    is judged at its request's arrival, at most the longest request ago, so the record stays short (it is part
+    of what a daemon keeps across a restart, written every second)."""
 
     __slots__ = ("keep_s", "on")
 
-    def __init__(self, keep_s: float = 3600.0) -> None:
+    def __init__(self, keep_s: float = 600.0) -> None:
         self.keep_s = keep_s
         self.on: dict[str, dict[str, list[float]]] = {}
 
