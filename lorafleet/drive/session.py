@@ -269,6 +269,7 @@ class Session:
             outcome, decisions = core.on_request(now, event, engine)
         else:  # a log line, written at its end: served before lorafleet could know of it, learned now
             if self.sim is not None and engine is not None and event.adapter is not None:
+                self.stays.reach(now - event.time)
                 if not routed:
                     engine = self.last_engine = self._routed_then(engine, event.adapter, event.time)
                 then = self.held_at(engine, event.adapter, event.time)

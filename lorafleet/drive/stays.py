@@ -20,12 +20,13 @@ class Stays:
     """Per adapter and engine, the stretches [start, end) it was held, as one sorted list of their bounds (start,
     end, start, end, ...; a stay still going ends at +inf): an instant is inside a stay when an odd number of
     bounds are at or before it. Stays that ended more than `keep_s` before the newest bound are dropped: a line
-    is judged at its request's arrival, at most the longest request ago, so the record stays short (it is part
+    is judged at its request's arrival, so the record need reach back only as far as requests last (`reach`);
+    until a line with a duration comes, only each adapter's latest stay per engine is kept (the record is part
     of what a daemon keeps across a restart, written every second)."""
 
     __slots__ = ("keep_s", "on")
 
-    def __init__(self, keep_s: float = 600.0) -> None:
+    def __init__(self, keep_s: float = 0.0) -> None:
         self.keep_s = keep_s
         self.on: dict[str, dict[str, list[float]]] = {}
 
@@ -57,9 +58,14 @@ class Stays:
             j += 1
         bounds[i:j] = [start, end]
         newest = end if end != INF else start
-        if len(bounds) > 8 and bounds[1] < newest - self.keep_s:
+        if len(bounds) > 2 and bounds[1] < newest - self.keep_s:
             cut = bisect_left(bounds, newest - self.keep_s)
             del bounds[: cut - cut % 2]
+
+    def reach(self, span_s: float) -> None:
+        """Judgements will look `span_s` back (a request that long): keep twice that, at least."""
+        if 2.0 * span_s > self.keep_s:
+            self.keep_s = 2.0 * span_s
 
     def known(self, engine: str, adapter: str) -> bool:
         return engine in self.on.get(adapter, {})

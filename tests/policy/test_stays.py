@@ -86,3 +86,16 @@ def test_a_stay_going_on_across_the_cut_is_kept_whole() -> None:
     assert stays.held("e", "a", 860.0) and stays.held("e", "a", 949.0)
     assert not stays.held("e", "a", 955.0) and not stays.held("e", "a", 2.0)
     assert stays.on["a"]["e"][:2] == [850.0, 950.0]
+
+
+def test_until_told_how_far_back_judgements_look_only_the_latest_stay_is_kept() -> None:
+    stays = Stays()
+    for i in range(5):
+        stays.add("e", "a", i * 10.0, i * 10.0 + 5.0)
+    assert stays.on["a"]["e"] == [40.0, 45.0]
+    stays.reach(20.0)  # requests of 20 s: keep 40 s
+    for i in range(5, 10):
+        stays.add("e", "a", i * 10.0, i * 10.0 + 5.0)
+    assert stays.on["a"]["e"] == [50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0, 85.0, 90.0, 95.0]
+    stays.reach(5.0)  # never less than was asked before
+    assert stays.keep_s == 40.0
