@@ -613,11 +613,14 @@ class Session:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the
         policy (bound to the new core) and the counts carry over. `like`: a core on the new inventory whose
         tables read from it the new core shares (PolicyCore)."""
+        kept = dict(self.core.book.engines)
         new = self.core.rebuilt(inventory, like)
         self.core = new
         if self.sim is not None:
             budgets = {key: state.budget for key, state in new.book.engines.items()}
             self.sim.replace_engines(new.load_ms, budgets, new.sizes)
+        engines = new.book.engines
+        self.stays.forget(key for key, state in kept.items() if engines.get(key) is not state)  # gone, or empty
 
     def holdings(self) -> list[tuple[str, int, int]]:
         """(engine, adapters resident, their bytes) for every engine, as the book has them."""

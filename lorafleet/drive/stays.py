@@ -67,6 +67,12 @@ class Stays:
         if 2.0 * span_s > self.keep_s:
             self.keep_s = 2.0 * span_s
 
+    def forget(self, engines: Iterable[str]) -> None:
+        """These engines hold nothing they held before (left the fleet, or started anew)."""
+        for engine in set(engines):
+            for per in self.on.values():
+                per.pop(engine, None)
+
     def known(self, engine: str, adapter: str) -> bool:
         return engine in self.on.get(adapter, {})
 

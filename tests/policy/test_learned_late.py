@@ -239,3 +239,17 @@ def test_a_new_inventory_starts_the_experts_runs_again_on_its_engines(tmp_path: 
     policy.idle()
     assert all(run.session.core.inventory is second for run in policy._scorers or ())
     assert set(policy._scorers[0].standins.engines) == {"h/e0", "h/e1"}  # type: ignore[index]
+
+
+def test_an_engine_a_reload_empties_or_removes_held_nothing_before_it(tmp_path: Path) -> None:
+    """A new budget starts the engine's book anew, empty: a line that came after the reload is a miss there,
+    whatever the engine held before it."""
+    session = _copy(tmp_path, LruPolicy(), TWO_SLOTS)
+    _read(session, _line("a1", 1000.0, 1001.0))
+    session.advance(1002.0)  # its load done
+    assert session.held_at("h/e0", "a1", 1005.0)
+    larger = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
+    session.replace_inventory(make_inventory(tmp_path, adapters=4, engines=larger, zero_load=True, name="b.yaml"))
+    assert not session.held_at("h/e0", "a1", 1005.0)
+    _read(session, _line("a1", 1010.0, 1011.0))
+    assert (session.counts.requests, session.counts.hits) == (2, 0)
