@@ -400,11 +400,16 @@ class LeaderPolicy(Policy):
             if i != lead:
                 self._serve(i, event)
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
-        standings = self.standings.get(model) if model is not None else None
         if event.seen is not None and self._score_late(event):
             return
-        if self._pending_scores and standings is not None and standings.record(self._hits):
-            self._match(event.time, model, standings.leader)
+        if self._pending_scores:
+            self._score(model, self._hits, event.time)
+
+    def _score(self, model: str | None, hits: Sequence[bool], now: float) -> None:
+        """One request's outcome per expert scores its pool's standings; a new leader's copy is matched at `now`."""
+        standings = self.standings.get(model) if model is not None else None
+        if standings is not None and standings.record(hits):
+            self._match(now, model, standings.leader)
 
     def _score_late(self, event: RequestEvent) -> bool:
         """A request learned from its line scores the standings by what the engines would have done had each
@@ -430,12 +435,8 @@ class LeaderPolicy(Policy):
             scorer.add(event)
             scorer.run(event.seen - self.settle_s)
         served = [scorer.outcomes for scorer in scorers]
-        for i in range(len(served[0])):
-            request = served[0][i][0]
-            model = self._model(request)
-            standings = self.standings.get(model) if model is not None else None
-            if standings is not None and standings.record([outcomes[i][1] == HIT for outcomes in served]):
-                self._match(event.seen, model, standings.leader)
+        for i, (request, _) in enumerate(served[0]):
+            self._score(self._model(request), [outcomes[i][1] == HIT for outcomes in served], event.seen)
         for outcomes in served:
             outcomes.clear()
         return True

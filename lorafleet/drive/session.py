@@ -260,7 +260,7 @@ class Session:
 
     def _arrive(self, now: float, event: RequestEvent, engine: str | None, held: Held | None) -> list[Call]:
         core = self.core
-        routed = engine is not None or core.named_engine(event) is not None  # not the placement rule's choice
+        given = engine is not None
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
@@ -270,7 +270,7 @@ class Session:
         else:  # a log line, written at its end: served before lorafleet could know of it, learned now
             if self.sim is not None and engine is not None and event.adapter is not None:
                 self.stays.reach(now - event.time)
-                if not routed:
+                if not given and core.named_engine(event) is None:  # the placement rule's choice: as of then
                     engine = self.last_engine = self._routed_then(engine, event.adapter, event.time)
                 then = self.held_at(engine, event.adapter, event.time)
             outcome, decisions = core.serve(now, event, engine, known=False)

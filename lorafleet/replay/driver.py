@@ -198,11 +198,10 @@ class Simulation:
                 fleet.run(event.time, before=True)
                 _settle(index, progress)
         fleet.run()
-        self.standins = fleet.standins
+        self.standins = standins = fleet.standins
         counts = fleet.session.counts
         for name in _SESSIONS_OWN:
             setattr(result, name, getattr(counts, name))
-        standins = fleet.standins
         result.loader_busy_ms = standins.busy_ms
         result.loader_span_ms = (
             max(1.0, (max(fleet.last, standins.last_done) - fleet.first) * 1000.0) if fleet.added else 1.0
