@@ -9,9 +9,11 @@ home of what happens around the core:
   when it can know of it — a live daemon learns what it reads when it reads it; `hint` takes a request from the
   gateway's start hint, its counts held until its log line; a request learned only from its log line
   (`RequestEvent.seen`) was served before lorafleet knew of it, so the engine made room for it by itself, and
-  is taken at its line's time; simulated engines (an expert's copy of the fleet, shadow mode) judge it as they
-  held its adapter at its arrival and route it where the adapter was then (`held_at`), since judged as they stand
-  when its line is read they would score prefetches decided after it came;
+  is taken at its line's time, and judged by whether its engine held its adapter at its arrival (`held_at`):
+  judged as the engine stands when its line is read, it would score prefetches decided after it came, and an
+  adapter the engine kept for it while it ran, and the book later evicted, a miss (live, with seconds-long
+  requests, the daemon counted 32% hits where its engines hit 93%). Simulated engines (an expert's copy of the
+  fleet, shadow mode) also route it where the adapter was then;
 - each request's outcome (hit, late, miss) and its wait on a load: exact from a simulated completion, else from
   the load-time model calibrated by the engine's measured loads;
 - the counts every view reports (`Counts`), each counted once, at the moment it happens: a load when it is
@@ -206,7 +208,7 @@ class Session:
         self.started = False
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
-        self.stays = Stays()  # simulated: when each adapter was held on each engine (`held_at`)
+        self.stays = Stays()  # when each adapter was held on each engine, as the book knows it (`held_at`)
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -264,13 +266,13 @@ class Session:
         if engine is None:
             engine = core.route(event)
         self.last_engine = engine
-        then: bool | None = None  # simulated, learned from its line: whether the engine held it at its arrival
+        then: bool | None = None  # learned from its line: whether the engine held it at its arrival
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
             outcome, decisions = core.on_request(now, event, engine)
         else:  # a log line, written at its end: served before lorafleet could know of it, learned now
-            if self.sim is not None and engine is not None and event.adapter is not None:
+            if engine is not None and event.adapter is not None:
                 self.stays.reach(now - event.time)
-                if not given and core.named_engine(event) is None:  # the placement rule's choice: as of then
+                if self.sim is not None and not given and core.named_engine(event) is None:  # the rule's: then
                     engine = self.last_engine = self._routed_then(engine, event.adapter, event.time)
                 then = self.held_at(engine, event.adapter, event.time)
             outcome, decisions = core.serve(now, event, engine, known=False)
@@ -297,8 +299,10 @@ class Session:
         return self._carry_out(now, decisions) if decisions else _NO_CALLS
 
     def held_at(self, engine: str, adapter: str, at: float) -> bool:
-        """Simulated: whether `engine` held `adapter` at instant `at` (drive/stays.py); where the session has no
-        record of it there (matched or restored, never loaded here), as it stands now."""
+        """Whether `engine` held `adapter` at instant `at` (drive/stays.py): on simulated engines what they did,
+        on live ones what the book knew of them (its loads answered, the engine's own loads lines revealed, its
+        evictions, what reconciles found); where the session has no record of it there (matched or restored,
+        never loaded here), as it stands now."""
         stays = self.stays
         if stays.known(engine, adapter):
             return stays.held(engine, adapter, at)
@@ -318,11 +322,11 @@ class Session:
         return next((e for e in pool if e != engine and self.held_at(e, adapter, at)), engine)
 
     def _served_then(self, now: float, event: RequestEvent, engine: str, hit: bool) -> None:
-        """A request learned from its line, on simulated engines, whose engine held its adapter at its arrival
-        but not now, or now but not then: it was served at its arrival, so it counts as the engine served it
-        then — a hit, or a miss that waited a cold load. Judged now, a prefetch decided after the request came
-        (on its predecessor's line) would count as a hit it could not have been, and an adapter evicted while
-        the request ran as a miss: an expert's copy would be scored on what it could not have done (leader.py).
+        """A request learned from its line whose engine held its adapter at its arrival but not now, or now but
+        not then: it was served at its arrival, so it counts as the engine served it then — a hit, or a miss that
+        waited a cold load. Judged now, a prefetch decided after the request came (on its predecessor's line)
+        would count as a hit it could not have been, and an adapter evicted while the request ran as a miss: an
+        expert's copy would be scored on what it could not have done (leader.py), the daemon's counts misreport.
         What the book does with it (the engine's own recency, a load that puts it back) is the core's as ever."""
         counts = self.counts
         adapter = event.adapter
@@ -456,6 +460,8 @@ class Session:
         state = self.core.book.engines.get(call.engine)
         if state is None or call.adapter not in state.in_flight:
             return _NO_CALLS  # forgotten meanwhile (reconcile, reload)
+        if ok:
+            self.stays.began(call.engine, call.adapter, now)
         return self._carry_out(now, self.core.load_finished(now, call.engine, call.adapter, ok))
 
     def reconciled(
@@ -490,6 +496,7 @@ class Session:
         for adapter in gone:
             state.unpin(adapter)
             state.evict(adapter)
+            self.stays.ended(engine, adapter, now)
             why = "files gone: unregistered" if adapter in vanished else "no longer registered"
             self._performed(now, Call(FORGET, engine, adapter, RECONCILE), FORGOTTEN, True, None, why)
         if gone:
@@ -504,6 +511,7 @@ class Session:
             size = core.sizes.get(adapter)
             if size is not None and not state.holds(adapter) and state.has_room(size):
                 state.admit(adapter, size)
+                self.stays.began(engine, adapter, now)
         for p in self.plan:
             if p.engine == engine and p.adapter not in vanished:
                 wanted[p.adapter] = wanted.get(p.adapter, False) or p.pinned
@@ -529,10 +537,12 @@ class Session:
         size = self.core.sizes.get(adapter)
         if state is None or size is None or adapter in state.in_flight:
             return
+        at = self.clock
         if answer == UNLOADED:
             if adapter in state.resident:
                 state.unpin(adapter)
                 state.evict(adapter)
+                self.stays.ended(engine, adapter, at)
             return
         if answer not in LOAD_ANSWERS:
             return
@@ -542,6 +552,9 @@ class Session:
             if victims is None:
                 return
             state.admit(adapter, size, victims)
+            for victim in victims:
+                self.stays.ended(engine, victim, at)
+            self.stays.began(engine, adapter, at)
         else:
             state.touch(adapter)
         if pinned:
@@ -786,12 +799,12 @@ class Session:
                 sim.queue(now, d.engine, d.adapter, d.reason == DEMAND)
             else:  # an eviction, which takes the reason of the load it makes room for
                 reason = self.core.loading_reason.get((d.engine, d.reason), DEMAND)
+                self.stays.ended(d.engine, d.adapter, now)
                 if action == UNLOAD and sim is None:
                     calls.append(Call(UNLOAD, d.engine, d.adapter, reason, False, d.unused))
                     continue
                 if sim is not None:
                     sim.held[d.engine].pop(d.adapter, None)
-                    self.stays.ended(d.engine, d.adapter, now)
                 if action == UNLOAD:
                     counts.unloads += 1
                 self._evicted(d.unused)

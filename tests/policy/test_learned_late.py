@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet.drive.leader import LeaderPolicy, Standings, default_experts
-from lorafleet.drive.session import Session
+from lorafleet.drive.session import LOADED, Session
 from lorafleet.inventory import Inventory, load_inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
@@ -101,6 +101,40 @@ def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Pat
     assert (session.counts.hits, session.counts.misses) == (1, 3)
     _read(session, _line("a2", 1011.0, 1011.5))  # the load that put a0 back took the least recently used, a1
     assert session.counts.hits == 2 and "a1" not in session.core.book["h/e0"].resident
+
+
+def _live(tmp: Path, policy: Policy) -> Session:
+    """A live session, as the daemon's: it returns its calls, and the engine's answers come back to it."""
+    session = Session(PolicyCore(make_inventory(tmp, adapters=4, engines=TWO_SLOTS), policy), answers=False)
+    session.start(999.0)
+    return session
+
+
+def test_live_an_adapter_the_book_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Path) -> None:
+    """The daemon's own counts, from lines alone: a0 was held when its request came at 1002, and the book, told of
+    a2's miss at 1003.1, evicted it before that request's line came at 1010 (the engine kept it in use). Judged as
+    the book stood at the line, the daemon counted it a miss (32% hits where the engines hit 93%, with
+    seconds-long requests); it counts what the engine held when the request came."""
+    session = _live(tmp_path, LruPolicy())
+    for line in (_line("a0", 1000.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a2", 1003.0, 1003.1)):
+        for call in session.request(line):  # the load that registers it: answered at once
+            session.answered(line.seen or 0.0, call, LOADED, True, 10.0)
+    assert "a0" not in session.core.book["h/e0"].resident
+    session.request(_line("a0", 1002.0, 1010.0))
+    assert (session.counts.requests, session.counts.hits, session.counts.misses) == (4, 1, 3)
+
+
+def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_path: Path) -> None:
+    """a1's load, asked at 1001, was answered at 1001.2; a request for it that came at 1000.5 found the engine
+    without it (the engine loaded it for the request), though by its line at 1002 the book holds it."""
+    session = _live(tmp_path, _Script([(1001.0, "h/e0", "a1")]))
+    calls = session.advance(1001.0)
+    assert [(c.engine, c.adapter) for c in calls] == [("h/e0", "a1")]
+    session.answered(1001.2, calls[0], LOADED, True, 200.0)
+    session.request(_line("a1", 1000.5, 1002.0))
+    assert (session.counts.requests, session.counts.hits, session.counts.misses) == (1, 0, 1)
+    session.request(_line("a1", 1001.5, 1003.0))
+    assert (session.counts.requests, session.counts.hits) == (2, 1)
 
 
 @pytest.mark.parametrize("engines", [2, 9], ids=["scanned", "indexed"])  # past SCAN_MAX: the engines it was on
