@@ -143,7 +143,7 @@ class Daemon:
         )
         self._next_memory = time.monotonic() + options.memory_every_s
         self._unremembered = False  # lines were committed since the memory last went with a commit
-        self.session = Session(core, options.shadow, self.summary, placements)
+        self.session = Session(core, options.shadow, self.summary, placements, read_after_s=options.poll_s)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
         # policy is that baseline itself: its own counts are the figure). The lorafleet policy already simulates
         # them, as its lru expert: that copy is the figure, not an eighth session per line doing the same work.

@@ -36,11 +36,11 @@ Served = Callable[[RequestEvent, str | None, str, float], None]
 class LateFleet:
     """One policy's session learning from log lines, against stand-in engines (module docstring)."""
 
-    def __init__(self, session: Session, served: Served | None = None, read_after_s: float = 0.0) -> None:
-        """`session`: a live one (no simulated engines), which returns its calls; `served`: told what the engine
-        did with each request at its arrival (else each request and its outcome are kept in `outcomes`);
-        `read_after_s`: how long after its writing a line is read (a follower's poll)."""
-        self.read_after_s = read_after_s
+    def __init__(self, session: Session, served: Served | None = None) -> None:
+        """`session`: a live one (no simulated engines), which returns its calls, each line read its
+        `read_after_s` after its writing (a follower's poll); `served`: told what the engine did with each request
+        at its arrival (else each request and its outcome are kept in `outcomes`)."""
+        self.read_after_s = session.read_after_s
         core = session.core
         self.session = session
         self.outcomes: list[tuple[RequestEvent, str]] = []

@@ -214,6 +214,7 @@ class LeaderPolicy(Policy):
     margin = 2.0  # ... and by this many requests
     long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
     max_settle_s = 120.0  # a request learned from its line is scored at most this long after it came
+    read_after_s = 0.0  # how long after its writing a line is read (the driver's poll: `driven`)
 
     def __init__(
         self,
@@ -249,8 +250,9 @@ class LeaderPolicy(Policy):
         state["_scorers"] = None  # made again from the default experts, and run from the lines that follow
         return state
 
-    def driven(self, engines: object | None) -> None:
+    def driven(self, engines: object | None, read_after_s: float = 0.0) -> None:
         self._engines = engines if isinstance(engines, SimulatedEngines) else None
+        self.read_after_s = read_after_s
 
     def bind(self, core: PolicyCore) -> None:
         if self.shadows:
@@ -450,7 +452,7 @@ class LeaderPolicy(Policy):
 
     def _scorer(self, make: Callable[[], Policy]) -> LateFleet:
         core = PolicyCore(self.core.inventory, make(), touch_budget=self.core.touch_budget, like=self.core)
-        return LateFleet(Session(core, answers=False))  # each line read as written: a poll is nothing to a score
+        return LateFleet(Session(core, answers=False, read_after_s=self.read_after_s))  # read as the lines are
 
     def _match(self, now: float, model: str | None, index: int) -> None:
         """The new leader's copy of each engine of the pool takes the live engine's contents and loads in flight

@@ -181,10 +181,12 @@ class Session:
         plan: Sequence[Placement] = (),
         answers: bool = True,
         waits: list[float] | None = None,
+        read_after_s: float = 0.0,
     ) -> None:
         """`simulate`: simulated engines at the inventory's budgets carry the decisions out (replay, shadow mode);
         otherwise they come back as calls for the driver to make. `answers`: keep what happened for
-        `take_answers`; `waits`: a list to append every served request's wait to (a hit in a GPU slot waits 0)."""
+        `take_answers`; `waits`: a list to append every served request's wait to (a hit in a GPU slot waits 0).
+        `read_after_s`: how long after its writing a log line reaches the session, at most (a follower's poll)."""
         self.core = core
         self.answers: list[Answer] | None = [] if answers else None
         self.waits = waits
@@ -192,7 +194,8 @@ class Session:
         if simulate:
             budgets = {key: state.budget for key, state in core.book.engines.items()}
             self.sim = SimulatedEngines(core.load_ms, budgets, core.sizes)
-        core.policy.driven(self.sim)
+        self.read_after_s = read_after_s
+        core.policy.driven(self.sim, read_after_s)
         self.counts = counts if counts is not None else Counts()
         self.plan = tuple(plan)  # placements a reconcile warms again where the engine lacks them
         self.clock = float("-inf")  # the newest instant seen: time never runs backwards

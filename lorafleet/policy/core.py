@@ -84,10 +84,10 @@ class Policy:
         """A reconcile found an engine without these adapters (restarted, or unloaded by someone else): the book
         has forgotten them. Policies that keep copies of the engines forget them there too."""
 
-    def driven(self, engines: object | None) -> None:
+    def driven(self, engines: object | None, read_after_s: float = 0.0) -> None:
         """The session carrying this core's decisions out has started: `engines` are its simulated engines
-        (drive/simulated.py), None where real engines carry them out. A policy that keeps copies of the engines
-        reads their loaders from there."""
+        (drive/simulated.py), None where real engines carry them out; a log line reaches it at most `read_after_s`
+        after its writing. A policy that keeps copies of the engines reads their loaders from there."""
 
     def resumed(self) -> None:
         """Bound to a restarted daemon's core (store/memory.py): what it learned stays; the engines' contents are

@@ -118,7 +118,7 @@ class Simulation:
         self.standins: StandInEngines | None = None
         self.late = any(e.seen is not None for e in events)  # learned from its line, after the engine served it
         if self.late:
-            self.session = Session(core, answers=False)  # LateFleet's, once run
+            self.session = Session(core, answers=False, read_after_s=FOLLOW_POLL_S)  # LateFleet's, once run
         else:
             self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
@@ -186,7 +186,7 @@ class Simulation:
             result.cold_ms_paid += waited
             cold_ms.append(waited)
 
-        fleet = LateFleet(self.session, served, FOLLOW_POLL_S)
+        fleet = LateFleet(self.session, served)
         for index, event in enumerate(self.events):
             if event.kind == ADAPTER:
                 fleet.add(event)

@@ -273,3 +273,13 @@ def test_the_engines_alone_figure_is_one_lru_simulation_the_lorafleet_policys_ow
         assert core_policy.expert("no-such-expert") is None
     else:
         assert daemon.baseline is not None and alone is daemon.baseline.counts
+
+
+def test_the_experts_runs_read_lines_a_poll_after_their_writing_as_the_daemon_does(tmp_path: Path) -> None:
+    """The lorafleet policy scores its experts on logs with durations by runs that read each line as the daemon's
+    follower does, at most a poll after its writing (tests/policy/test_learned_late.py: replay's lag)."""
+    inv = load_inventory(INVENTORIES / "demo.yaml")
+    with open_store(tmp_path / "s.db") as store:
+        daemon = Daemon(inv, store, DaemonOptions(policy="lorafleet", shadow=True, once=True, poll_s=0.3))
+        assert daemon.session.read_after_s == 0.3
+        assert daemon.session.core.policy.read_after_s == 0.3  # type: ignore[attr-defined]
