@@ -15,7 +15,7 @@ import pytest
 
 from lorafleet.drive.late import LateFleet
 from lorafleet.drive.leader import LeaderPolicy, Standings, default_experts
-from lorafleet.drive.session import LOADED, Session
+from lorafleet.drive.session import LOADED, UNLOADED, Session
 from lorafleet.inventory import Inventory, load_inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
@@ -136,6 +136,52 @@ def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_pat
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (1, 0, 1)
     session.request(_line("a1", 1001.5, 1003.0))
     assert (session.counts.requests, session.counts.hits) == (2, 1)
+
+
+def test_live_what_a_reconcile_or_another_process_changed_counts_from_then(tmp_path: Path) -> None:
+    """The engine's registry lacked a0 at the reconcile of 1005, and `lorafleet unload` took a1 at 1006 (the book
+    follows both): requests that came after are misses, though the book's record of what it loaded held them
+    until then; a2, loaded by `warm` at 1007, is a hit for a request that came at 1008."""
+    session = _live(tmp_path, LruPolicy())
+    for adapter in ("a0", "a1"):
+        for call in session.request(_line(adapter, 1000.0, 1000.5)):
+            session.answered(1000.5, call, LOADED, True, 10.0)
+    session.reconciled(1005.0, "h/e0", ["a1"], [], [])
+    session.noticed("h/e0", "a1", UNLOADED, False)  # at the newest instant seen: 1005
+    session.request(_line("a3", 1006.9, 1007.0))  # the clock at 1007
+    session.noticed("h/e0", "a2", LOADED, False)
+    before = session.counts.hits
+    session.request(_line("a0", 1005.5, 1009.0))
+    session.request(_line("a1", 1006.5, 1009.5))
+    assert session.counts.hits == before
+    session.request(_line("a2", 1008.0, 1010.0))
+    assert session.counts.hits == before + 1
+
+
+def test_live_what_the_book_evicted_or_a_reconcile_adopted_counts_from_then(tmp_path: Path) -> None:
+    """Two slots: a0 is evicted for a2 at 1003.1 (by the book, as the engine's LRU), a1 for a3 by `warm` at
+    1004.5; requests for them that came after are misses. A reconcile at 1006 finds the engine holding only a2,
+    which it runs (vLLM caches what it runs), and the book adopts it: a request for it that came at 1007 is a
+    hit."""
+    session = _live(tmp_path, LruPolicy())
+
+    def read(line: RequestEvent) -> None:
+        for call in session.request(line):
+            session.answered(line.seen or 0.0, call, LOADED, True, 10.0)
+
+    for line in (_line("a0", 1000.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a2", 1003.0, 1003.1)):
+        read(line)
+    read(_line("a2", 1004.4, 1004.5))  # the clock at 1004.5
+    session.noticed("h/e0", "a3", LOADED, False)  # displaces a1, the least recently used
+    hits = session.counts.hits
+    read(_line("a0", 1004.0, 1005.0))
+    read(_line("a1", 1004.6, 1005.5))
+    assert session.counts.hits == hits
+    assert set(session.core.book["h/e0"].resident) == {"a0", "a1"}  # the lines' misses loaded them again
+    session.reconciled(1006.0, "h/e0", ["a2"], [], ["a2"])  # only a2, which it runs, is there
+    assert set(session.core.book["h/e0"].resident) == {"a2"}
+    read(_line("a2", 1007.0, 1007.5))
+    assert session.counts.hits == hits + 1
 
 
 @pytest.mark.parametrize("engines", [2, 9], ids=["scanned", "indexed"])  # past SCAN_MAX: the engines it was on
