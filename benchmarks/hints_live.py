@@ -14,7 +14,8 @@ nginx mirrors each request's start to `daemon --hints-addr`. Shapes:
 - `think`: the same chains with 0.5-1.5 s between steps;
 - `zipf`: independent requests, Zipf 1.1 over the pool (nothing to predict).
 Per shape and mode: live hit ratio (all requests, and the later steps 2-4 of chains), then `replay` of the access
-log nginx wrote under the same visibility, and the difference in points (goal: within 3).
+log nginx wrote under the same visibility, and the difference in points (goal: within 3); `counted`: the hit
+ratio the daemon itself journaled (what `stats` reports), against the engine's own count (`live`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import http.client
 import json
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -195,6 +197,8 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 kept = Path(args.keep) / f"{shape}-{mode}"
                 shutil.copytree(folder, kept, dirs_exist_ok=True)
                 (kept / "requests.json").write_text(json.dumps(results))
+        with sqlite3.connect(folder / "state.db") as journal:  # what the daemon counted (`stats` reads it)
+            counted, counted_hits = journal.execute("SELECT SUM(requests), SUM(hits) FROM rollups").fetchone()
         inventory = load_inventory(inv)
         events, _ = read_events([folder / "nginx" / "access.jsonl"], inventory)
         replayed = simulate(inventory, "lorafleet", events, visibility=mode)
@@ -216,6 +220,7 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             if replay_later and shape != "zipf"
             else None,
             "difference_points": round((replayed.hit_ratio - live) * 100, 1),
+            "daemon_counted_hit_ratio": round(counted_hits / counted, 4) if counted else None,
         }
 
 
@@ -238,14 +243,15 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     head = f"{'shape':<14}{'mode':<7}{'requests':>9}{'live':>8}{'replay':>8}{'diff pts':>9}"
-    print(head + f"{'later live':>12}{'later replay':>14}{'wall s':>8}")
+    print(head + f"{'later live':>12}{'later replay':>14}{'counted':>9}{'wall s':>8}")
     for r in rows:
         later = [r[k] for k in ("live_later_steps_hit_ratio", "replay_later_steps_hit_ratio")]
         live_later, replay_later = ("-" if v is None else f"{v:.1%}" for v in later)
+        counted = "-" if r["daemon_counted_hit_ratio"] is None else f"{r['daemon_counted_hit_ratio']:.1%}"
         print(
             f"{r['shape']:<14}{r['mode']:<7}{r['requests']:>9}{r['live_hit_ratio']:>8.1%}"
             f"{r['replay_hit_ratio']:>8.1%}{r['difference_points']:>9.1f}{live_later:>12}{replay_later:>14}"
-            f"{r['wall_s']:>8.1f}"
+            f"{counted:>9}{r['wall_s']:>8.1f}"
         )
 
 
