@@ -585,11 +585,10 @@ class Session:
             core.loading_reason.pop(key, None)
             core.claimed.discard(key)
         dropped, adopted = state.match(other)
-        if self.sim is not None:
-            for adapter in dropped:
-                self.stays.ended(engine, adapter, now)
-            for adapter in adopted:
-                self.stays.began(engine, adapter, now)
+        for adapter in dropped:
+            self.stays.ended(engine, adapter, now)
+        for adapter in adopted:
+            self.stays.began(engine, adapter, now)
         for adapter, cold in own.items():
             if adapter not in state.in_flight:  # not taken again (not loading there, or no room here)
                 for arrived, served, used, held in self.waiters.pop((engine, adapter), ()):
@@ -621,9 +620,9 @@ class Session:
     def lost_on(self, now: float, engine: str, adapter: str) -> None:
         """The engine lost a resident by no decision of this session's (the live engine it copies did)."""
         self.core.book.engines[engine].evict(adapter)
+        self.stays.ended(engine, adapter, now)
         if self.sim is not None:
             self.sim.dropped(engine, adapter)
-            self.stays.ended(engine, adapter, now)
 
     def replace_inventory(self, inventory: Inventory, like: PolicyCore | None = None) -> None:
         """A new inventory: engines that stayed with the same budget keep their book; the demand model, the

@@ -1,11 +1,11 @@
-"""When each adapter was held on each simulated engine: a request learned from its log line is judged by then.
+"""When each adapter was held on each engine: a request learned from its log line is judged by then.
 
 A line is read after its request ended, and lines come in the order requests end, not the order they came: the
-engine served the request at its arrival, from what it held then. A simulated copy of the fleet (an expert's,
-drive/leader.py; shadow mode) keeps, per adapter and engine, the stretches of time it held the adapter, so a
-request is judged by what was held when it came, not by what is held when its line is read; and a line that
-reveals a load the engine made at an arrival (a miss then) adds that stretch, which later lines of requests that
-came meanwhile are judged by.
+engine served the request at its arrival, from what it held then. Every session (drive/session.py) keeps, per
+adapter and engine, the stretches of time it held the adapter — what simulated engines did (an expert's copy of
+the fleet, shadow mode), or what the book knew of live ones — so a request is judged by what was held when it
+came, not by what is held when its line is read; and a line that reveals a load the engine made at an arrival (a
+miss then) adds that stretch, which later lines of requests that came meanwhile are judged by.
 """
 
 from __future__ import annotations
