@@ -19,9 +19,10 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import cast
 
-from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Session
+from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Held, Session
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNSERVED
 from lorafleet.policy.events import RequestEvent
@@ -36,11 +37,15 @@ Served = Callable[[RequestEvent, str | None, str, float], None]
 class LateFleet:
     """One policy's session learning from log lines, against stand-in engines (module docstring)."""
 
-    def __init__(self, session: Session, served: Served | None = None) -> None:
+    def __init__(self, session: Session, served: Served | None = None, hints: bool = False) -> None:
         """`session`: a live one (no simulated engines), which returns its calls, each line read its
         `read_after_s` after its writing (a follower's poll); `served`: told what the engine did with each request
-        at its arrival (else each request and its outcome are kept in `outcomes`)."""
+        at its arrival (else each request and its outcome are kept in `outcomes`). `hints`: the session also
+        learns of each request at its arrival, from the gateway's start hint (`Session.hint`), as the engine
+        takes it; its line, read later, only releases its counts."""
         self.read_after_s = session.read_after_s
+        self.hints = hints
+        self.held: dict[int, Held] = {}  # with hints: each request's hint, by its order, until its line is read
         core = session.core
         self.session = session
         self.outcomes: list[tuple[RequestEvent, str]] = []
@@ -85,20 +90,31 @@ class LateFleet:
             adapter = event.adapter
             assert adapter is not None
             if kind == _READ:
-                self._carry_out(session.request(event, engine=self.on.pop(order, None)), at)
+                if self.hints:
+                    self._carry_out(session.request(event, held=self.held.pop(order)), at)
+                else:
+                    self._carry_out(session.request(event, engine=self.on.pop(order, None)), at)
                 continue
             if not session.started:
                 self._carry_out(session.start(at), at)
-            # Routed before lorafleet knew of it: where the log says, else by the placement rule.
-            engine = core.named_engine(event) or core.place(adapter)
+            calls: list[Call] = []
+            if self.hints:  # the gateway forwards the request and mirrors its start to lorafleet at once: the
+                # engine takes it as lorafleet routes it, before any call lorafleet makes for it arrives
+                calls, self.held[order] = session.hint(replace(event, seen=None) if event.seen is not None else event)
+                engine = session.last_engine
+            else:  # routed before lorafleet knew of it: where the log says, else by the placement rule
+                engine = core.named_engine(event) or core.place(adapter)
             if engine is None:
                 self.served(event, None, UNSERVED, 0.0)
             else:
                 outcome, waited = standins.arrive(at, engine, adapter)
                 self.own += 1
                 heapq.heappush(timeline, (max(at, event.seen or at), _END, self.own, (engine, adapter)))
-                self.on[order] = engine  # the book learns where it was served (beside the line, not in it)
+                if not self.hints:
+                    self.on[order] = engine  # the book learns where it was served (beside the line, not in it)
                 self.served(event, engine, outcome, waited)
+            if calls:
+                self._carry_out(calls, at)
             seen = event.seen if event.seen is not None else at
             heapq.heappush(timeline, (seen + self.read_after_s, _READ, order, event))
 

@@ -215,6 +215,7 @@ class LeaderPolicy(Policy):
     long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
     max_settle_s = 120.0  # a request learned from its line is scored at most this long after it came
     read_after_s = 0.0  # how long after its writing a line is read (the driver's poll: `driven`)
+    _pending_first = True  # whether the live engines' calls for the request the copies serve came before it
 
     def __init__(
         self,
@@ -373,6 +374,7 @@ class LeaderPolicy(Policy):
         """The leader's session takes the request (where it routed it, or `engine`, where the live engines served
         it; whether it was a hit there); the other experts' wait for `catch_up`, and route it their own way."""
         self.catch_up()
+        self._pending_first = self.core.first  # every copy takes it as the live session did (a start hint or not)
         self._serve(self._leader(self._model(event)), event, engine)
         self._pending, self._pending_scores = event, False
         self._observed = event
@@ -381,7 +383,7 @@ class LeaderPolicy(Policy):
         shadow = self.shadows[index]
         before = shadow.counts.hits
         session = shadow.session
-        session.request(event, engine=engine)
+        session.request(event, engine=engine, first=self._pending_first)
         self._hits[index] = shadow.counts.hits > before
         self._routed[index] = session.last_engine
 

@@ -231,13 +231,16 @@ class Session:
         self.answers = []
         return answers
 
-    def request(self, event: RequestEvent, engine: str | None = None, held: Held | None = None) -> list[Call]:
+    def request(
+        self, event: RequestEvent, engine: str | None = None, held: Held | None = None, first: bool = True
+    ) -> list[Call]:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
         where it was served (the leader's copy of the fleet serves a line where the live engines did).
         `held`: the request was served at its start hint (`hint`); only its counts are released now. A line
         written at its request's end is taken no earlier than then (`seen`): nothing lorafleet did for it, or
-        for what it taught, could have been done before."""
+        for what it taught, could have been done before. `first` False: lorafleet learned of it as its engine took
+        it (an expert's copy serving what the live session learned from a start hint)."""
         now = self._at(event.seen if event.seen is not None and held is None else event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
@@ -246,7 +249,7 @@ class Session:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
             return calls
-        more = self._arrive(now, event, engine, None)
+        more = self._arrive(now, event, engine, None, first)
         return calls + more if calls else more
 
     def idle(self) -> None:
@@ -263,8 +266,11 @@ class Session:
         more = self._arrive(now, event, None, held)
         return (calls + more if calls else more), held
 
-    def _arrive(self, now: float, event: RequestEvent, engine: str | None, held: Held | None) -> list[Call]:
+    def _arrive(
+        self, now: float, event: RequestEvent, engine: str | None, held: Held | None, first: bool = True
+    ) -> list[Call]:
         core = self.core
+        core.first = first and held is None  # a start hint comes as the engine takes the request, not before
         given = engine is not None
         if engine is None:
             engine = core.route(event)

@@ -98,6 +98,11 @@ TOUCH_BUDGET = 0.1  # touches allowed per adapter request an engine serves, by d
 
 
 class PolicyCore:
+    # Whether lorafleet's calls for the request being served reach its engine before the request does: a request
+    # known on arrival. Not so for one learned from its start hint, which the gateway sends as it forwards the
+    # request, so the engine has made room for a miss by itself (`serve`'s `known`); the session says which.
+    first = True
+
     def __init__(
         self,
         inventory: Inventory,
@@ -184,12 +189,12 @@ class PolicyCore:
     def on_request(self, now: float, event: RequestEvent, engine: str | None) -> tuple[str, list[Decision]]:
         """A request served and learned at once (lorafleet knows of it on arrival): classify it (hit, late, miss)
         and return the decisions it leads to; `used_prefetch` says whether it was the first request to use a
-        prefetched adapter."""
+        prefetched adapter. Whether lorafleet's calls for it could steer its engine is `first`."""
         adapter = event.adapter
         assert adapter is not None
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
-        outcome, decisions = self.serve(now, event, engine)
+        outcome, decisions = self.serve(now, event, engine, known=self.first)
         decisions.extend(self.policy.on_request(now, event, engine, outcome))
         return outcome, decisions
 

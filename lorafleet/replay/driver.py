@@ -13,13 +13,19 @@ learned when lorafleet could know of it (`VISIBILITY`): `log` — when its line 
 A log without durations gives each request one time, so the two are the same there.
 
 Learned from its line, a request was served before lorafleet knew of it, and the book then believes what it
-learned in the order it learned it, while the engine holds what its own LRU kept. So with durations, `log` runs
+learned in the order it learned it, while the engine holds what its own LRU kept. So with durations, replay runs
 the session as the daemon does (it returns calls; each line is taken when a follower reads it) against engines
-that act by themselves as each kind does (drive/standin.py): the stand-ins say which requests hit, came late or
-missed and how long each waited; what lorafleet did and believed (loads, prefetches and their use, touches,
-evictions, GPU hits) is the session's, as the daemon's journal has it. The session learns where each request
-was served, beside the line rather than in it: the engine the placement rule chose on the live book is no part
-of the log, so the experts' copies of the fleet (drive/leader.py) route the line their own way.
+that act by themselves as each kind does (drive/standin.py), in either visibility: the stand-ins say which
+requests hit, came late or missed and how long each waited; what lorafleet did and believed (loads, prefetches
+and their use, touches, evictions, GPU hits) is the session's, as the daemon's journal has it. With `log` the
+session learns where each request was served, beside the line rather than in it: the engine the placement rule
+chose on the live book is no part of the log, so the experts' copies of the fleet (drive/leader.py) route the
+line their own way. With `hints` it learns of each request from its start hint as the engine takes it
+(`Session.hint`: it routes it, and a miss has made room by the engine's own LRU before any call of lorafleet's
+arrives), and its line, read a poll after its end, releases its counts and ends its run. The engines alone do
+not depend on when lorafleet learns of a request: one model of them, whatever the visibility. The policies
+that see the future (`OFFLINE_POLICIES`) still run on the simulated engines, each request known on arrival and
+running until its end.
 """
 
 from __future__ import annotations
@@ -103,12 +109,12 @@ class Simulation:
         visibility: str = LOG,
     ) -> None:
         """`events` in arrival order (`in_arrival_order`)."""
-        # Where each request ends, when known on arrival (hints, or a policy that sees the future) from a log with
-        # durations: it runs until then, its adapter in use on the engine (`Session.runs`).
+        # Where each request ends, for a policy that sees the future on a log with durations: it runs until then,
+        # its adapter in use on the engine (`Session.runs`).
         self.ends: list[float | None] | None = None
-        if visibility == HINTS or policy in OFFLINE_POLICIES:
-            # Each request known on arrival: from its start hint, or by a policy that sees the future (so its
-            # evictions are its own, not what vLLM's LRU did before a log line could tell of the request).
+        if policy in OFFLINE_POLICIES:
+            # Each request known on arrival, by a policy that sees the future (so its evictions are its own, not
+            # what vLLM's LRU did before a log line could tell of the request).
             if any(e.seen is not None for e in events):
                 self.ends = [e.seen for e in events]
             events = [dataclasses.replace(e, seen=None) if e.seen is not None else e for e in events]
@@ -116,7 +122,10 @@ class Simulation:
         self.result = PolicyResult(policy=policy, visibility=visibility, engines=len(inventory.engines))
         core = PolicyCore(inventory, make_policy(policy, events, variant, plan), touch_budget=touch_budget)
         self.standins: StandInEngines | None = None
-        self.late = any(e.seen is not None for e in events)  # learned from its line, after the engine served it
+        # Served by engines acting by themselves, lorafleet learning of each request from its line (after the
+        # engine served it) or from its start hint (as the engine takes it: `hints`)
+        self.late = any(e.seen is not None for e in events)
+        self.hints = visibility == HINTS
         if self.late:
             self.session = Session(core, answers=False, read_after_s=FOLLOW_POLL_S)  # LateFleet's, once run
         else:
@@ -186,7 +195,7 @@ class Simulation:
             result.cold_ms_paid += waited
             cold_ms.append(waited)
 
-        fleet = LateFleet(self.session, served)
+        fleet = LateFleet(self.session, served, hints=self.hints)
         for index, event in enumerate(self.events):
             if event.kind == ADAPTER:
                 fleet.add(event)

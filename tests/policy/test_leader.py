@@ -3,6 +3,7 @@ pinned, and the touch budget every policy keeps to (policy/core.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Iterable
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from lorafleet.drive.leader import LeaderPolicy, Standings
+from lorafleet.drive.session import Session
 from lorafleet.policy.baselines import LfuPolicy, LruPolicy, MarkovPolicy
 from lorafleet.policy.core import Policy, PolicyCore
-from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.predictive import LorafleetPolicy
 from lorafleet.policy.residency import EngineResidency
 from lorafleet.replay.driver import Simulation
@@ -663,3 +665,23 @@ def test_every_experts_copy_sees_the_live_engines_running_requests(tmp_path: Pat
     policy.resumed()
     core.book.engines["h/e0"].running["a1"] = 1
     assert all(s.session.core.book.engines["h/e0"].running == {"a0": 1, "a1": 1} for s in policy.shadows)
+
+
+def test_a_request_learned_from_its_start_hint_makes_room_alike_live_and_on_every_copy(tmp_path: Path) -> None:
+    """A start hint comes as the engine takes its request, so the engine has made room for a miss by itself: the
+    live book and every expert's copy take the engine's own victim alike (imitation stays exact) and no touch is
+    sent, whatever the leader would rather evict."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("mru", MruPolicy), ("lru", LruPolicy)])
+    policy.z = math.inf  # the leader, which would evict the most recent, never changes
+    core = PolicyCore(inv, policy, touch_budget=10.0)
+    session = Session(core, simulate=True)
+    rng = random.Random(5)
+    for i in range(200):
+        line = RequestEvent(1000.0 + i, ADAPTER, f"a{rng.randrange(6)}", tenant="t", base_model="m", seen=1000.5 + i)
+        _, held = session.hint(dataclasses.replace(line, seen=None))
+        session.request(line, held=held)
+        policy.catch_up()
+        for shadow in policy.shadows:
+            assert set(shadow.session.core.book.engines["h/e0"].resident) == set(core.book.engines["h/e0"].resident)
+    assert session.counts.touches == 0 and session.counts.misses > 50

@@ -40,8 +40,15 @@ def two_slot_inventory(tmp: Path) -> Inventory:
     return make_inventory(tmp, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
 
 
+def three_slot_inventory(tmp: Path) -> Inventory:
+    """One vLLM engine holding three adapters: the engine alone still misses every step of a four-step chain, and
+    a prefetch of the next step has room beside the step running and the one before, in use until its line is
+    read (a start hint says when a request starts, only its line when it ends)."""
+    return make_inventory(tmp, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+
+
 def test_back_to_back_steps_are_prefetched_from_hints_but_not_from_log_lines(tmp_path: Path) -> None:
-    inv = two_slot_inventory(tmp_path)
+    inv = three_slot_inventory(tmp_path)
     events = workflow(30)
     hinted = simulate(inv, "markov", events, visibility=HINTS)
     logged = simulate(inv, "markov", events, visibility=LOG)
@@ -257,27 +264,38 @@ def test_an_engine_that_unloads_on_request_follows_the_policy_whenever_it_learns
     assert [(d.action, d.adapter) for d in late] == [("unload", "a2"), ("load", "a3")]
 
 
-def test_live_a_log_line_is_served_as_the_engine_served_it_and_a_hinted_one_as_the_policy_chose(
+def test_live_a_miss_makes_room_as_the_engine_did_whether_learned_from_its_line_or_its_start_hint(
     tmp_path: Path,
 ) -> None:
+    """The gateway mirrors a request's start to lorafleet as it forwards it: the engine takes it (vLLM loads the
+    adapter and evicts its own least recently used) before any touch lorafleet would send could steer it, so the
+    book takes the engine's victim and no touch is sent, as for a request learned from its line. Where lorafleet
+    itself decides the load (a request known before the engine takes it), the policy's victim goes."""
+    line = RequestEvent(1000.0, ADAPTER, "a3", tenant="t", base_model="m", seen=1002.0)
     core, state = _full_engine(tmp_path)
     session = Session(core)  # live: the driver makes the calls
     session.started = True
-    line = RequestEvent(1000.0, ADAPTER, "a3", tenant="t", base_model="m", seen=1002.0)
     calls = session.request(line)
     assert [(c.action, c.adapter) for c in calls] == [("load", "a3")] and "a0" not in state.resident
 
     core, state = _full_engine(tmp_path, name="hinted.yaml")
     session = Session(core)
     session.started = True
-    calls, held = session.hint(dataclasses.replace(line, time=1000.0, seen=None))
+    calls, held = session.hint(dataclasses.replace(line, seen=None))
+    assert [(c.action, c.adapter) for c in calls] == [("load", "a3")] and "a0" not in state.resident
+    assert session.request(line, held=held) == [] and "a2" in state.resident
+
+    core, state = _full_engine(tmp_path, name="known.yaml")
+    session = Session(core)
+    session.started = True
+    calls = session.request(dataclasses.replace(line, seen=None))  # a log without durations: known first
     assert [(c.action, c.adapter) for c in calls] == [("touch", "a0"), ("touch", "a1"), ("load", "a3")]
-    assert session.request(line, held=held) == [] and "a2" not in state.resident
+    assert "a2" not in state.resident and "a0" in state.resident
 
 
-def test_replay_from_log_lines_sends_no_touch_for_a_demand_load(tmp_path: Path) -> None:
-    """Every request of a log with durations is learned after it was served: its load made room as the engine
-    would alone, so only the start hints' what-if steers demand loads with touches."""
+def test_replay_sends_no_touch_for_a_demand_load_learned_from_its_line_or_its_start_hint(tmp_path: Path) -> None:
+    """Every request of a log with durations is learned no earlier than the engine took it, from its line or
+    from its start hint: its load made room as the engine would alone, so no touch steers a demand load."""
     inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
     draws = random.Random(3).choices(range(6), weights=[8, 4, 2, 1, 1, 1], k=300)
     events = [
@@ -285,7 +303,9 @@ def test_replay_from_log_lines_sends_no_touch_for_a_demand_load(tmp_path: Path) 
         for i, a in enumerate(draws)
     ]
     assert simulate(inv, "lfu", events, visibility=LOG).touches == 0
-    assert simulate(inv, "lfu", events, visibility=HINTS).touches > 0
+    assert simulate(inv, "lfu", events, visibility=HINTS).touches == 0
+    known = [dataclasses.replace(e, seen=None) for e in events]  # each known before its engine took it: steered
+    assert simulate(inv, "lfu", known, visibility=HINTS).touches > 0
 
 
 class _PrefetchAt(Policy):
@@ -343,3 +363,20 @@ def test_replay_with_hints_keeps_an_adapter_in_use_until_its_request_ends(tmp_pa
     assert simulate(inv, "lru", events, visibility=HINTS).hits == 1
     bare = [dataclasses.replace(e, seen=None) for e in events]
     assert simulate(inv, "lru", bare, visibility=HINTS).hits == 0
+
+
+def test_the_engines_alone_serve_alike_whenever_lorafleet_learns_of_the_requests(tmp_path: Path) -> None:
+    """Replay's engines are the same stand-ins whether lorafleet learns of each request from its line or from its
+    start hint: what the engines do alone (lru, one engine: no routing to choose) does not depend on it, even with
+    more adapters in use at once than the engine holds (each kept while its request runs, as vLLM does)."""
+    inv = make_inventory(tmp_path, adapters=8, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    rng = random.Random(11)
+    events = [
+        RequestEvent(
+            1000.0 + i * 0.1, ADAPTER, f"a{rng.randrange(8)}", tenant="t", base_model="m", seen=1001.0 + i * 0.1
+        )
+        for i in range(400)
+    ]
+    logged, hinted = (simulate(inv, "lru", events, visibility=v) for v in (LOG, HINTS))
+    assert (hinted.hits, hinted.late, hinted.misses) == (logged.hits, logged.late, logged.misses)
+    assert hinted.bypassed == logged.bypassed == 0 and 0 < logged.hits < logged.requests
