@@ -2,6 +2,7 @@
 
     python benchmarks/judge.py [--seeds tune|report] [--families a,b] [--policies lru,lfu,...] [--json]
     python benchmarks/judge.py --durations [...]   # each line written at its request's end (durations.py)
+    python benchmarks/judge.py --hints [...]       # ... and each request's start hinted to lorafleet as it comes
 
 Every policy replays each family's trace on each seed (lorafleet.replay.driver.simulate, empty engines). Per
 family: each policy's mean hit ratio over the seeds, the best baseline (by mean), lorafleet's margin over the
@@ -28,7 +29,7 @@ from durations import with_durations  # noqa: E402
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
-from lorafleet.replay.driver import PolicyResult, simulate  # noqa: E402
+from lorafleet.replay.driver import HINTS, LOG, PolicyResult, simulate  # noqa: E402
 
 SEEDS = {"tune": TUNE2, "report": REPORT2}
 DEFAULT_POLICIES = ("lru", "lfu", "arc", "wtinylfu", "markov", "lorafleet")
@@ -36,7 +37,7 @@ OURS = "lorafleet"
 
 
 def judge_family(
-    name: str, seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False
+    name: str, seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False, visibility: str = LOG
 ) -> dict[str, Any] | None:
     started = time.perf_counter()
     runs: dict[str, list[PolicyResult]] = {p: [] for p in policies}
@@ -51,7 +52,7 @@ def judge_family(
         requests.append(len(events))
         known: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
-            result = simulate(inventory, policy, events, known=known)
+            result = simulate(inventory, policy, events, known=known, visibility=visibility)
             known.append(result)
             runs[policy].append(result)
     row: dict[str, Any] = {
@@ -85,7 +86,10 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
+    parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
     args = parser.parse_args()
+    args.durations = args.durations or args.hints
+    visibility = HINTS if args.hints else LOG
     seeds = SEEDS[args.seeds]
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     names = args.families.split(",") if args.families else list(FAMILIES2)
@@ -95,7 +99,7 @@ def main() -> None:
     started = time.perf_counter()
     rows, skipped = [], []
     for name in names:
-        row = judge_family(name, seeds, policies, args.durations)
+        row = judge_family(name, seeds, policies, args.durations, visibility)
         if row is None:
             skipped.append(name)
             if not args.json:
@@ -110,6 +114,7 @@ def main() -> None:
         "seeds": args.seeds,
         "seed_values": list(seeds),
         "durations": args.durations,
+        "visibility": visibility,
         "policies": list(policies),
         "families": rows,
         "skipped": skipped,
@@ -122,6 +127,8 @@ def main() -> None:
         print(json.dumps(summary, indent=2))
         return
     lines = "lines at each request's end" if args.durations else "lines at arrival"
+    if args.hints:
+        lines += ", each start hinted"
     print(f"tracegen2, seeds {', '.join(map(str, seeds))} ({args.seeds}), {lines}; hit ratio % per policy, mean")
     head = ["family", *policies, "best", "margin", "worst", "vs lru", "touch/req", "loader", "wall s"]
     widths = [max(20, len(h)) if i == 0 else max(7, len(h)) for i, h in enumerate(head)]

@@ -3,6 +3,7 @@
     python benchmarks/suite.py [--seeds report|tune|all] [--families a,b] [--sensitivity] [--markdown]
     python benchmarks/suite.py --holdout [--markdown]
     python benchmarks/suite.py --durations [...]   # each line written at its request's end (durations.py)
+    python benchmarks/suite.py --hints [...]       # ... and each request's start hinted to lorafleet as it comes
 
 Families come from explicit parameters (benchmarks/tracegen.py), plus Azure Functions 2019 with random offsets
 inside each minute and a ServeGen client-rate stream when the shared traces are present. Tune on seeds 0-2 only
@@ -33,7 +34,7 @@ from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
 from lorafleet.inventory.model import Inventory  # noqa: E402
 from lorafleet.policy.events import RequestEvent  # noqa: E402
 from lorafleet.policy.predictive import LorafleetPolicy  # noqa: E402
-from lorafleet.replay.driver import PolicyResult, simulate  # noqa: E402
+from lorafleet.replay.driver import HINTS, LOG, PolicyResult, simulate  # noqa: E402
 
 SEEDS = {"tune": (0, 1, 2), "report": (3, 4, 5, 6, 7), "all": tuple(range(8)), "holdout": (10, 11, 12, 13, 14)}
 PARAMETERS = (
@@ -61,7 +62,11 @@ def traces(names: set[str] | None, holdout: bool = False) -> dict[str, Callable[
 
 
 def run_family(
-    make: Callable[[int], Trace | None], seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False
+    make: Callable[[int], Trace | None],
+    seeds: tuple[int, ...],
+    policies: tuple[str, ...],
+    durations: bool = False,
+    visibility: str = LOG,
 ) -> dict[str, list[PolicyResult]]:
     results: dict[str, list[PolicyResult]] = {p: [] for p in policies}
     for seed in seeds:
@@ -73,7 +78,8 @@ def run_family(
             events = with_durations(events, seed)
         done: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
-            done.append(simulate(inventory, policy, events, known=done if policy == "oracle" else ()))
+            known = done if policy == "oracle" else ()
+            done.append(simulate(inventory, policy, events, known=known, visibility=visibility))
             results[policy].append(done[-1])
     return results
 
@@ -99,7 +105,10 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--holdout", action="store_true", help="the holdout families, on the holdout seeds")
     parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
+    parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
     args = parser.parse_args()
+    args.durations = args.durations or args.hints
+    visibility = HINTS if args.hints else LOG
     if args.holdout:
         args.seeds = "holdout"
     seeds = SEEDS[args.seeds]
@@ -107,6 +116,8 @@ def main() -> None:
     started = time.perf_counter()
     header = "| family | " + " | ".join(POLICY_NAMES) + " | shortfall mean | worst seed | touches | wasted |"
     lines = "lines at each request's end (durations.py)" if args.durations else "lines at arrival"
+    if args.hints:
+        lines += ", each start hinted"
     print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}), {lines}; hit ratio % per policy, mean over seeds")
     print(header if args.markdown else header.replace("|", " "))
     if args.markdown:
@@ -115,7 +126,7 @@ def main() -> None:
     family_means: list[tuple[float, str]] = []
     kept: dict[str, dict[str, list[PolicyResult]]] = {}
     for name, make in traces(chosen, args.holdout).items():
-        results = run_family(make, seeds, POLICY_NAMES, args.durations)
+        results = run_family(make, seeds, POLICY_NAMES, args.durations, visibility)
         if not results:
             print(f"{name}: trace data not present, skipped")
             continue
@@ -154,7 +165,9 @@ def main() -> None:
                 setattr(LorafleetPolicy, parameter, original * factor)
                 try:
                     worst_here = max(
-                        shortfalls({**results, **run_family(makers[name], seeds, ("lorafleet",), args.durations)})[1]
+                        shortfalls(
+                            {**results, **run_family(makers[name], seeds, ("lorafleet",), args.durations, visibility)}
+                        )[1]
                         for name, results in kept.items()
                     )
                 finally:
