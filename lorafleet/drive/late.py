@@ -46,6 +46,9 @@ class LateFleet:
         self.read_after_s = session.read_after_s
         self.hints = hints
         self.held: dict[int, Held] = {}  # with hints: each request's hint, by its order, until its line is read
+        # with hints, a request added before its end was known (`line`): where it was served, by its order
+        self.waiting: dict[int, tuple[str | None, str]] = {}
+        self.lines: dict[int, RequestEvent | None] = {}  # ... and its line, when that came before its arrival ran
         core = session.core
         self.session = session
         self.outcomes: list[tuple[RequestEvent, str]] = []
@@ -60,10 +63,31 @@ class LateFleet:
         self.until = float("-inf")  # the latest `run` asked for: every fleet given the same requests and runs
         # serves the same ones, by then
 
-    def add(self, event: RequestEvent) -> None:
-        """An adapter request: served at its arrival (no earlier than the timeline has run), read at its line."""
-        heapq.heappush(self.timeline, (max(event.time, self.until), _ARRIVE, self.added, event))
+    def add(self, event: RequestEvent) -> int:
+        """An adapter request: served at its arrival (no earlier than the timeline has run), read at its line.
+        With hints, one whose end is not known yet (no `seen`) runs on its engine until `line` gives its line.
+        Returns its order."""
+        order = self.added
+        heapq.heappush(self.timeline, (max(event.time, self.until), _ARRIVE, order, event))
         self.added += 1
+        return order
+
+    def line(self, order: int, event: RequestEvent | None) -> None:
+        """With hints: the line of the request `add` took as `order` without its end, read now — it ends on its
+        engine at the line's time and the session reads it a poll later, each no earlier than the timeline has
+        run; None: its hint was closed without a line (it ends now, and the session lets it go)."""
+        if order not in self.waiting:  # its arrival has not run yet
+            self.lines[order] = event
+            return
+        engine, adapter = self.waiting.pop(order)
+        end = self.last if event is None or event.seen is None else max(self.last, event.seen)
+        if engine is not None:
+            self.own += 1
+            heapq.heappush(self.timeline, (end, _END, self.own, (engine, adapter)))
+        if event is None:
+            self.session.unjoined(self.held.pop(order))
+        else:
+            heapq.heappush(self.timeline, (max(self.last, end + self.read_after_s), _READ, order, event))
 
     def run(self, until: float = float("inf"), before: bool = False) -> None:
         """Everything on the timeline up to `until` (`before`: short of it), in time order."""
@@ -99,22 +123,29 @@ class LateFleet:
                 self._carry_out(session.start(at), at)
             calls: list[Call] = []
             if self.hints:  # the gateway forwards the request and mirrors its start to lorafleet at once: the
-                # engine takes it as lorafleet routes it, before any call lorafleet makes for it arrives
+                # engine takes it before any call lorafleet makes for it arrives (routed as a line is)
                 calls, self.held[order] = session.hint(replace(event, seen=None) if event.seen is not None else event)
                 engine = session.last_engine
             else:  # routed before lorafleet knew of it: where the log says, else by the placement rule
-                engine = core.named_engine(event) or core.place(adapter)
+                engine = core.placed(event)
+            ends = event.seen is not None or not self.hints  # else it runs until `line` says
             if engine is None:
                 self.served(event, None, UNSERVED, 0.0)
             else:
                 outcome, waited = standins.arrive(at, engine, adapter)
-                self.own += 1
-                heapq.heappush(timeline, (max(at, event.seen or at), _END, self.own, (engine, adapter)))
+                if ends:
+                    self.own += 1
+                    heapq.heappush(timeline, (max(at, event.seen or at), _END, self.own, (engine, adapter)))
                 if not self.hints:
                     self.on[order] = engine  # the book learns where it was served (beside the line, not in it)
                 self.served(event, engine, outcome, waited)
             if calls:
                 self._carry_out(calls, at)
+            if not ends:
+                self.waiting[order] = (engine, adapter)
+                if order in self.lines:
+                    self.line(order, self.lines.pop(order))
+                continue
             seen = event.seen if event.seen is not None else at
             heapq.heappush(timeline, (seen + self.read_after_s, _READ, order, event))
 

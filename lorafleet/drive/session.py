@@ -156,6 +156,7 @@ class Held:
     engine: str | None = None  # where it was served: its adapter is running there until its line comes
     adapter: str | None = None
     ended: bool = False  # its line came, or its hint was closed without one: it runs no more
+    hint: RequestEvent | None = None  # the hint's request, as the policy took it (`Policy.on_line`)
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
@@ -248,6 +249,7 @@ class Session:
             if not held.ended:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
+            self.core.policy.on_line(held.hint, event)
             return calls
         more = self._arrive(now, event, engine, None, first)
         return calls + more if calls else more
@@ -262,7 +264,7 @@ class Session:
         (`request(line, held=...)`). A hint whose line never comes is never counted."""
         now = self._at(event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
-        held = Held(Counts(), [])
+        held = Held(Counts(), [], hint=event)
         more = self._arrive(now, event, None, held)
         return (calls + more if calls else more), held
 
@@ -272,8 +274,8 @@ class Session:
         core = self.core
         core.first = first and held is None  # a start hint comes as the engine takes the request, not before
         given = engine is not None
-        if engine is None:
-            engine = core.route(event)
+        if engine is None:  # a start hint comes as the gateway forwards the request: it went where the gateway sent it
+            engine = core.route(event) if held is None else core.placed(event)
         self.last_engine = engine
         then: bool | None = None  # learned from its line: whether the engine held it at its arrival
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
@@ -380,6 +382,7 @@ class Session:
         if not held.ended:
             held.ended = True
             self.ended(held.engine, held.adapter, finished=False)
+            self.core.policy.on_line(held.hint, None)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""

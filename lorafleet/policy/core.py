@@ -65,6 +65,11 @@ class Policy:
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         return []
 
+    def on_line(self, hint: RequestEvent | None, line: RequestEvent | None) -> None:
+        """The log line of a request learned from its start hint (`hint`, as the policy took it), read now: it
+        tells when the request ended (`seen`); None: the hint was closed without one. Nothing is decided on it;
+        the lorafleet policy's runs of its experts take it (drive/leader.py)."""
+
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
         """An adapter left an engine (to make room). Policies may schedule work; they may not decide now."""
 
@@ -176,6 +181,13 @@ class PolicyCore:
             return engine
         chosen = self.policy.route(event)
         return chosen if chosen is not None else self.place(adapter)
+
+    def placed(self, event: RequestEvent) -> str | None:
+        """The engine a request the gateway routed before lorafleet could went to, as far as lorafleet can tell:
+        the one the log names, else the placement rule's choice on the book (a line, or a start hint mirrored as
+        the request is forwarded). The policy's own routing (`route`) is for requests it places itself."""
+        adapter = event.adapter
+        return self.named_engine(event) or (self.place(adapter) if adapter is not None else None)
 
     def named_engine(self, event: RequestEvent) -> str | None:
         """The engine the log names for an adapter request, when it can serve the adapter."""
