@@ -406,3 +406,36 @@ def test_a_hint_closed_without_its_line_ends_its_request_on_the_runs_stand_in_an
     fleet.line(later, _line("a1", 1002.0, 1003.0))  # its line before its arrival ran: kept until it does
     fleet.run()
     assert fleet.standins.engines["h/e0"].running == {} and fleet.session.counts.requests == 1
+
+
+def test_with_start_hints_the_runs_score_when_they_can_be_made_and_the_copies_otherwise(tmp_path: Path) -> None:
+    """Requests learned from start hints score the standings from the experts' runs with hints, once each; after
+    a restart, experts other than the default ones cannot be made again and their copies score the hints; runs
+    made for lines go on taking lines (a hint then is scored by the copies)."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
+    lines = [_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
+    for policy, runs in ((LeaderPolicy(), True), (LeaderPolicy(experts=[("own", LruPolicy)]), False)):
+        PolicyCore(inv, policy)
+        restored = pickle.loads(pickle.dumps(policy))
+        session = Session(PolicyCore(inv, restored), answers=False)
+        session.start(999.0)
+        for line in lines:
+            _, held = session.hint(dataclasses.replace(line, seen=None))
+            restored.idle()
+            session.request(line, held=held)
+        assert (restored._scorers is not None) is runs
+        assert restored.standings["m"].short.weight > 1.0  # the hints scored the standings, either way
+        if runs:
+            assert all(scorer.hints for scorer in restored._scorers or ())
+            assert not restored._hinted  # every line taken by the runs
+    mixed = LeaderPolicy()
+    session = Session(PolicyCore(inv, mixed), answers=False)
+    session.start(999.0)
+    session.request(lines[0])  # a line first: the runs learn from lines
+    mixed.idle()
+    weight = mixed.standings["m"].short.weight
+    _, held = session.hint(dataclasses.replace(lines[1], seen=None))
+    mixed.idle()
+    assert mixed.standings["m"].short.weight > weight and not mixed._hinted  # scored by the copies
+    session.request(lines[1], held=held)
+    assert not any(scorer.hints for scorer in mixed._scorers or ())
