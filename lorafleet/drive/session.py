@@ -807,7 +807,7 @@ class Session:
                     self.load_started[(d.engine, d.adapter)] = now
                     calls.append(Call(LOAD, d.engine, d.adapter, d.reason, d.adapter in book[d.engine].pins))
                     continue
-                sim.queue(now, d.engine, d.adapter, d.reason == DEMAND)
+                sim.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)
             else:  # an eviction, which takes the reason of the load it makes room for
                 reason = self.core.loading_reason.get((d.engine, d.reason), DEMAND)
                 self.stays.ended(d.engine, d.adapter, now)

@@ -101,13 +101,16 @@ class SimulatedEngines:
             elif action == LOAD:
                 self.queue(now, d.engine, d.adapter, d.reason == DEMAND)
 
-    def queue(self, now: float, engine: str, adapter: str, demand: bool) -> None:
+    def queue(self, now: float, engine: str, adapter: str, demand: bool, overrun: bool = False) -> None:
+        """`overrun`: the engine took the adapter itself past its budget (`Decision.overrun`): its doing, no
+        violation of lorafleet's."""
         held = self.held[engine]
         held[adapter] = self.sizes[adapter]
-        budget = self.budgets[engine]
-        over_slots = budget.host_slots is not None and len(held) > budget.host_slots
-        over_bytes = budget.budget_bytes is not None and sum(held.values()) > budget.budget_bytes
-        self.violations += int(over_slots) + int(over_bytes)
+        if not overrun:
+            budget = self.budgets[engine]
+            over_slots = budget.host_slots is not None and len(held) > budget.host_slots
+            over_bytes = budget.budget_bytes is not None and sum(held.values()) > budget.budget_bytes
+            self.violations += int(over_slots) + int(over_bytes)
         loader = self.loaders[engine]
         if demand:
             loader.wait(adapter)

@@ -127,11 +127,15 @@ class EngineResidency:
             b.budget_bytes is None or self.used_bytes + size <= b.budget_bytes
         )
 
-    def victims_for(self, size: int, order: Iterable[str]) -> list[str] | None:
+    def victims_for(self, size: int, order: Iterable[str], overrun: bool = False) -> list[str] | None:
         """The first victims from `order` that make room for `size` bytes, or None if they cannot.
 
         `order` is the policy's preference (least valuable first); pinned, in-flight and running adapters are
-        skipped.
+        skipped. `overrun`: the engine takes the adapter whether or not room can be made (a request it took
+        itself): where `order` runs out, the victims it found, and the engine runs past its budget. An engine
+        already past it that way (`over_budget`) makes room at its next load as far as it can (drive/standin.py):
+        there the victims need make room for the new adapter alone, and take as much of the excess as `order`
+        gives, so a load never adds to it.
         """
         if not self.fits_ever(size):
             return None
@@ -150,7 +154,22 @@ class EngineResidency:
             bytes_over -= self.sizes[adapter]
             if slots_over <= 0 and bytes_over <= 0:
                 return victims
-        return None
+        if overrun:
+            return victims
+        excess_slots, excess_bytes = self.excess()
+        return (
+            victims
+            if (excess_slots or excess_bytes) and slots_over <= excess_slots and bytes_over <= excess_bytes
+            else None
+        )
+
+    def excess(self) -> tuple[int, int]:
+        """How far past its budget the engine is, in slots and bytes: only ever by its own load of a request it
+        took with every other adapter in use (`start_load(overrun=True)`)."""
+        b = self.budget
+        slots = 0 if b.host_slots is None else max(0, self.used_slots - b.host_slots)
+        used = 0 if b.budget_bytes is None else max(0, self.used_bytes - b.budget_bytes)
+        return slots, used
 
     def violations(self) -> int:
         b = self.budget
@@ -159,10 +178,12 @@ class EngineResidency:
         return int(over_slots) + int(over_bytes)
 
     # --- changes ------------------------------------------------------------------------------------------
-    def start_load(self, adapter: str, size: int) -> None:
+    def start_load(self, adapter: str, size: int, overrun: bool = False) -> None:
+        """`overrun`: the engine took the adapter itself with every other one in use: past its budget until a
+        later load makes room (EngineResidency's only way over it)."""
         if self.holds(adapter):
             raise BudgetError(f"{adapter} is already loaded or loading on {self.key}")
-        if not self.has_room(size):
+        if not overrun and not self.has_room(size):
             raise BudgetError(f"loading {adapter} on {self.key} would exceed its budget")
         self.in_flight[adapter] = size
         self.used_bytes += size

@@ -242,3 +242,28 @@ def test_an_adapter_in_use_is_no_victim_and_needs_no_touch() -> None:
     mine.running["a"] = 1
     assert mine.victims_for(1, ["a", "b", "c"]) == ["b"]
     assert mine.keep_for(["c"]) == ["b"]  # a, older still, stays on the engine untouched
+
+
+def test_an_engine_runs_past_its_slots_only_by_its_own_load_and_a_later_load_never_adds_to_the_excess() -> None:
+    """With every adapter in use the engine takes a request's adapter past its slots (`overrun`); anything else
+    needs room. Past its budget, a load needs room for itself alone and takes as much of the excess as the order
+    gives (the engine's next load evicts what it can); one that would add to the excess is refused."""
+    e = engine(host_slots=2)
+    for name in ("a", "b"):
+        e.start_load(name, 10)
+        e.finish_load(name)
+        e.run(name)
+    assert e.victims_for(10, e.resident) is None  # both in use: no room for a load of lorafleet's
+    with pytest.raises(BudgetError):
+        e.start_load("c", 10)
+    assert e.victims_for(10, e.resident, overrun=True) == []  # the engine's own: past its slots
+    e.start_load("c", 10, overrun=True)
+    e.finish_load("c")
+    e.run("c")
+    assert e.excess() == (1, 0) and e.violations() == 1
+    assert e.victims_for(10, e.resident) is None  # all three still in use: no victim at all
+    e.ran("a")
+    assert e.victims_for(10, e.resident) == ["a"]  # room for d alone: the excess stays, not grown
+    e.ran("b")
+    assert e.victims_for(10, e.resident) == ["a", "b"]  # and back within the slots as far as the order goes
+    assert e.victims_for(10, ["b"]) == ["b"] and e.victims_for(10, []) is None
