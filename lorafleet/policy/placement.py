@@ -70,7 +70,7 @@ def unservable_reason(inventory: Inventory, adapter: Adapter) -> str:
 
 
 def _default_load(state: EngineResidency) -> tuple[int, int]:
-    return len(state.in_flight), state.used_slots
+    return state.placement_load()
 
 
 def rank_engines(
@@ -81,7 +81,8 @@ def rank_engines(
 ) -> list[str]:
     """The pool in order of preference: engines where the adapter is resident, then those loading it (each in
     pool order), then the rest least loaded first (by `load`, else fewest loads in flight and then fewest
-    adapters held; pool order breaks ties), so the choice is deterministic and its first is `choose_engine`'s."""
+    adapters held, no more than the slots: `EngineResidency.placement_load`; pool order breaks ties), so the
+    choice is deterministic and its first is `choose_engine`'s."""
 
     def key(item: tuple[int, str]) -> tuple[int, tuple[int, ...], int]:
         index, engine = item

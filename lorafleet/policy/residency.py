@@ -114,6 +114,14 @@ class EngineResidency:
     def used_slots(self) -> int:
         return len(self.resident) + len(self.in_flight)
 
+    def placement_load(self) -> tuple[int, int]:
+        """How loaded the placement rule takes the engine to be: its loads in flight, then the slots it holds, no
+        more than its slots (past them by requests in use, it has no more room for a newcomer than a full one)."""
+        flying = len(self.in_flight)
+        used = flying + len(self.resident)
+        slots = self.budget.host_slots
+        return flying, used if slots is None or used <= slots else slots
+
     def holds(self, adapter: str) -> bool:
         return adapter in self.resident or adapter in self.in_flight
 
@@ -416,10 +424,10 @@ def budget_of(engine: Engine) -> Budget:
 
 class _Group:
     """A least-loaded order over one serving pool: a heap of (loads in flight, slots used, position in the pool,
-    version) — the key `placement._default_load` weighs, pool order breaking ties. An entry is current while its
-    version is its engine's (`HolderIndex.version`); stale ones are dropped when they come to the top, and the
-    heap is compacted to the current entries (`current`, one per engine) when stale ones outnumber the pool, so
-    no single change pays for re-reading every engine."""
+    version) — the key the placement rule weighs (`EngineResidency.placement_load`), pool order breaking ties.
+    An entry is current while its version is its engine's (`HolderIndex.version`); stale ones are dropped when
+    they come to the top, and the heap is compacted to the current entries (`current`, one per engine) when
+    stale ones outnumber the pool, so no single change pays for re-reading every engine."""
 
     __slots__ = ("current", "heap", "keys", "limit", "position")
 
@@ -433,8 +441,8 @@ class _Group:
         self.current: dict[str, tuple[int, int, int, int]] = {}  # engine key -> its current entry
         for key, i in self.position.items():
             state = engines[key]
-            flying = len(state.in_flight)
-            self.current[key] = (flying, flying + len(state.resident), i, version.setdefault(key, 0))
+            flying, used = state.placement_load()
+            self.current[key] = (flying, used, i, version.setdefault(key, 0))
         self.heap: list[tuple[int, int, int, int]] = []
         self.compact()
 
@@ -504,8 +512,7 @@ class HolderIndex:
         version = self.version[key] = self.version.get(key, 0) + 1
         groups = self.groups_of.get(key)
         if groups:
-            flying = len(state.in_flight)
-            used = flying + len(state.resident)
+            flying, used = state.placement_load()
             for group in groups:
                 group.push(key, (flying, used, group.position[key], version))
 

@@ -12,7 +12,7 @@ from lorafleet.policy.placement import choose_engine, place_in, rank_engines
 from lorafleet.policy.residency import Budget, EngineResidency, ResidencyBook
 
 ADAPTERS = [f"a{i}" for i in range(12)]
-OPS = ("start", "finish", "fail", "evict", "admit", "forget", "replace")
+OPS = ("start", "finish", "fail", "evict", "admit", "forget", "replace", "overrun")
 
 
 def book_of(engines: int, slots: int) -> ResidencyBook:
@@ -39,6 +39,8 @@ def apply(book: ResidencyBook, op: str, engine: int, adapter: int) -> None:
         victims = state.victims_for(1, list(state.resident)) if name not in state.resident else []
         if victims is not None:
             state.admit(name, 1, victims)
+    elif op == "overrun" and not state.holds(name):  # the engine's own load past its slots (every adapter in use)
+        state.start_load(name, 1, overrun=True)
     elif op == "forget" and adapter % 4 == 0:
         state.forget_all()
     elif op == "replace" and adapter % 3 == 0:  # a reload keeps a state across books: a copy put in its place
@@ -97,3 +99,23 @@ def test_the_index_follows_a_pool_given_as_another_list_alike_in_content() -> No
         assert place_in("a0", pool, book) == "h/e1"  # resident on two: the first in pool order
     finally:
         placement.SCAN_MAX = saved
+
+
+def test_an_engine_past_its_slots_counts_as_full_not_fuller_for_a_newcomer() -> None:
+    """Placement weighs room for a newcomer: an engine past its slots by requests in use has none, as a full one
+    has none, so among the two pool order decides (counted as fuller, the past one sent every newcomer to the
+    other engine, and both churned: lru with hints fell from 54.6% to 50.0% on h-workflow-stray, seed 10)."""
+    book = book_of(2, 2)
+    past, full = book.engines["h/e0"], book.engines["h/e1"]
+    for name in ("a0", "a1"):
+        full.start_load(name, 1)
+        full.finish_load(name)
+        past.start_load(f"a{2 + int(name[1])}", 1)
+        past.finish_load(f"a{2 + int(name[1])}")
+    past.start_load("a4", 1, overrun=True)
+    past.finish_load("a4")
+    assert past.used_slots == 3 and past.placement_load() == full.placement_load() == (0, 2)
+    assert choose_engine("a9", ["h/e0", "h/e1"], book.engines) == "h/e0"
+    assert rank_engines("a9", ["h/e0", "h/e1"], book.engines) == ["h/e0", "h/e1"]
+    full.evict("a0")  # room now: the newcomer goes there
+    assert choose_engine("a9", ["h/e0", "h/e1"], book.engines) == "h/e1"

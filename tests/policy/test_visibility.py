@@ -366,11 +366,9 @@ def test_replay_with_hints_keeps_an_adapter_in_use_until_its_request_ends(tmp_pa
     assert simulate(inv, "lru", bare, visibility=HINTS).hits == 0
 
 
-def test_the_engines_alone_serve_alike_whenever_lorafleet_learns_of_the_requests(tmp_path: Path) -> None:
-    """Replay's engines are the same stand-ins whether lorafleet learns of each request from its line or from its
-    start hint: what the engines do alone (lru, one engine: no routing to choose) does not depend on it, even with
-    more adapters in use at once than the engine holds (each kept while its request runs, as vLLM does)."""
-    inv = make_inventory(tmp_path, adapters=8, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+def crowded(tmp: Path) -> tuple[Inventory, list[RequestEvent]]:
+    """One vLLM engine holding 3 of 8 adapters, 1 s requests every 0.1 s: some ten in use at once."""
+    inv = make_inventory(tmp, adapters=8, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
     rng = random.Random(11)
     events = [
         RequestEvent(
@@ -378,6 +376,14 @@ def test_the_engines_alone_serve_alike_whenever_lorafleet_learns_of_the_requests
         )
         for i in range(400)
     ]
+    return inv, events
+
+
+def test_the_engines_alone_serve_alike_whenever_lorafleet_learns_of_the_requests(tmp_path: Path) -> None:
+    """Replay's engines are the same stand-ins whether lorafleet learns of each request from its line or from its
+    start hint: what the engines do alone (lru, one engine: no routing to choose) does not depend on it, even with
+    more adapters in use at once than the engine holds (each kept while its request runs, as vLLM does)."""
+    inv, events = crowded(tmp_path)
     logged, hinted = (simulate(inv, "lru", events, visibility=v) for v in (LOG, HINTS))
     assert (hinted.hits, hinted.late, hinted.misses) == (logged.hits, logged.late, logged.misses)
     assert hinted.bypassed == logged.bypassed == 0 and 0 < logged.hits < logged.requests
@@ -416,14 +422,7 @@ def test_with_hints_an_experts_copy_serves_as_the_engines_do_with_more_adapters_
     every adapter is in use, with no violation of a budget counted (the engine's own doing): it hits what the
     live engines hit, to within a few requests of the running requests' ends, learned a poll late (before: 146 of
     400 against 381, every such miss a load the copy did not keep)."""
-    inv = make_inventory(tmp_path, adapters=8, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
-    rng = random.Random(11)
-    events = [
-        RequestEvent(
-            1000.0 + i * 0.1, ADAPTER, f"a{rng.randrange(8)}", tenant="t", base_model="m", seen=1001.0 + i * 0.1
-        )
-        for i in range(400)
-    ]
+    inv, events = crowded(tmp_path)
     for expert in (LruPolicy, MarkovPolicy):
         policy = LeaderPolicy(experts=[(expert.name, expert)])
         sim = Simulation(inv, "lru", events, visibility=HINTS)
