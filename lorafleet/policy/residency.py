@@ -141,7 +141,7 @@ class EngineResidency:
         `order` is the policy's preference (least valuable first); pinned, in-flight and running adapters are
         skipped. `overrun`: the engine takes the adapter whether or not room can be made (a request it took
         itself): where `order` runs out, the victims it found, and the engine runs past its budget. An engine
-        already past it that way (`over_budget`) makes room at its next load as far as it can (drive/standin.py):
+        already past it that way (`excess`) makes room at its next load as far as it can (drive/standin.py):
         there the victims need make room for the new adapter alone, and take as much of the excess as `order`
         gives, so a load never adds to it.
         """
@@ -175,15 +175,14 @@ class EngineResidency:
         """How far past its budget the engine is, in slots and bytes: only ever by its own load of a request it
         took with every other adapter in use (`start_load(overrun=True)`)."""
         b = self.budget
-        slots = 0 if b.host_slots is None else max(0, self.used_slots - b.host_slots)
-        used = 0 if b.budget_bytes is None else max(0, self.used_bytes - b.budget_bytes)
-        return slots, used
+        over_slots = 0 if b.host_slots is None else max(0, self.used_slots - b.host_slots)
+        over_bytes = 0 if b.budget_bytes is None else max(0, self.used_bytes - b.budget_bytes)
+        return over_slots, over_bytes
 
     def violations(self) -> int:
-        b = self.budget
-        over_slots = b.host_slots is not None and self.used_slots > b.host_slots
-        over_bytes = b.budget_bytes is not None and self.used_bytes > b.budget_bytes
-        return int(over_slots) + int(over_bytes)
+        """How many of the budgets (slots, bytes) the engine is past."""
+        over_slots, over_bytes = self.excess()
+        return int(over_slots > 0) + int(over_bytes > 0)
 
     # --- changes ------------------------------------------------------------------------------------------
     def start_load(self, adapter: str, size: int, overrun: bool = False) -> None:
