@@ -99,7 +99,7 @@ class SimulatedEngines:
             if action in (EVICT, UNLOAD):
                 self.held[d.engine].pop(d.adapter, None)
             elif action == LOAD:
-                self.queue(now, d.engine, d.adapter, d.reason == DEMAND)
+                self.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)
 
     def queue(self, now: float, engine: str, adapter: str, demand: bool, overrun: bool = False) -> None:
         """`overrun`: the engine took the adapter itself past its budget (`Decision.overrun`): its doing, no
