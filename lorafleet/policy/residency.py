@@ -335,13 +335,16 @@ class EngineResidency:
 
     def admit(self, adapter: str, size: int, victims: Iterable[str] = ()) -> None:
         """Record a load that already happened (warm, a restored book): the victims leave, then the adapter is
-        resident and most recent; one already held is only touched."""
+        resident and most recent; one already held is only touched. On an engine past its budget (requests it
+        took with every adapter in use: `excess`) the victims make room for the adapter alone (`victims_for`),
+        and the book stays past it by no more than it was: the engine holds what it loaded."""
+        past = any(self.excess())
         for victim in victims:
             self.evict(victim)
         if adapter in self.resident:
             self.touch(adapter)
             return
-        self.start_load(adapter, size)
+        self.start_load(adapter, size, overrun=past)
         self.finish_load(adapter)
 
     def match(self, other: EngineResidency) -> tuple[list[str], list[str]]:

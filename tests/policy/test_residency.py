@@ -267,3 +267,26 @@ def test_an_engine_runs_past_its_slots_only_by_its_own_load_and_a_later_load_nev
     e.ran("b")
     assert e.victims_for(10, e.resident) == ["a", "b"]  # and back within the slots as far as the order goes
     assert e.victims_for(10, ["b"]) == ["b"] and e.victims_for(10, []) is None
+
+
+def test_a_load_recorded_on_an_engine_past_its_slots_keeps_the_excess_as_it_was() -> None:
+    """A load that already happened (warm, another process's load the daemon notices) on an engine past its
+    slots: the victims make room for it alone (`victims_for`) and the book holds it, as far past its slots as
+    before (a BudgetError here stopped the daemon's notice of another process's load). Within the budget the
+    rule is unchanged: a load recorded without room is refused."""
+    e = engine(host_slots=2)
+    for name in ("a", "b"):
+        e.admit(name, 10)
+        e.run(name)
+    e.start_load("c", 10, overrun=True)
+    e.finish_load("c")
+    e.run("c")
+    e.ran("a")
+    victims = e.victims_for(10, e.resident)
+    assert victims == ["a"]
+    e.admit("d", 10, victims)
+    assert list(e.resident) == ["b", "c", "d"] and e.excess() == (1, 0)
+    within = engine(host_slots=1)
+    within.admit("a", 10)
+    with pytest.raises(BudgetError):
+        within.admit("b", 10)
