@@ -126,8 +126,8 @@ class LateFleet:
                 # engine takes it before any call lorafleet makes for it arrives (routed as a line is)
                 calls, self.held[order] = session.hint(replace(event, seen=None) if event.seen is not None else event)
                 engine = session.last_engine
-            else:  # routed before lorafleet knew of it: where the log says, else by the placement rule
-                engine = core.placed(event)
+            else:
+                engine = self._routed(at, event, adapter)
             ends = event.seen is not None or not self.hints  # else it runs until `line` says
             if engine is None:
                 self.served(event, None, UNSERVED, 0.0)
@@ -148,6 +148,13 @@ class LateFleet:
                 continue
             seen = event.seen if event.seen is not None else at
             heapq.heappush(timeline, (seen + self.read_after_s, _READ, order, event))
+
+    def _routed(self, now: float, event: RequestEvent, adapter: str) -> str | None:
+        """Where the gateway sent a request, before lorafleet knew of it: where the log says, else by the
+        gateway's own rule on what the engines hold (`StandInEngines.route`)."""
+        core = self.session.core
+        named = core.named_engine(event)
+        return named if named is not None else self.standins.route(adapter, core.pools.get(adapter, ()), now)
 
     def _kept(self, event: RequestEvent, engine: str | None, outcome: str, waited: float) -> None:
         self.outcomes.append((event, outcome))

@@ -244,12 +244,14 @@ def test_on_a_log_with_durations_lorafleet_keeps_up_with_the_best_expert(tmp_pat
 
 
 def test_with_long_requests_the_experts_are_scored_by_what_the_engines_alone_would_do(tmp_path: Path) -> None:
-    """Requests of seconds (log-normal, median 6 s): by the time a step's line is read the next has come, so
-    prefetching loses to the engines' own LRU. Each expert is scored by its run on stand-in engines a little
-    behind the lines (`LeaderPolicy._score_late`); scored by its copy of the fleet, the predictor looked best and
-    lorafleet fell 7 points below lru on this log."""
-    lru, markov, ours = _replayed(*_workflow_log(tmp_path, lambda rng: math.exp(rng.gauss(math.log(6.0), 0.8))))
-    assert lru > markov + 0.05  # the shape: prefetching does not pay
+    """Requests of seconds (log-normal, median 15 s): by the time a step's line is read the next has come, so
+    prefetching loses to the engines' own LRU, and lorafleet keeps with them rather than with a prefetcher. Each
+    expert is scored by its run on stand-in engines a little behind the lines (`LeaderPolicy._score_late`, which
+    the test below pins request by request); scored by its copy of the fleet, the predictor looked best and
+    lorafleet fell 7 points below lru on such a log while replay sent each request to the engine lorafleet's book
+    named (before the gateway went where the adapter is: `StandInEngines.route`)."""
+    lru, markov, ours = _replayed(*_workflow_log(tmp_path, lambda rng: math.exp(rng.gauss(math.log(15.0), 0.6))))
+    assert lru > markov + 0.03  # the shape: prefetching does not pay
     assert ours >= lru - 0.02
 
 

@@ -93,3 +93,29 @@ def test_an_adapter_in_use_is_never_the_one_evicted_and_its_requests_end_makes_i
     assert engines.holds("h/e0") == ["a2", "a0"]
     served(engines, 1060.0, "a3")  # and a2, the least recently used now, goes
     assert engines.holds("h/e0") == ["a0", "a3"]
+
+
+def test_the_gateway_sends_a_request_where_its_adapter_is_else_where_its_name_hashes(tmp_path: Path) -> None:
+    """A holder first (one with it loaded before one loading it, then pool order); an adapter held nowhere goes
+    where its name hashes, whatever the engines hold, load or run: the same engine every time, the adapters
+    spread over the pool."""
+    spec = {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}
+    core = PolicyCore(make_inventory(tmp_path, adapters=12, engines=[spec, spec]), Policy())
+    engines = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+    pool = ["h/e0", "h/e1"]
+    hashed = {f"a{i}": engines.route(f"a{i}", pool, 1000.0) for i in range(12)}
+    assert set(hashed.values()) == set(pool)  # spread over both
+    a, b = next(n for n in hashed if hashed[n] == "h/e0"), next(n for n in hashed if hashed[n] == "h/e1")
+    engines.arrive(1000.0, "h/e0", b)  # b loading on e0, where it does not hash
+    assert engines.route(b, pool, 1000.0) == "h/e0"  # held (loading) there
+    engines.arrive(1000.0, "h/e1", a)  # e1 busy loading and running a, e0 running b
+    assert engines.route(a, pool, 1000.0) == "h/e1"
+    others = [n for n in hashed if n not in (a, b)]
+    assert all(engines.route(n, pool, 1000.0) == hashed[n] for n in others)  # as before, whatever is held
+    engines.use(1010.0, "h/e1", b)  # b on both, loading on e1: the one with it loaded
+    assert engines.route(b, pool, 1010.0) == "h/e0"
+    assert engines.route(b, pool, 1020.0) == "h/e0"  # both loaded: pool order
+    engines.end("h/e0", b)
+    engines.unload("h/e0", b)
+    assert engines.route(b, pool, 1020.0) == "h/e1"  # gone from e0: where it is left
+    assert engines.route(others[0], [], 1020.0) is None  # held nowhere, no engine can serve it

@@ -462,3 +462,18 @@ def test_with_hints_a_prefetch_goes_out_on_an_engine_past_its_slots_where_it_add
     assert sorted(state.resident) == sorted(fleet.standins.holds("h/e0")) == ["a0", "a1", "a2", "a3"]
     fleet.run()
     assert outcomes[("a0", 1002.0)] == outcomes[("a1", 1003.0)] == "hit"
+
+
+def test_a_request_goes_where_its_adapter_is_though_no_line_has_told_of_it(tmp_path: Path) -> None:
+    """The gateway sends a request where its adapter is, not where the lines read so far would place it: a0 came
+    with a request still running on e0 (its line not written), b's line says e0 holds one adapter, and a0's next
+    request goes to e0, a hit, rather than to e1, the engine the book finds least loaded (a second load there)."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}] * 2)
+
+    def request(at: float, adapter: str, duration: float) -> RequestEvent:
+        return RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m", seen=at + duration)
+
+    events = [request(1000.0, "a0", 100.0), request(1001.0, "a1", 0.01), request(1002.0, "a0", 0.01)]
+    for visibility in (LOG, HINTS):
+        result = simulate(inv, "lru", events, visibility=visibility)
+        assert (result.hits, result.misses, result.loads) == (1, 2, 2), visibility
