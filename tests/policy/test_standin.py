@@ -119,3 +119,20 @@ def test_the_gateway_sends_a_request_where_its_adapter_is_else_where_its_name_ha
     engines.unload("h/e0", b)
     assert engines.route(b, pool, 1020.0) == "h/e1"  # gone from e0: where it is left
     assert engines.route(others[0], [], 1020.0) is None  # held nowhere, no engine can serve it
+
+
+def test_an_engine_that_lost_the_adapter_is_no_holder_and_one_with_it_loaded_comes_before_one_loading_it(
+    tmp_path: Path,
+) -> None:
+    spec = {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}
+    core = PolicyCore(make_inventory(tmp_path, adapters=12, engines=[spec, spec]), Policy())
+    engines = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+    pool = ["h/e0", "h/e1"]
+    b, c = [f"a{i}" for i in range(12) if engines.route(f"a{i}", pool, 1000.0) == "h/e1"][:2]
+    engines.use(1000.0, "h/e0", b)
+    assert engines.route(b, pool, 1000.0) == "h/e0"
+    engines.use(1000.0, "h/e0", c)  # one slot: b evicted from e0
+    assert engines.route(b, pool, 1000.0) == "h/e1"  # held nowhere: where it hashes
+    engines.use(1000.0, "h/e1", b)
+    engines.use(1100.0, "h/e0", b)  # loaded on e1 by now, loading on e0, the first in pool order
+    assert engines.route(b, pool, 1100.0) == "h/e1"
