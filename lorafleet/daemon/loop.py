@@ -529,7 +529,10 @@ class Daemon:
         for row in self.store.actions_since(self._seen_action, sources=("warm", "unload")):
             self._seen_action = row.id
             if row.ok:
-                self.session.noticed(row.engine, row.adapter, row.action, row.pinned)
+                try:
+                    self.session.noticed(row.engine, row.adapter, row.action, row.pinned)
+                except Exception as exc:  # a bug costs the book this notice (the next reconcile reads the engine)
+                    self._internal_error(f"the {row.action} of {row.adapter} on {row.engine}", exc)
 
     def _internal_error(self, what: str, exc: Exception) -> None:
         """A bug must cost one request, one result or one scheduled prefetch, never the daemon: logged with its

@@ -472,3 +472,33 @@ def test_a_state_file_that_refuses_the_commit_is_one_line_naming_it_and_exit_1(t
     lines = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert lines == [f"error: state database {state}: no such table: log_minutes"], failed.stderr
     assert "internal error" not in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_a_bug_handling_another_processs_warm_costs_that_notice_only(tmp_path: Path, emulators, monkeypatch) -> None:
+    """The book learns of what `warm` did through the shared state; a bug there is journaled as an internal error
+    and the daemon goes on serving lines (it used to leave the loop: a BudgetError from such a notice did)."""
+    from lorafleet.daemon.loop import DaemonOptions
+    from lorafleet.drive.session import Session
+    from lorafleet.inventory import load_inventory
+    from tests.daemon.conftest import daemon_in_thread, wait_for
+
+    def broken(self, engine, adapter, answer, pinned):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Session, "noticed", broken)
+    engine = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, host=4)], write_adapters(tmp_path / "adapters", 2))
+    state = tmp_path / "state.db"
+    with daemon_in_thread(load_inventory(inv), state, DaemonOptions(metrics_addr=None)) as daemon:
+        wait_for(lambda: daemon.metrics.beat_at is not None, what="the daemon to start")
+        warm = subprocess.run([sys.executable, "-m", "lorafleet", "warm", "a0", "-i", str(inv), "--state", str(state)],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        assert warm.returncode == 0, warm.stderr
+        wait_for(lambda: _errors(state) == [("internal error: RuntimeError",)], what="the notice's error journaled")
+        append_line(tmp_path / "access.jsonl", log_line("a1", engine="h/e0"))
+        wait_for(lambda: journaled_requests(state) == 1, what="a line served after it")
+
+
+def _errors(state: Path) -> list[tuple[str]]:
+    with sqlite3.connect(state) as c:
+        return c.execute("SELECT message FROM errors").fetchall()
