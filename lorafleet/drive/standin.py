@@ -55,11 +55,12 @@ class StandInEngines:
         self.last_done = float("-inf")
 
     def route(self, adapter: str, pool: Sequence[str], now: float) -> str | None:
-        """The engine of `pool` a gateway sends a request for `adapter` to, as deploy/nginx-lorafleet.conf has it
-        route: to an engine that holds the adapter (the first in pool order that has it loaded, else the first
-        loading it), else to the engine the adapter's name hashes to (`hash $http_x_lora_adapter`); None for an
-        empty pool. The engines' holdings, not what a follower of the log has read so far: a request still
-        running has its adapter on its engine, and its line is not written yet.
+        """The engine of `pool` a gateway with adapter affinity sends a request for `adapter` to: one that holds
+        the adapter (the first in pool order that has it loaded, else the first loading it), else the engine the
+        adapter's name hashes to (the spread of `hash $http_x_lora_adapter consistent`, which
+        deploy/nginx-lorafleet.conf recommends); None for an empty pool. The engines' holdings, not what a
+        follower of the log has read so far: a request still running has its adapter on its engine, and its line
+        is not written yet.
 
         Routed by lorafleet's book instead (the placement rule), replay made the engines' behaviour depend on the
         policy's knowledge: a request whose adapter came with a request still running went to whichever engine
