@@ -170,6 +170,12 @@ def render_replay(results: list[PolicyResult], tally: LogTally, inv: Inventory, 
         )
     elif tally.timed < tally.adapter_requests + tally.base_requests + tally.unknown_requests:
         notes.append(f"{plural(tally.timed, 'request')} with a duration (the rest: the line's time taken as both)")
+    if tally.unplaced and len(inv.engines) > 1:
+        notes.append(
+            f"{tally.unplaced:,} adapter requests of {tally.adapter_requests:,} name no engine of the inventory: "
+            "replay routes them itself, as docs/replay.md (Routing) says; a log whose lines name the engine "
+            "(nginx: $upstream_addr) replays them where they were served"
+        )
     if tally.base_requests:
         notes.append(f"{plural(tally.base_requests, 'base-model request')} (not counted)")
     if tally.unknown_requests:

@@ -169,8 +169,10 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
     "prefetch_used",
     "wasted_prefetches", "budget_violations", "loader_utilization", "unserved", "headroom_captured", "touches",
     "touches_per_request", "unloads", "bypassed"}], "log": {"lines",
-    "adapter_requests", "base_requests", "unknown_requests", "timed_requests", "bad_lines", "bad_reasons"}}`
+    "adapter_requests", "base_requests", "unknown_requests", "timed_requests", "unplaced_requests", "bad_lines",
+    "bad_reasons"}}`
     (`timed_requests`: those whose line gave a duration, so their arrival is known apart from their end;
+    `unplaced_requests`: adapter requests whose line names no engine of the inventory, which replay routes itself;
     `bypassed`: misses that found every slot of their engine held by loads in flight, charged one cold load
     without queueing — 0 under `log` visibility, whose stand-in engines queue every miss; where it is not 0 the
     loaders are saturated and the table says the figures are optimistic)."""
@@ -210,6 +212,7 @@ def replay(results: list[PolicyResult], tally: LogTally) -> dict[str, Any]:
             "base_requests": tally.base_requests,
             "unknown_requests": tally.unknown_requests,
             "timed_requests": tally.timed,
+            "unplaced_requests": tally.unplaced,
             "bad_lines": tally.bad_lines,
             "bad_reasons": dict(sorted(tally.bad_reasons.items())),
         },

@@ -242,6 +242,7 @@ class LineParser:
             request_id=None if request_id in (None, "", "-") else str(request_id)[:MAX_NAME_CHARS],
         )
         self.tally.timed += seen is not None
+        self.tally.unplaced += engine is None and kind == ADAPTER
         self.tally.count(event, None if isinstance(raw_model, (dict, list)) else str(raw_model))
         return event
 

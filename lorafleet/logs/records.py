@@ -20,6 +20,7 @@ class LogTally:
     bad_reasons: dict[str, int] = field(default_factory=dict)
     unknown_names: dict[str, int] = field(default_factory=dict)
     timed: int = 0  # requests whose line gave a duration: their arrival is known apart from their end
+    unplaced: int = 0  # adapter requests whose line names no engine of the inventory: replay routes them itself
 
     def bad(self, reason: str) -> None:
         self.bad_lines += 1
@@ -43,6 +44,7 @@ class LogTally:
         self.unknown_requests += other.unknown_requests
         self.bad_lines += other.bad_lines
         self.timed += other.timed
+        self.unplaced += other.unplaced
         for k, v in other.bad_reasons.items():
             self.bad_reasons[k] = self.bad_reasons.get(k, 0) + v
         for k, v in other.unknown_names.items():

@@ -62,6 +62,7 @@ def test_replay_counts_junk_and_unknown_names(run_cli, tmp_path: Path) -> None:
         "base_requests": 1,
         "unknown_requests": 1,
         "timed_requests": 0,
+        "unplaced_requests": 1,
         "bad_lines": 1,
         "bad_reasons": {"not JSON": 1},
     }
@@ -229,3 +230,23 @@ def test_sigterm_during_a_replay_is_one_line_and_exit_143(tmp_path: Path) -> Non
     assert proc.returncode == 143, (proc.returncode, err)
     assert [line for line in err.splitlines() if line.strip()] == ["error: interrupted"], err
     assert "Traceback" not in err and out == ""
+
+
+def test_replay_says_how_many_requests_name_no_engine_of_a_fleet_of_several(run_cli, tmp_path: Path) -> None:
+    """Where a line names no engine, which engine served it is replay's model (docs/replay.md, Routing), not the
+    log's: replay counts them and says so, on a fleet where the choice matters."""
+    from tests.policy.builders import make_inventory
+
+    spec = {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}
+    make_inventory(tmp_path, adapters=4, engines=[spec, spec])
+    log = tmp_path / "access.jsonl"
+    lines = [{"ts": 1_000_000 + i, "model": f"a{i % 4}"} for i in range(6)]
+    lines[1]["upstream"] = "http://127.0.0.1:20001"  # e1's address
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru")
+    assert json.loads(run_cli(*args, "--json").stdout)["log"]["unplaced_requests"] == 5
+    text = " ".join(run_cli(*args).stdout.split())
+    assert "5 adapter requests of 6 name no engine of the inventory" in text
+    log.write_text("".join(json.dumps({**line, "upstream": "http://127.0.0.1:20000"}) + "\n" for line in lines))
+    assert json.loads(run_cli(*args, "--json").stdout)["log"]["unplaced_requests"] == 0
+    assert "name no engine" not in " ".join(run_cli(*args).stdout.split())
