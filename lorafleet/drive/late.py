@@ -123,7 +123,8 @@ class LateFleet:
                 self._carry_out(session.start(at), at)
             calls: list[Call] = []
             if self.hints:  # the gateway forwards the request and mirrors its start to lorafleet at once: the
-                # engine takes it before any call lorafleet makes for it arrives (routed as a line is)
+                # engine takes it before any call lorafleet makes for it arrives (routed by the placement rule on
+                # the book, which knows each request from its hint, as the daemon places a hint)
                 calls, self.held[order] = session.hint(replace(event, seen=None) if event.seen is not None else event)
                 engine = session.last_engine
             else:

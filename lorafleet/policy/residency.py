@@ -117,10 +117,8 @@ class EngineResidency:
     def placement_load(self) -> tuple[int, int]:
         """How loaded the placement rule takes the engine to be: its loads in flight, then the slots it holds, no
         more than its slots (past them by requests in use, it has no more room for a newcomer than a full one)."""
-        flying = len(self.in_flight)
-        used = flying + len(self.resident)
-        slots = self.budget.host_slots
-        return flying, used if slots is None or used <= slots else slots
+        used, slots = self.used_slots, self.budget.host_slots
+        return len(self.in_flight), used if slots is None or used <= slots else slots
 
     def holds(self, adapter: str) -> bool:
         return adapter in self.resident or adapter in self.in_flight
