@@ -448,6 +448,8 @@ class Daemon:
         session = self.session
         started = session.start(event.time) if not session.started else []
         calls = started + session.request(event, held=held)
+        if held is not None and held.rerouted is not None:  # the gateway sent it elsewhere than the book took it
+            self.hints.count("rerouted")  # type: ignore[union-attr]
         self.journal.fold(session.take_answers())
         self._send(calls, read_at)
         session.idle()  # sent: the policy's deferred work (the experts that do not lead) runs now

@@ -26,7 +26,7 @@ from lorafleet.daemon.listening import serve_in_thread
 
 log = logging.getLogger("lorafleet.daemon")
 
-HINT_OUTCOMES = ("queued", "dropped", "bad", "unknown", "joined", "unmatched")  # daemon/hints.py's
+HINT_OUTCOMES = ("queued", "dropped", "bad", "unknown", "joined", "unmatched", "rerouted")  # daemon/hints.py's
 LOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 CIRCUIT_STATES = ("closed", "half-open", "open")  # the breaker's states, one series each (1 = current)
@@ -116,7 +116,8 @@ class DaemonMetrics:
             Counter,
             "lorafleet_hints",
             "Start hints from the gateway (--hints-addr) by outcome: queued, dropped (queue full), bad, unknown "
-            "(no adapter of the inventory), joined (to their log line), unmatched (no line came)",
+            "(no adapter of the inventory), joined (to their log line), unmatched (no line came), rerouted (joined to "
+            "a line naming another engine than the book had placed it on)",
             ("outcome",),
         )
         for result in ("ok", "bad"):

@@ -302,6 +302,14 @@ class LeaderPolicy(Policy):
                 if adapter in state.resident and adapter not in state.pins:
                     shadow.session.lost_on(now, engine, adapter)
 
+    def on_noticed(self, now: float, engine: str, adapter: str, answer: str, pinned: bool) -> None:
+        """What a live engine took or let go by no decision of lorafleet's, every expert's copy of it takes too:
+        the copies stay the live engines' (a copy without an adapter the engine holds would prefetch it, one
+        holding an adapter the engine lost would not)."""
+        self.catch_up()
+        for shadow in self.shadows:
+            shadow.session.noticed(engine, adapter, answer, pinned)
+
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
         book, keeping its policy's learning and the standings. Kept as they were, the copies would hold what

@@ -157,6 +157,7 @@ class Held:
     adapter: str | None = None
     ended: bool = False  # its line came, or its hint was closed without one: it runs no more
     hint: RequestEvent | None = None  # the hint's request, as the policy took it (`Policy.on_line`)
+    rerouted: str | None = None  # the engine its line names, where that is not the one the book took it on
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
@@ -245,6 +246,9 @@ class Session:
         now = self._at(event.seen if event.seen is not None and held is None else event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
+            engine = self.core.named_engine(event)
+            if engine is not None and held.engine is not None and engine != held.engine and not held.ended:
+                self._rerouted(now, held, event, engine)
             self._release(held, event)
             if not held.ended:
                 held.ended = True
@@ -332,17 +336,19 @@ class Session:
             pool = [e for e in pool if e in near]
         return next((e for e in pool if e != engine and self.held_at(e, adapter, at)), engine)
 
-    def _served_then(self, now: float, event: RequestEvent, engine: str, hit: bool) -> None:
+    def _served_then(self, now: float, event: RequestEvent, engine: str, hit: bool, used: bool | None = None) -> None:
         """A request learned from its line whose engine held its adapter at its arrival but not now, or now but
         not then: it was served at its arrival, so it counts as the engine served it then — a hit, or a miss that
         waited a cold load. Judged now, a prefetch decided after the request came (on its predecessor's line)
         would count as a hit it could not have been, and an adapter evicted while the request ran as a miss: an
         expert's copy would be scored on what it could not have done (leader.py), the daemon's counts misreport.
-        What the book does with it (the engine's own recency, a load that puts it back) is the core's as ever."""
+        What the book does with it (the engine's own recency, a load that puts it back) is the core's as ever.
+        `used`: whether it was the first to use a prefetch (default: as the core just classified it)."""
         counts = self.counts
         adapter = event.adapter
         assert adapter is not None
-        used = self.core.used_prefetch
+        if used is None:
+            used = self.core.used_prefetch
         counts.requests += 1
         counts.prefetch_used += used
         answers = self.answers
@@ -359,6 +365,28 @@ class Session:
             answers.append(served)  # type: ignore[union-attr]
         cold = self.cold_ms(engine, adapter)
         self._waited(served, cold, cold, used, None)
+
+    def _rerouted(self, now: float, held: Held, line: RequestEvent, engine: str) -> None:
+        """A hinted request's line names another engine than the book took it on: a start hint names none (nginx
+        mirrors a request before it picks the upstream), so the book placed it by the placement rule, while the
+        gateway routed it its own way. The line is the record of truth. The request ran on `engine`, which holds
+        its adapter now as its most recent (what that engine did by itself to serve it, taken as another
+        process's load is, `noticed`, on every copy of the fleet the policy keeps too), and it counts as served
+        there: a hit where that engine held the adapter at the request's arrival, else a miss that waited a cold
+        load. On the engine the book took it on it no longer runs; what lorafleet did there for it (a load
+        sent) was done, and stays in the book."""
+        adapter, hint = held.adapter, held.hint
+        assert adapter is not None and hint is not None
+        hit = self.held_at(engine, adapter, hint.time)
+        held.ended = True
+        self.ended(held.engine, adapter, finished=False)
+        waiting = self.waiters.get((held.engine, adapter))  # type: ignore[arg-type]
+        if waiting:  # a simulated load it was taken to wait on: its wait is no longer this request's
+            waiting[:] = [w for w in waiting if w[3] is not held]
+        held.counts, held.answers, held.rerouted = Counts(), [], engine
+        self.noticed(engine, adapter, LOADED, False)
+        tenant = line.tenant if line.tenant is not None else hint.tenant
+        self._served_then(now, replace(line, tenant=tenant), engine, hit, used=False)
 
     def runs(self, engine: str, adapter: str) -> None:
         """A request known on arrival runs on `engine` until `ended` is called for it (a start hint until its log
@@ -542,23 +570,26 @@ class Session:
         return sorted(a for e, a in self.core.unavailable if e == engine)
 
     def noticed(self, engine: str, adapter: str, answer: str, pinned: bool) -> None:
-        """Another process (`warm`, `unload`) acted on an engine: the book follows what the engine now holds. A
-        load is resident and most recent, displacing the least recently used as the engine itself does; an
-        unload forgets the adapter, its pin included."""
+        """Something other than this session's calls changed what an engine holds — another process (`warm`,
+        `unload`), or the engine itself serving a request the book had placed elsewhere (`_rerouted`): the book
+        follows what the engine now holds, and so does every copy of the fleet the policy keeps
+        (`Policy.on_noticed`). A load is resident and most recent, displacing the least recently used as the
+        engine itself does; an unload forgets the adapter, its pin included."""
         state = self.core.book.engines.get(engine)
         size = self.core.sizes.get(adapter)
         if state is None or size is None or adapter in state.in_flight:
             return
-        at = self.clock
+        at, sim = self.clock, self.sim
         if answer == UNLOADED:
             if adapter in state.resident:
                 state.unpin(adapter)
                 state.evict(adapter)
                 self.stays.ended(engine, adapter, at)
+                if sim is not None:
+                    sim.dropped(engine, adapter)
+        elif answer not in LOAD_ANSWERS:
             return
-        if answer not in LOAD_ANSWERS:
-            return
-        if adapter not in state.resident:
+        elif adapter not in state.resident:
             lru = [a for a in state.resident if a not in state.pins]
             victims = [] if state.has_room(size) else state.victims_for(size, lru)
             if victims is None:
@@ -566,11 +597,16 @@ class Session:
             state.admit(adapter, size, victims)
             for victim in victims:
                 self.stays.ended(engine, victim, at)
+                if sim is not None:
+                    sim.dropped(engine, victim)
             self.stays.began(engine, adapter, at)
+            if sim is not None:
+                sim.held[engine][adapter] = size
         else:
             state.touch(adapter)
         if pinned:
             state.pin(adapter)
+        self.core.policy.on_noticed(at, engine, adapter, answer, pinned)
 
     def match(self, now: float, engine: str, source: PolicyCore, engines: SimulatedEngines | None) -> list[str]:
         """This copy of the fleet's engine takes the contents, loads in flight and touch credit of `source`'s, as

@@ -90,6 +90,11 @@ class Policy:
         """A reconcile found an engine without these adapters (restarted, or unloaded by someone else): the book
         has forgotten them. Policies that keep copies of the engines forget them there too."""
 
+    def on_noticed(self, now: float, engine: str, adapter: str, answer: str, pinned: bool) -> None:
+        """The book followed a change on an engine that no decision of this core's made (`Session.noticed`:
+        another process's load or unload, a request the gateway sent elsewhere than the book placed it). Policies
+        that keep copies of the engines take it there too."""
+
     def driven(self, engines: object | None, read_after_s: float = 0.0) -> None:
         """The session carrying this core's decisions out has started: `engines` are its simulated engines
         (drive/simulated.py), None where real engines carry them out; a log line reaches it at most `read_after_s`

@@ -147,3 +147,40 @@ def test_while_it_takes_hints_the_daemon_hands_the_interpreter_over_often(tmp_pa
         wait_for(lambda: daemon.hints is not None and daemon.metrics.beat_at is not None)
         assert sys.getswitchinterval() == SWITCH_INTERVAL_S < before
     assert sys.getswitchinterval() == before
+
+
+def test_a_hinted_request_whose_line_names_another_engine_is_counted_rerouted(
+    tmp_path, emulators, daemon_process
+) -> None:
+    """A hint names no engine: the book takes it on the placement rule's (e0, both empty), and loads it there; the
+    line says the gateway sent it to e1. Counted once, as `rerouted`, and the daemon's book holds it on e1."""
+    e0 = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    e1 = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 4)
+    inv = write_fleet(tmp_path, [vllm("e0", e0.url), vllm("e1", e1.url)], adapters)
+    text = inv.read_text().replace("engine: upstream}", "engine: upstream, request_id: rid, duration_s: dur}")
+    inv.write_text(text)
+    db = tmp_path / "state.db"
+    daemon = daemon_process(inv, db, "--hints-addr", "127.0.0.1:0")
+    port, metrics = hints_port(daemon), daemon.metrics_port()
+    assert send_hint(port, hint_body("a0"), {"X-Request-Id": "r1"}) == 204
+    wait_for(lambda: "a0" in e0.state.registry, what="the hint's load on the placement rule's engine", log=daemon.log)
+    record = {"ts": time.time(), "tenant_id": "t", "model": "a0", "dur": 0.5, "rid": "r1", "upstream": "h/e1"}
+    append(tmp_path / "access.jsonl", json.dumps(record) + "\n")
+    wait_for(lambda: hint_metrics(metrics).get("rerouted") == 1, what="the hint counted rerouted", log=daemon.log)
+    assert hint_metrics(metrics).get("joined") == 1
+
+    def resident() -> dict[str, float]:
+        import urllib.request
+
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5).read().decode()
+        found = re.findall(r'lorafleet_resident_adapters\{engine="([^"]+)",mode="live"\} (\S+)', text)
+        return {engine: float(value) for engine, value in found}
+
+    wait_for(lambda: resident() == {"h/e0": 1.0, "h/e1": 1.0}, what="a0 held on both engines", log=daemon.log)
+    assert daemon.stop()[0] == 0
+    assert requests_in(db) == 1
+    with sqlite3.connect(db) as c:  # counted where it ran: e1, which had to load it
+        assert c.execute("SELECT engine, SUM(requests), SUM(misses) FROM rollups GROUP BY engine").fetchall() == [
+            ("h/e1", 1, 1)
+        ]

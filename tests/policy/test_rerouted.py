@@ -1,0 +1,121 @@
+"""A start hint names no engine, so the book takes its request where the placement rule sends it; its log line
+names where the gateway really sent it. The line is the record of truth (`Session._rerouted`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from lorafleet.drive.leader import LeaderPolicy
+from lorafleet.drive.session import LOADED, UNLOADED, Held, Session
+from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
+from lorafleet.policy.core import LOAD, PolicyCore
+from lorafleet.policy.events import ADAPTER, RequestEvent
+from tests.policy.builders import TWO_VLLM, make_inventory
+
+E0, E1 = "h/e0", "h/e1"
+
+
+def hinted(session: Session, adapter: str, at: float) -> tuple[list, Held]:
+    return session.hint(RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m"))
+
+
+def line_of(held: Held, engine: str | None, end: float) -> RequestEvent:
+    assert held.hint is not None
+    return dataclasses.replace(held.hint, engine=engine, seen=end)
+
+
+def test_a_hinted_request_its_line_puts_on_another_engine_ran_there(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)  # live: the calls are the driver's
+    session.start(1000.0)
+    calls, held = hinted(session, "a0", 1000.0)
+    assert held.engine == E0  # both empty: the placement rule's first engine
+    assert [(c.action, c.engine) for c in calls] == [(LOAD, E0)]  # sent at the hint: a load made, kept in the book
+    session.request(line_of(held, E1, 1001.0), held=held)
+    e0, e1 = core.book.engines[E0], core.book.engines[E1]
+    assert "a0" in e1.resident and list(e1.resident)[-1] == "a0"  # the engine that served it holds it, most recent
+    assert "a0" not in e0.running and "a0" not in e1.running  # it runs nowhere any more
+    assert held.rerouted == E1
+    assert (session.counts.requests, session.counts.misses, session.counts.hits) == (1, 1, 0)
+
+
+def test_a_hinted_hit_on_the_books_engine_counts_as_the_engine_it_ran_on_served_it(tmp_path: Path) -> None:
+    """e0 holds a0 and e1 does not: the book takes the hint on e0 (its holder), a hit there; the line says e1
+    served it, which had to load it: a miss. And the other way round, a hit where the engine that ran it held it."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    core.book.engines[E0].admit("a0", core.sizes["a0"])
+    _, held = hinted(session, "a0", 1000.0)
+    assert held.engine == E0 and held.counts.hits == 1
+    session.request(line_of(held, E1, 1001.0), held=held)
+    assert (session.counts.requests, session.counts.hits, session.counts.misses) == (1, 0, 1)
+    assert session.counts.cold_ms_paid == session.cold_ms(E1, "a0")  # one cold load waited, on e1
+    _, again = hinted(session, "a0", 1002.0)  # both hold it now: the book takes it on e0 again
+    assert again.engine == E0
+    session.request(line_of(again, E1, 1003.0), held=again)
+    assert (session.counts.requests, session.counts.hits, session.counts.misses) == (2, 1, 1)
+
+
+def test_a_line_that_names_the_books_engine_or_none_changes_nothing(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    for engine in (E0, None):
+        core = PolicyCore(inv, LruPolicy())
+        session = Session(core)
+        session.start(1000.0)
+        _, held = hinted(session, "a0", 1000.0)
+        session.request(line_of(held, engine, 1001.0), held=held)
+        assert held.rerouted is None
+        assert "a0" not in core.book.engines[E1].resident and core.book.engines[E0].holds("a0")
+        assert (session.counts.requests, session.counts.misses) == (1, 1)
+
+
+def test_every_experts_copy_takes_the_engine_the_line_names(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    leader = LeaderPolicy(experts=[("markov", MarkovPolicy), ("lru", LruPolicy)])
+    core = PolicyCore(inv, leader)
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    _, held = hinted(session, "a1", 1000.0)
+    session.request(line_of(held, E1, 1001.0), held=held)
+    session.advance(1010.0)
+    assert "a1" in core.book.engines[E1].resident
+    for shadow in leader.shadows:
+        assert "a1" in shadow.session.core.book.engines[E1].resident, shadow.name
+
+
+def test_simulated_the_engine_that_ran_it_holds_it_and_the_request_waits_once(tmp_path: Path) -> None:
+    """In shadow mode the hint's load on e0 is simulated and the request was taken to wait on it; rerouted, it
+    waited e1's load instead, once, and e1's simulated engine holds the adapter as the book does."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    _, held = hinted(session, "a0", 1000.0)
+    session.request(line_of(held, E1, 1000.001), held=held)  # before the simulated load on e0 is done
+    session.advance(1010.0)
+    assert session.sim is not None and "a0" in session.sim.held[E1]
+    assert (session.counts.requests, session.counts.misses) == (1, 1)
+    assert session.counts.cold_ms_paid == session.cold_ms(E1, "a0")
+    assert session.counts.loads == 1  # the load made on e0 at the hint, done: it stays in the book
+    assert "a0" in core.book.engines[E0].resident
+
+
+def test_another_processs_warm_is_taken_by_every_experts_copy_too(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=TWO_VLLM)
+    leader = LeaderPolicy(experts=[("markov", MarkovPolicy), ("lru", LruPolicy)])
+    core = PolicyCore(inv, leader)
+    session = Session(core)
+    session.start(1000.0)
+    session.noticed(E1, "a2", LOADED, False)
+    copies = [s.session for s in leader.shadows]
+    assert all("a2" in c.core.book.engines[E1].resident and "a2" in c.sim.held[E1] for c in copies)  # type: ignore[union-attr]
+    session.noticed(E1, "a2", UNLOADED, False)
+    assert not any("a2" in c.core.book.engines[E1].resident or "a2" in c.sim.held[E1] for c in copies)  # type: ignore[union-attr]
+    for adapter in ("a0", "a1", "a2", "a3", "a4"):  # four slots: the fifth displaces the least recently used
+        session.noticed(E1, adapter, LOADED, False)
+    for c in copies:
+        assert list(c.sim.held[E1]) == list(c.core.book.engines[E1].resident) == ["a1", "a2", "a3", "a4"]  # type: ignore[union-attr]
