@@ -4,9 +4,12 @@ A request's line is written at its end, so a daemon that tails logs learns of it
 engine took it at its arrival, loaded a missing adapter itself and evicted its own least recently used, the
 adapter in use until the request ended (drive/standin.py). `LateFleet` runs one policy's session as the daemon
 runs it (it returns calls) against stand-in engines, on one timeline: each request served by its stand-in at
-its arrival, routed where the log names or by the placement rule on the session's book as it stands then, its
-line taken by the session when a follower reads it, the session's calls carried out on the stand-ins when made
-and answered when done, the session's wakeups each at its own time.
+its arrival, routed where the log names or else by the gateway's own rule on what the engines hold
+(`StandInEngines.route`), its line taken by the session when a follower reads it (with the engine it ran on, as
+nginx's `$upstream_addr` gives it), the session's calls carried out on the stand-ins when made and answered when
+done, the session's wakeups each at its own time. With start hints the session takes each request at its
+arrival where the placement rule sends it (a hint names no engine) and makes its calls there; its line says
+where the gateway sent it (`Session._rerouted`).
 
 Requests are added as they become known and the timeline is run up to an instant: replay adds a whole log and
 runs it to the end (replay/driver.py); the lorafleet policy runs one per expert a little behind the lines it
@@ -114,21 +117,17 @@ class LateFleet:
             adapter = event.adapter
             assert adapter is not None
             if kind == _READ:
-                if self.hints:
-                    self._carry_out(session.request(event, held=self.held.pop(order)), at)
-                else:
-                    self._carry_out(session.request(event, engine=self.on.pop(order, None)), at)
+                held = self.held.pop(order) if self.hints else None
+                self._carry_out(session.request(event, engine=self.on.pop(order, None), held=held), at)
                 continue
             if not session.started:
                 self._carry_out(session.start(at), at)
             calls: list[Call] = []
+            engine = self._routed(at, event, adapter)
             if self.hints:  # the gateway forwards the request and mirrors its start to lorafleet at once: the
-                # engine takes it before any call lorafleet makes for it arrives (routed by the placement rule on
-                # the book, which knows each request from its hint, as the daemon places a hint)
+                # engine takes it before any call lorafleet makes for it arrives; the book takes it where the
+                # placement rule sends it (a hint names no engine), its line where the gateway did
                 calls, self.held[order] = session.hint(replace(event, seen=None) if event.seen is not None else event)
-                engine = session.last_engine
-            else:
-                engine = self._routed(at, event, adapter)
             ends = event.seen is not None or not self.hints  # else it runs until `line` says
             if engine is None:
                 self.served(event, None, UNSERVED, 0.0)
@@ -137,8 +136,7 @@ class LateFleet:
                 if ends:
                     self.own += 1
                     heapq.heappush(timeline, (max(at, event.seen or at), _END, self.own, (engine, adapter)))
-                if not self.hints:
-                    self.on[order] = engine  # the book learns where it was served (beside the line, not in it)
+                self.on[order] = engine  # the book learns where it was served (beside the line, or in it)
                 self.served(event, engine, outcome, waited)
             if calls:
                 self._carry_out(calls, at)
@@ -167,7 +165,13 @@ class LateFleet:
             call = pending.popleft()
             engine, adapter = call.engine, call.adapter
             if call.action == LOAD:
-                by_request = call.reason == DEMAND and session.core.book.engines[engine].profile.loads_on_request
+                # A demand load's call for a name the engine knows is answered "already loaded" (the request
+                # brought it in); for one it does not — the gateway sent the request elsewhere — it loads.
+                by_request = (
+                    call.reason == DEMAND
+                    and session.core.book.engines[engine].profile.loads_on_request
+                    and standins.registered(engine, adapter)
+                )
                 loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
                 ready = standins.ready_at(engine, adapter)
                 answer = LOADED if loads else RELOADED

@@ -239,14 +239,15 @@ class Session:
         """One adapter request at its time (or the newest seen, if older): what is due first, then its outcome,
         its wait and the decisions it leads to. Returns the engine calls to make (none when simulated). `engine`:
         where it was served (the leader's copy of the fleet serves a line where the live engines did).
-        `held`: the request was served at its start hint (`hint`); only its counts are released now. A line
+        `held`: the request was served at its start hint (`hint`); only its counts are released now, on the
+        engine it ran on (`engine`, else the one its line names: `_rerouted` where the book took it elsewhere). A line
         written at its request's end is taken no earlier than then (`seen`): nothing lorafleet did for it, or
         for what it taught, could have been done before. `first` False: lorafleet learned of it as its engine took
         it (an expert's copy serving what the live session learned from a start hint)."""
         now = self._at(event.seen if event.seen is not None and held is None else event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
-            engine = self.core.named_engine(event)
+            engine = engine if engine is not None else self.core.named_engine(event)
             if engine is not None and held.engine is not None and engine != held.engine and not held.ended:
                 self._rerouted(now, held, event, engine)
             self._release(held, event)

@@ -29,7 +29,7 @@ from lorafleet.policy.residency import EngineResidency
 
 
 class _Engine:
-    __slots__ = ("budget", "free_at", "held", "key", "load", "pins", "running", "used_bytes")
+    __slots__ = ("budget", "free_at", "held", "key", "load", "pins", "registered", "running", "used_bytes")
 
     def __init__(self, state: EngineResidency, load: LoadModel) -> None:
         self.key = state.key
@@ -40,6 +40,7 @@ class _Engine:
         self.free_at = float("-inf")  # when the loader is next free
         self.used_bytes = 0
         self.running: dict[str, int] = {}  # requests in progress, per adapter
+        self.registered: set[str] = set()  # loaded once, not unloaded since (an eviction keeps the name)
 
 
 class StandInEngines:
@@ -126,8 +127,15 @@ class StandInEngines:
     def ready_at(self, engine: str, adapter: str) -> float | None:
         return self.engines[engine].held.get(adapter)
 
+    def registered(self, engine: str, adapter: str) -> bool:
+        """Whether the engine knows the adapter's name: loaded there once (by a request or a call) and not
+        unloaded since. vLLM answers a load call for such a name "already loaded", whether or not its cache
+        still holds it (docs/engines.md)."""
+        return adapter in self.engines[engine].registered
+
     def unload(self, engine: str, adapter: str) -> None:
         state = self.engines[engine]
+        state.registered.discard(adapter)
         if state.held.pop(adapter, None) is not None:
             state.used_bytes -= self.sizes[adapter]
             self.holders[adapter].discard(state.key)
@@ -146,6 +154,7 @@ class StandInEngines:
         self.busy_ms += cold
         self.last_done = max(self.last_done, done)
         state.held[adapter] = done
+        state.registered.add(adapter)
         self.holders.setdefault(adapter, set()).add(state.key)
         state.used_bytes += size
         self._fit(state, adapter)

@@ -136,3 +136,18 @@ def test_an_engine_that_lost_the_adapter_is_no_holder_and_one_with_it_loaded_com
     engines.use(1000.0, "h/e1", b)
     engines.use(1100.0, "h/e0", b)  # loaded on e1 by now, loading on e0, the first in pool order
     assert engines.route(b, pool, 1100.0) == "h/e1"
+
+
+def test_a_name_stays_registered_past_its_eviction_and_leaves_with_an_unload(tmp_path: Path) -> None:
+    """vLLM keeps an adapter's name once loaded (a load call for it is answered "already loaded") though its cache
+    evicted it; an unload forgets the name."""
+    engines, _ = standins(tmp_path)
+    assert not engines.registered("h/e0", "a0")
+    served(engines, 1000.0, "a0")
+    served(engines, 1010.0, "a1")
+    served(engines, 1020.0, "a2")  # two slots: a0 evicted
+    assert "a0" not in engines.holds("h/e0") and engines.registered("h/e0", "a0")
+    engines.use(1030.0, "h/e0", "a3")  # a load call's: registered too
+    assert engines.registered("h/e0", "a3")
+    engines.unload("h/e0", "a3")
+    assert not engines.registered("h/e0", "a3")

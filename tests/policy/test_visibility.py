@@ -477,3 +477,21 @@ def test_a_request_goes_where_its_adapter_is_though_no_line_has_told_of_it(tmp_p
     for visibility in (LOG, HINTS):
         result = simulate(inv, "lru", events, visibility=visibility)
         assert (result.hits, result.misses, result.loads) == (1, 2, 2), visibility
+
+
+def test_with_hints_a_request_goes_where_the_gateway_sends_it_and_its_line_tells_the_book(tmp_path: Path) -> None:
+    """A hint names no engine: the book takes it on the placement rule's engine (both empty: e0) and sends its
+    demand load there, while the gateway sends the request where the adapter's name hashes (a0: e1). e0 never
+    knew a0, so that load is made (what the daemon's call does); e1 took the request and loaded a0 itself; the
+    line names e1 and the book holds a0 there too. a4 hashes to e0: the book and the gateway agree, one load."""
+    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}] * 2)
+    for adapter, holders in (("a0", {"h/e0", "h/e1"}), ("a4", {"h/e0"})):
+        session = Session(PolicyCore(inv, LruPolicy()), answers=False, read_after_s=FOLLOW_POLL_S)
+        fleet = LateFleet(session, hints=True)
+        fleet.add(RequestEvent(1000.0, ADAPTER, adapter, tenant="t", base_model="m", seen=1001.0))
+        fleet.run()
+        engines = {key for key in ("h/e0", "h/e1") if adapter in fleet.standins.holds(key)}
+        assert engines == holders, adapter
+        assert {key for key, state in session.core.book.engines.items() if adapter in state.resident} == holders
+        assert [outcome for _, outcome in fleet.outcomes] == ["miss"]  # served once, where the gateway sent it
+        assert (session.counts.requests, session.counts.misses) == (1, 1)
