@@ -79,3 +79,80 @@ def _requests(db: Path) -> int:
             return c.execute("SELECT COALESCE(SUM(requests), 0) FROM rollups").fetchone()[0]
     except sqlite3.OperationalError:
         return 0
+
+
+def test_with_nginx_hashing_adapters_the_daemon_learns_where_a_hinted_request_ran(
+    tmp_path, emulators, daemon_process
+) -> None:
+    """The recipe's `hash $http_x_lora_adapter consistent` line enabled, two engines: a hint names no engine, so
+    the daemon's book takes a newcomer on the placement rule's engine (both empty: e0) and loads it there, while
+    nginx sends the request where the name hashes. For an adapter nginx sends to e1, the line (its
+    `$upstream_addr`) says so: the hint is counted `rerouted`, and the book holds the adapter on both engines,
+    as the engines themselves do."""
+    from tests.nginx_gateway import RECIPE
+
+    engines = [emulators(kind="vllm", gpu_slots=2, host_slots=4) for _ in range(2)]
+    paths = write_adapters(tmp_path / "adapters", 16)  # one of 16 names hashes to e1 but for a 2^-16 chance
+    for engine in engines:
+        engine.state.resolver = {f"a{i}": str(p) for i, p in enumerate(paths)}  # vLLM's lazy resolver
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        "defaults: {load_fixed_ms: 5, disk_gbps: 3, h2d_gbps: 25}\n"
+        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    engines:\n"
+        + "".join(f"      - {vllm(f'e{i}', e.url)}\n" for i, e in enumerate(engines))
+        + "adapters:\n"
+        + "".join(f"  - {{id: a{i}, base_model: m, path: '{p}', rank: 8}}\n" for i, p in enumerate(paths))
+        + f"gateway:\n  logs:\n    - path: nginx/access.jsonl\n      format: jsonl\n      fields: {FIELDS}\n"
+    )
+    recipe = RECIPE.read_text(encoding="utf-8")
+    assert recipe.count("#   hash $http_x_lora_adapter consistent;") == 1
+    recipe = recipe.replace("#   hash $http_x_lora_adapter consistent;", "hash $http_x_lora_adapter consistent;")
+    hints = free_port()
+    (tmp_path / "nginx").mkdir()
+    (tmp_path / "nginx" / "access.jsonl").touch()
+    with NginxGateway(tmp_path / "nginx", [e.url for e in engines], hints, recipe_text=recipe) as gateway:
+        for i in range(16):  # where nginx sends each name (no daemon yet: the mirror's hints go nowhere)
+            complete(gateway, f"a{i}")
+        upstream = {r["adapter"]: r["upstream"] for r in gateway.wait_for_records(16)}
+        to_e1 = next(a for a, up in upstream.items() if up == f"127.0.0.1:{engines[1].port}")
+        for engine in engines:  # the probe's loads forgotten: both engines start empty
+            engine.state.registry.clear()
+            engine.state.host.clear()
+            engine.state.gpu.clear()
+            engine.state.served.update(hit=0, miss=0)
+            engine.state.gen_fixed_s = 0.5  # from now on a request runs a while: its hint comes before its line
+        db = tmp_path / "state.db"
+        daemon = daemon_process(inv, db, "--hints-addr", f"127.0.0.1:{hints}")  # follows the log from its end
+        wait_for(lambda: "following" in daemon.log(), what="the daemon", log=daemon.log)
+        metrics = daemon.metrics_port()
+        complete(gateway, to_e1)
+        wait_for(lambda: _hints(metrics).get("rerouted") == 1, what="the hint counted rerouted", log=daemon.log)
+        assert to_e1 in engines[0].state.registry  # the load the book made where it took the hint
+        assert engines[1].state.served == {"hit": 0, "miss": 1}  # e1 took the request and loaded it itself
+        held = {key: float(len(e.state.host)) for key, e in zip(("h/e0", "h/e1"), engines, strict=True)}
+        assert held == {"h/e0": 1.0, "h/e1": 1.0}
+        wait_for(lambda: _resident(metrics) == held, what="the book to hold what the engines do", log=daemon.log)
+        assert daemon.stop()[0] == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT engine, SUM(requests) FROM rollups GROUP BY engine").fetchall() == [("h/e1", 1)]
+
+
+def _scrape(port: int) -> str:
+    import urllib.request
+
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def _hints(port: int) -> dict[str, float]:
+    import re
+
+    found = re.findall(r'lorafleet_hints_total\{mode="live",outcome="(\w+)"\} (\S+)', _scrape(port))
+    return {outcome: float(value) for outcome, value in found}
+
+
+def _resident(port: int) -> dict[str, float]:
+    import re
+
+    found = re.findall(r'lorafleet_resident_adapters\{engine="([^"]+)",mode="live"\} (\S+)', _scrape(port))
+    return {engine: float(value) for engine, value in found}
