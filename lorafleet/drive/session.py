@@ -248,8 +248,10 @@ class Session:
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
             engine = engine if engine is not None else self.core.named_engine(event)
-            if engine is not None and held.engine is not None and engine != held.engine and not held.ended:
-                self._rerouted(now, held, event, engine)
+            if engine is not None and event.adapter is not None:
+                self.core.routes[event.adapter] = engine  # where the gateway sends this adapter (`placed`)
+                if held.engine is not None and engine != held.engine and not held.ended:
+                    self._rerouted(now, held, event, engine)
             self._release(held, event)
             if not held.ended:
                 held.ended = True
@@ -281,6 +283,10 @@ class Session:
         given = engine is not None
         if engine is None:  # a start hint comes as the gateway forwards the request: it went where the gateway sent it
             engine = core.route(event) if held is None else core.placed(event)
+        if event.seen is not None and held is None and event.adapter is not None:  # a line: where it ran, if told
+            told = engine if given else core.named_engine(event)
+            if told is not None:
+                core.routes[event.adapter] = told
         self.last_engine = engine
         then: bool | None = None  # learned from its line: whether the engine held it at its arrival
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations

@@ -129,6 +129,8 @@ class PolicyCore:
         of 50,000 adapters took 0.95 s to build, each its own tables; 0.2 s sharing them)."""
         self.inventory = inventory
         self.touch_budget = touch_budget
+        # adapter -> the engine the gateway last sent a request for it to, as its line said (`placed`)
+        self.routes: dict[str, str] = {}
         # engine -> touches it may still be sent: earned per request served (from none), one turnover banked at most
         self.touch_credit: dict[str, float] = {}
         self.book = ResidencyBook.from_inventory(inventory)
@@ -170,6 +172,7 @@ class PolicyCore:
         new.loading_reason = {k: v for k, v in self.loading_reason.items() if k[0] in new.book.engines}
         new.claimed = {k for k in self.claimed if k[0] in new.book.engines}
         new.unavailable = {k for k in self.unavailable if k[0] in new.book.engines}
+        new.routes = {a: e for a, e in self.routes.items() if e in new.serving.get(a, ())}
         return new
 
     # --- driver interface ---------------------------------------------------------------------------------
@@ -189,11 +192,18 @@ class PolicyCore:
         return chosen if chosen is not None else self.place(adapter)
 
     def placed(self, event: RequestEvent) -> str | None:
-        """The engine a request the gateway routed before lorafleet could went to, as far as lorafleet can tell:
-        the one the log names, else the placement rule's choice on the book (a line, or a start hint mirrored as
-        the request is forwarded). The policy's own routing (`route`) is for requests it places itself."""
+        """The engine a request the gateway routed before lorafleet could went to, as far as lorafleet can tell
+        (a start hint, mirrored as the request is forwarded, names none): the one the log names, else the one the
+        gateway sent the adapter's last request to, as that request's line said (`routes`), else the placement
+        rule's choice on the book. A gateway that hashes adapters to engines (deploy/nginx-lorafleet.conf's
+        `hash` line) sends each adapter to one engine, so after its first line the guess is right; by the
+        placement rule it was wrong for 28-44% of hinted requests on two engines (docs/benchmarks.md), each a
+        load made where the request never went. The policy's own routing (`route`) is for requests it places
+        itself."""
         adapter = event.adapter
-        return self.named_engine(event) or (self.place(adapter) if adapter is not None else None)
+        if adapter is None:
+            return None
+        return self.named_engine(event) or self.routes.get(adapter) or self.place(adapter)
 
     def named_engine(self, event: RequestEvent) -> str | None:
         """The engine the log names for an adapter request, when it can serve the adapter."""

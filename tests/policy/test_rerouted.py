@@ -54,10 +54,33 @@ def test_a_hinted_hit_on_the_books_engine_counts_as_the_engine_it_ran_on_served_
     session.request(line_of(held, E1, 1001.0), held=held)
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (1, 0, 1)
     assert session.counts.cold_ms_paid == session.cold_ms(E1, "a0")  # one cold load waited, on e1
-    _, again = hinted(session, "a0", 1002.0)  # both hold it now: the book takes it on e0 again
-    assert again.engine == E0
-    session.request(line_of(again, E1, 1003.0), held=again)
+    _, again = hinted(session, "a0", 1002.0)  # both hold a0 now: the book takes it where its line said, e1
+    assert again.engine == E1
+    session.request(line_of(again, E0, 1003.0), held=again)  # the gateway sent it to e0 this time, which held it
+    assert again.rerouted == E0
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (2, 1, 1)
+
+
+def test_a_hint_goes_where_the_adapters_last_line_said_the_gateway_sent_it(tmp_path: Path) -> None:
+    """A gateway that hashes adapters to engines sends each adapter to one engine: once a line has said which,
+    the book takes the adapter's next hint there, rather than on its own placement rule's choice (a holder, else
+    the least loaded engine), whatever it holds where."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    _, held = hinted(session, "a0", 1000.0)
+    assert held.engine == E0  # nothing known: the placement rule's (both empty: the first)
+    session.request(line_of(held, E1, 1001.0), held=held)
+    for i, engine in enumerate((E1, E1, E0)):
+        _, again = hinted(session, "a0", 1002.0 + 2 * i)
+        assert again.engine == engine  # where the last line said it went, e0 holding it too
+        session.request(line_of(again, E0 if i == 1 else E1, 1003.0 + 2 * i), held=again)
+    assert core.routes == {"a0": E1}
+    # a line learned without a hint teaches it as well
+    session.request(RequestEvent(1010.0, ADAPTER, "a2", tenant="t", base_model="m", engine=E1, seen=1011.0))
+    _, other = hinted(session, "a2", 1012.0)
+    assert other.engine == E1 and core.routes["a2"] == E1
 
 
 def test_a_line_that_names_the_books_engine_or_none_changes_nothing(tmp_path: Path) -> None:
@@ -119,3 +142,12 @@ def test_another_processs_warm_is_taken_by_every_experts_copy_too(tmp_path: Path
         session.noticed(E1, adapter, LOADED, False)
     for c in copies:
         assert list(c.sim.held[E1]) == list(c.core.book.engines[E1].resident) == ["a1", "a2", "a3", "a4"]  # type: ignore[union-attr]
+
+
+def test_a_new_inventory_keeps_the_routes_to_engines_that_stayed(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    core.routes.update({"a0": E1, "a1": E0})
+    assert core.rebuilt(inv).routes == {"a0": E1, "a1": E0}
+    smaller = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM[:1], name="one.yaml")
+    assert core.rebuilt(smaller).routes == {"a1": E0}  # e1 left the fleet
