@@ -88,7 +88,7 @@ def test_with_nginx_hashing_adapters_the_daemon_learns_where_a_hinted_request_ra
     the daemon's book takes a newcomer on the placement rule's engine (both empty: e0) and loads it there, while
     nginx sends the request where the name hashes. For an adapter nginx sends to e1, the line (its
     `$upstream_addr`) says so: the hint is counted `rerouted`, and the book holds the adapter on both engines,
-    as the engines themselves do."""
+    as the engines themselves do; its next hint the book takes on e1 at once."""
     from tests.nginx_gateway import RECIPE
 
     engines = [emulators(kind="vllm", gpu_slots=2, host_slots=4) for _ in range(2)]
@@ -133,9 +133,14 @@ def test_with_nginx_hashing_adapters_the_daemon_learns_where_a_hinted_request_ra
         held = {key: float(len(e.state.host)) for key, e in zip(("h/e0", "h/e1"), engines, strict=True)}
         assert held == {"h/e0": 1.0, "h/e1": 1.0}
         wait_for(lambda: _resident(metrics) == held, what="the book to hold what the engines do", log=daemon.log)
+        # Its next request: the book takes the hint where the line said nginx sent the adapter (both engines hold
+        # it now; by the placement rule it would be e0, the first holder, and rerouted again).
+        complete(gateway, to_e1)
+        wait_for(lambda: _hints(metrics).get("joined") == 2, what="the second hint joined", log=daemon.log)
+        assert _hints(metrics).get("rerouted") == 1
         assert daemon.stop()[0] == 0
     with sqlite3.connect(db) as c:
-        assert c.execute("SELECT engine, SUM(requests) FROM rollups GROUP BY engine").fetchall() == [("h/e1", 1)]
+        assert c.execute("SELECT engine, SUM(requests) FROM rollups GROUP BY engine").fetchall() == [("h/e1", 2)]
 
 
 def _scrape(port: int) -> str:
