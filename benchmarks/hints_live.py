@@ -1,9 +1,10 @@
 """Lead time, live: a real nginx in front of an emulated vLLM, the daemon learning from log lines only or from the
 gateway's start hints too, and replay's prediction of each from the access log nginx wrote.
 
-    python benchmarks/hints_live.py [--shapes back-to-back,think,zipf] [--rounds 8] [--tenants 6] [--json]
+    python benchmarks/hints_live.py [--shapes back-to-back,think,zipf] [--rounds 8] [--tenants 6] [--engines 1]
+        [--json]
 
-Every request goes client -> nginx (deploy/nginx-lorafleet.conf, tests/nginx_gateway.py) -> the emulated engine
+Every request goes client -> nginx (deploy/nginx-lorafleet.conf, tests/nginx_gateway.py) -> an emulated engine
 (tests/engine_emulator.py: 4 GPU slots, 10 host slots, vLLM's lazy resolver, a cold load of 40 ms per MB, a
 generation of `--gen-s` ± 50%), which says in a header whether the adapter was in its memory: the engine's own
 count is the live figure. Modes: `log` — nginx without the mirror, the daemon tails the access log; `hints` —
@@ -16,6 +17,9 @@ nginx mirrors each request's start to `daemon --hints-addr`. Shapes:
 Per shape and mode: live hit ratio (all requests, and the later steps 2-4 of chains), then `replay` of the access
 log nginx wrote under the same visibility, and the difference in points (goal: within 3); `counted`: the hit
 ratio the daemon itself journaled (what `stats` reports), against the engine's own count (`live`).
+`--engines N`: N such engines behind the recipe with its `hash $http_x_lora_adapter consistent` line enabled (each
+adapter to one engine); `rerouted` is how many hints the daemon found, from their lines, to have run elsewhere than
+its book took them (`lorafleet_hints_total{outcome="rerouted"}`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from lorafleet.inventory import load_inventory  # noqa: E402
 from lorafleet.logs.reader import read_events  # noqa: E402
 from lorafleet.replay.driver import in_arrival_order, simulate  # noqa: E402
 from tests.engine_emulator import EngineEmulator, EngineState  # noqa: E402
-from tests.nginx_gateway import NginxGateway, free_port  # noqa: E402
+from tests.nginx_gateway import RECIPE, NginxGateway, free_port  # noqa: E402
 from tests.peft_files import write_peft_adapter  # noqa: E402
 
 POOL = 16  # four tenants' chains of four steps, each adapter in one chain
@@ -67,7 +71,7 @@ def chains(tenants: int, seed: int) -> dict[str, list[str]]:
 
 
 def write_inventory(
-    folder: Path, url: str, paths: list[Path], flows: dict[str, list[str]], declared: bool, gpu: int, host: int
+    folder: Path, urls: list[str], paths: list[Path], flows: dict[str, list[str]], declared: bool, gpu: int, host: int
 ) -> Path:
     # The load-time model matches the emulator's: LOAD_S_PER_MB per MB read, no fixed part, a fast copy.
     tenants = "".join(
@@ -78,9 +82,12 @@ def write_inventory(
         f"defaults: {{load_fixed_ms: 0, disk_gbps: {1e-3 / LOAD_S_PER_MB}, h2d_gbps: 1.0e+6}}\n"
         "base_models:\n  m: {hidden_size: 256, intermediate_size: 512, num_layers: 4, num_attention_heads: 4}\n"
         "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    request_timeout_s: 5\n    engines:\n"
-        f"      - {{name: e0, kind: vllm, url: '{url}', base_model: m, max_loras: {gpu}, max_cpu_loras: {host}, "
-        "max_lora_rank: 64}\n"
-        "adapters:\n"
+        + "".join(
+            f"      - {{name: e{i}, kind: vllm, url: '{url}', base_model: m, max_loras: {gpu}, max_cpu_loras: {host}, "
+            "max_lora_rank: 64}\n"
+            for i, url in enumerate(urls)
+        )
+        + "adapters:\n"
         + "".join(
             f"  - {{id: a{i}, base_model: m, path: '{p}', rank: {(8, 16, 32, 64)[i % 4]}}}\n"
             for i, p in enumerate(paths)
@@ -133,10 +140,10 @@ def plans(shape: str, flows: dict[str, list[str]], rounds: int, seed: int) -> di
     return out
 
 
-def start_daemon(inv: Path, state: Path, hints_port: int | None) -> subprocess.Popen[bytes]:
+def start_daemon(inv: Path, state: Path, hints_port: int | None, metrics_port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     args = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inv), "--state", str(state), "-v"]
-    args += ["--metrics-addr", "off"]
+    args += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
     if hints_port is not None:
         args += ["--hints-addr", f"127.0.0.1:{hints_port}"]
     log = open(state.with_suffix(".log"), "wb")  # noqa: SIM115 - the process owns it
@@ -153,26 +160,37 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lorafleet-hints-") as tmp:
         folder = Path(tmp)
         paths = adapters(folder / "adapters")
-        state = EngineState(
-            kind="vllm",
-            served_model="m",
-            gpu_slots=args.gpu_slots,
-            host_slots=args.host_slots,
-            load_s_per_mb=LOAD_S_PER_MB,
-            gen_fixed_s=args.gen_s,
-            gen_spread=0.5,
-            gen_seed=args.seed,
-            resolver={f"a{i}": str(p) for i, p in enumerate(paths)},
-        )
-        engine = EngineEmulator(state)
+        engines = [
+            EngineEmulator(
+                EngineState(
+                    kind="vllm",
+                    served_model="m",
+                    gpu_slots=args.gpu_slots,
+                    host_slots=args.host_slots,
+                    load_s_per_mb=LOAD_S_PER_MB,
+                    gen_fixed_s=args.gen_s,
+                    gen_spread=0.5,
+                    gen_seed=args.seed + i,
+                    resolver={f"a{i}": str(p) for i, p in enumerate(paths)},
+                )
+            )
+            for i in range(args.engines)
+        ]
         flows = chains(args.tenants, args.seed)
-        inv = write_inventory(folder, engine.url, paths, flows, not args.undeclared, args.gpu_slots, args.host_slots)
+        urls = [engine.url for engine in engines]
+        inv = write_inventory(folder, urls, paths, flows, not args.undeclared, args.gpu_slots, args.host_slots)
         hints_port = free_port() if mode == "hints" else None
         (folder / "nginx").mkdir()
         (folder / "nginx" / "access.jsonl").touch()
-        gateway = NginxGateway(folder / "nginx", [engine.url], hints_port or free_port(), mirror=mode == "hints")
+        recipe = RECIPE.read_text(encoding="utf-8")
+        if args.engines > 1:  # each adapter to one engine
+            recipe = recipe.replace("#   hash $http_x_lora_adapter", "hash $http_x_lora_adapter")
+        gateway = NginxGateway(
+            folder / "nginx", urls, hints_port or free_port(), mirror=mode == "hints", recipe_text=recipe
+        )
         gateway.start()
-        daemon = start_daemon(inv, folder / "state.db", hints_port)
+        metrics_port = free_port()
+        daemon = start_daemon(inv, folder / "state.db", hints_port, metrics_port)
         results: list[Any] = []
         try:
             threads = [
@@ -186,11 +204,13 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
                 thread.join()
             wall = time.monotonic() - started
             time.sleep(0.5)
+            rerouted = hints_rerouted(metrics_port)
         finally:
             daemon.terminate()
             daemon.wait(30)
             gateway.stop()
-            engine.stop()
+            for engine in engines:
+                engine.stop()
             if args.keep:
                 import shutil
 
@@ -221,7 +241,19 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             else None,
             "difference_points": round((replayed.hit_ratio - live) * 100, 1),
             "daemon_counted_hit_ratio": round(counted_hits / counted, 4) if counted else None,
+            "engines": args.engines,
+            "rerouted": rerouted,
         }
+
+
+def hints_rerouted(port: int) -> int:
+    """The daemon's count of hints whose lines named another engine than its book took them on."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found = re.search(r'lorafleet_hints_total\{mode="live",outcome="rerouted"\} (\S+)', text)
+    return int(float(found.group(1))) if found else 0
 
 
 def main() -> None:
@@ -234,6 +266,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--gpu-slots", type=int, default=4)
     parser.add_argument("--host-slots", type=int, default=10)
+    parser.add_argument("--engines", type=int, default=1, help="engines behind nginx, which hashes adapters to them")
     parser.add_argument("--undeclared", action="store_true", help="tenants do not declare their chains")
     parser.add_argument("--keep", metavar="DIR", help="keep each run's files (logs, journal) under DIR")
     parser.add_argument("--json", action="store_true")
@@ -243,7 +276,7 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     head = f"{'shape':<14}{'mode':<7}{'requests':>9}{'live':>8}{'replay':>8}{'diff pts':>9}"
-    print(head + f"{'later live':>12}{'later replay':>14}{'counted':>9}{'wall s':>8}")
+    print(head + f"{'later live':>12}{'later replay':>14}{'counted':>9}{'rerouted':>9}{'wall s':>8}")
     for r in rows:
         later = [r[k] for k in ("live_later_steps_hit_ratio", "replay_later_steps_hit_ratio")]
         live_later, replay_later = ("-" if v is None else f"{v:.1%}" for v in later)
@@ -251,7 +284,7 @@ def main() -> None:
         print(
             f"{r['shape']:<14}{r['mode']:<7}{r['requests']:>9}{r['live_hit_ratio']:>8.1%}"
             f"{r['replay_hit_ratio']:>8.1%}{r['difference_points']:>9.1f}{live_later:>12}{replay_later:>14}"
-            f"{counted:>9}{r['wall_s']:>8.1f}"
+            f"{counted:>9}{r['rerouted']:>9}{r['wall_s']:>8.1f}"
         )
 
 

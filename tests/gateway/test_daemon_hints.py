@@ -20,19 +20,23 @@ FIELDS = (
 )
 
 
-def fleet(folder: Path, engine: EngineEmulator) -> Path:
-    paths = write_adapters(folder / "adapters", 6)
-    engine.state.resolver = {f"a{i}": str(p) for i, p in enumerate(paths)}  # vLLM's lazy resolver
+def fleet(
+    folder: Path, *engines: EngineEmulator, adapters: int = 6, tenants: str = "  acme: {workflows: [[a3, a4, a5]]}\n"
+) -> Path:
+    """An inventory of the emulated engines (each with vLLM's lazy resolver over the adapters) behind nginx."""
+    paths = write_adapters(folder / "adapters", adapters)
+    for engine in engines:
+        engine.state.resolver = {f"a{i}": str(p) for i, p in enumerate(paths)}  # vLLM's lazy resolver
     inv = folder / "inv.yaml"
     inv.write_text(
         "defaults: {load_fixed_ms: 5, disk_gbps: 3, h2d_gbps: 25}\n"
         "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
         "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    engines:\n"
-        f"      - {vllm('e0', engine.url)}\n"
-        "adapters:\n"
+        + "".join(f"      - {vllm(f'e{i}', e.url)}\n" for i, e in enumerate(engines))
+        + "adapters:\n"
         + "".join(f"  - {{id: a{i}, base_model: m, path: '{p}', rank: 8}}\n" for i, p in enumerate(paths))
-        + "tenants:\n  acme: {workflows: [[a3, a4, a5]]}\n"
-        f"gateway:\n  logs:\n    - path: nginx/access.jsonl\n      format: jsonl\n      fields: {FIELDS}\n"
+        + (f"tenants:\n{tenants}" if tenants else "")
+        + f"gateway:\n  logs:\n    - path: nginx/access.jsonl\n      format: jsonl\n      fields: {FIELDS}\n"
     )
     return inv
 
@@ -92,19 +96,7 @@ def test_with_nginx_hashing_adapters_the_daemon_learns_where_a_hinted_request_ra
     from tests.nginx_gateway import RECIPE
 
     engines = [emulators(kind="vllm", gpu_slots=2, host_slots=4) for _ in range(2)]
-    paths = write_adapters(tmp_path / "adapters", 16)  # one of 16 names hashes to e1 but for a 2^-16 chance
-    for engine in engines:
-        engine.state.resolver = {f"a{i}": str(p) for i, p in enumerate(paths)}  # vLLM's lazy resolver
-    inv = tmp_path / "inv.yaml"
-    inv.write_text(
-        "defaults: {load_fixed_ms: 5, disk_gbps: 3, h2d_gbps: 25}\n"
-        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
-        "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    engines:\n"
-        + "".join(f"      - {vllm(f'e{i}', e.url)}\n" for i, e in enumerate(engines))
-        + "adapters:\n"
-        + "".join(f"  - {{id: a{i}, base_model: m, path: '{p}', rank: 8}}\n" for i, p in enumerate(paths))
-        + f"gateway:\n  logs:\n    - path: nginx/access.jsonl\n      format: jsonl\n      fields: {FIELDS}\n"
-    )
+    inv = fleet(tmp_path, *engines, adapters=16, tenants="")  # one of 16 names hashes to e1 but for a 2^-16 chance
     recipe = RECIPE.read_text(encoding="utf-8")
     assert recipe.count("#   hash $http_x_lora_adapter consistent;") == 1
     recipe = recipe.replace("#   hash $http_x_lora_adapter consistent;", "hash $http_x_lora_adapter consistent;")
