@@ -325,12 +325,17 @@ class LorafleetPolicy(Policy):
         )
 
     def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
-        """Where a prefetch goes: the engine the gateway sent this request to, when the log names it (the
-        tenant's next request will likely go there too); otherwise where the candidate already is or the
-        routing rule would put it, so engines of a pool do not hold needless copies."""
-        if event.engine is not None and engine in self.core.serving.get(candidate, ()):
+        """Where a prefetch goes: where the gateway sent the candidate's last request, as its line said (a
+        gateway that hashes adapters sends it there again); else the engine the gateway sent this request to,
+        when the log names it (the tenant's next request may go there too); otherwise where the candidate
+        already is or the routing rule would put it, so engines of a pool do not hold needless copies."""
+        core = self.core
+        route = core.routes.get(candidate)
+        if route is not None:
+            return route
+        if event.engine is not None and engine in core.serving.get(candidate, ()):
             return engine
-        return self.core.place(candidate)
+        return core.place(candidate)
 
     def _load_seconds(self, engine: str, adapter: str) -> float:
         key = (engine, adapter)

@@ -151,3 +151,22 @@ def test_a_new_inventory_keeps_the_routes_to_engines_that_stayed(tmp_path: Path)
     assert core.rebuilt(inv).routes == {"a0": E1, "a1": E0}
     smaller = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM[:1], name="one.yaml")
     assert core.rebuilt(smaller).routes == {"a1": E0}  # e1 left the fleet
+
+
+def test_the_predictor_prefetches_where_the_gateway_sent_the_adapters_last_request(tmp_path: Path) -> None:
+    """A gateway that hashes adapters sends a1 to the engine it always does: the next step is prefetched there
+    (its last line said e1), not on the engine that served this step (e0), where its request would never go."""
+    from lorafleet.policy.predictive import LorafleetPolicy
+
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM, tenants={"t": "{workflows: [[a0, a1]]}"})
+    core = PolicyCore(inv, LorafleetPolicy())
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    session.request(RequestEvent(1000.0, ADAPTER, "a1", tenant="u", base_model="m", engine=E1, seen=1000.5))
+    assert core.routes == {"a1": E1}
+    session.advance(1005.0)
+    core.book.engines[E1].evict("a1")  # gone since
+    session.sim.held[E1].pop("a1", None)  # type: ignore[union-attr]
+    session.request(RequestEvent(1010.0, ADAPTER, "a0", tenant="t", base_model="m", engine=E0, seen=1010.5))
+    session.advance(1020.0)
+    assert core.book.engines[E1].holds("a1") and not core.book.engines[E0].holds("a1")
