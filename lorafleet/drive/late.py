@@ -88,6 +88,7 @@ class LateFleet:
             self.own += 1
             heapq.heappush(self.timeline, (end, _END, self.own, (engine, adapter)))
         if event is None:
+            self.on.pop(order, None)  # no line will read it
             self.session.unjoined(self.held.pop(order))
         else:
             heapq.heappush(self.timeline, (max(self.last, end + self.read_after_s), _READ, order, event))

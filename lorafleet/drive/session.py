@@ -382,12 +382,12 @@ class Session:
         there: a hit where that engine held the adapter at the request's arrival, else a miss that waited a cold
         load. On the engine the book took it on it no longer runs; what lorafleet did there for it (a load
         sent) was done, and stays in the book."""
-        adapter, hint = held.adapter, held.hint
-        assert adapter is not None and hint is not None
+        adapter, hint, booked = held.adapter, held.hint, held.engine
+        assert adapter is not None and hint is not None and booked is not None
         hit = self.held_at(engine, adapter, hint.time)
         held.ended = True
-        self.ended(held.engine, adapter, finished=False)
-        waiting = self.waiters.get((held.engine, adapter))  # type: ignore[arg-type]
+        self.ended(booked, adapter, finished=False)
+        waiting = self.waiters.get((booked, adapter))
         if waiting:  # a simulated load it was taken to wait on: its wait is no longer this request's
             waiting[:] = [w for w in waiting if w[3] is not held]
         held.counts, held.answers, held.rerouted = Counts(), [], engine

@@ -408,6 +408,7 @@ def test_a_hint_closed_without_its_line_ends_its_request_on_the_runs_stand_in_an
     fleet.line(later, _line("a1", 1002.0, 1003.0))  # its line before its arrival ran: kept until it does
     fleet.run()
     assert fleet.standins.engines["h/e0"].running == {} and fleet.session.counts.requests == 1
+    assert fleet.on == {} and fleet.held == {}  # nothing kept of either request (a long-lived run must not grow)
 
 
 def test_with_start_hints_the_runs_score_when_they_can_be_made_and_the_copies_otherwise(tmp_path: Path) -> None:
