@@ -247,11 +247,9 @@ class Session:
         now = self._at(event.seen if event.seen is not None and held is None else event.time)
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         if held is not None:
-            engine = engine if engine is not None else self.core.named_engine(event)
-            if engine is not None and event.adapter is not None:
-                self.core.routes[event.adapter] = engine  # where the gateway sends this adapter (`placed`)
-                if held.engine is not None and engine != held.engine and not held.ended:
-                    self._rerouted(now, held, event, engine)
+            ran = self._ran_on(event, engine)
+            if ran is not None and held.engine is not None and ran != held.engine and not held.ended:
+                self._rerouted(now, held, event, ran)
             self._release(held, event)
             if not held.ended:
                 held.ended = True
@@ -283,10 +281,8 @@ class Session:
         given = engine is not None
         if engine is None:  # a start hint comes as the gateway forwards the request: it went where the gateway sent it
             engine = core.route(event) if held is None else core.placed(event)
-        if event.seen is not None and held is None and event.adapter is not None:  # a line: where it ran, if told
-            told = engine if given else core.named_engine(event)
-            if told is not None:
-                core.routes[event.adapter] = told
+        if event.seen is not None and held is None:  # a line: where it ran, if told
+            self._ran_on(event, engine if given else None)
         self.last_engine = engine
         then: bool | None = None  # learned from its line: whether the engine held it at its arrival
         if event.seen is None or held is not None:  # known on arrival: a hint, or a log without durations
@@ -372,6 +368,15 @@ class Session:
             answers.append(served)  # type: ignore[union-attr]
         cold = self.cold_ms(engine, adapter)
         self._waited(served, cold, cold, used, None)
+
+    def _ran_on(self, event: RequestEvent, engine: str | None) -> str | None:
+        """Where a request learned from its line ran: `engine`, as the driver says, else the engine its line
+        names (None: untold). Kept as where the gateway sends its adapter (`PolicyCore.routes`: the engine a hint
+        is taken on, `placed`, and the predictor's prefetch target)."""
+        ran = engine if engine is not None else self.core.named_engine(event)
+        if ran is not None and event.adapter is not None:
+            self.core.routes[event.adapter] = ran
+        return ran
 
     def _rerouted(self, now: float, held: Held, line: RequestEvent, engine: str) -> None:
         """A hinted request's line names another engine than the book took it on: a start hint names none (nginx
