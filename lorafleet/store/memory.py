@@ -1,11 +1,12 @@
 """What a policy has learned, frozen for the journal and thawed at the next start, so a restart (an upgrade, a
-`kill -9`) does not throw away the tenants' sequences, the demand model and the experts' standings.
+`kill -9`) does not throw away the tenants' sequences, the demand model, the experts' standings and where the
+gateway sends each adapter.
 
-The frozen form is the policy object and the core's demand model, pickled and compressed. It is read back only
-by a restricted unpickler that builds nothing but lorafleet's own classes and plain containers, so a state file
-that was tampered with cannot run code; and it is used only when it was written by this lorafleet version
-(`FORMAT`) on the same inventory (`fingerprint`: engines, budgets, adapters, tenants) — otherwise it is refused
-and the policy relearns, as on a first start.
+The frozen form is the policy object, the core's demand model and its learned routes, pickled and compressed.
+It is read back only by a restricted unpickler that builds nothing but lorafleet's own classes and plain
+containers, so a state file that was tampered with cannot run code; and it is used only when it was written by
+this lorafleet version (`FORMAT`) on the same inventory (`fingerprint`: engines, budgets, adapters, tenants) —
+otherwise it is refused and the policy relearns, as on a first start.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 9: the core's learned routes (where the gateway sent each adapter's last request)
 # 8: simulated copies keep when each adapter was held (Stays), and the standings' settling lag on logs with durations;
 # 7: a new leader's copy of an engine is matched to the live engine (the engines still to match);
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 8"
+FORMAT = f"lorafleet {__version__} memory 9"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}
@@ -53,9 +55,9 @@ def fingerprint(inventory: Inventory) -> str:
 
 
 def freeze(core: PolicyCore) -> bytes:
-    """The core's policy (with everything it holds) and demand model, as bytes."""
+    """The core's policy (with everything it holds), demand model and learned routes, as bytes."""
     with paused():  # the pickler's memo holds every object: a collection meanwhile would traverse them all
-        raw = pickle.dumps((core.policy, core.demand), protocol=pickle.HIGHEST_PROTOCOL)
+        raw = pickle.dumps((core.policy, core.demand, core.routes), protocol=pickle.HIGHEST_PROTOCOL)
     return zlib.compress(raw, 1)  # level 1: a third of level 6's time, 12% larger (it is written every second)
 
 
@@ -77,23 +79,28 @@ def thaw(
     touch_budget: float,
     written: Inventory | None = None,
 ) -> PolicyCore:
-    """A new core on `inventory` whose policy and demand model are the frozen ones (the policy bound to it, as on
-    a reload). The fingerprint must be that of `written` (the inventory as written, when `inventory` adds engines
-    found at run time). MemoryRefusedError when the memory is another version's, another inventory's or another
-    policy's, or cannot be read."""
+    """A new core on `inventory` whose policy, demand model and learned routes are the frozen ones (the policy
+    bound to it, as on a reload; a route only to an engine that still serves its adapter). The fingerprint must
+    be that of `written` (the inventory as written, when `inventory` adds engines found at run time).
+    MemoryRefusedError when the memory is another version's, another inventory's or another policy's, or cannot
+    be read."""
     if format != FORMAT:
         raise MemoryRefusedError(f"it was written by {format!r}, not {FORMAT!r}")
     if fingerprint_ != fingerprint(written if written is not None else inventory):
         raise MemoryRefusedError("it was learned on another inventory")
     try:
         with paused():  # many new, long-lived objects and no garbage cycles
-            policy, demand = _Restricted(io.BytesIO(zlib.decompress(state))).load()
+            policy, demand, routes = _Restricted(io.BytesIO(zlib.decompress(state))).load()
     except Exception as exc:  # whatever a damaged or foreign blob raises: never a traceback at start
         raise MemoryRefusedError(f"it cannot be read ({type(exc).__name__})") from None
     if not isinstance(policy, Policy) or policy.name != policy_name:
         raise MemoryRefusedError(f"it is another policy's, not {policy_name}'s")
+    if not isinstance(routes, dict):
+        raise MemoryRefusedError("it cannot be read (routes)")
     core = PolicyCore(inventory, policy, touch_budget=touch_budget)  # binds it: what it learned stays
     core.demand = demand  # policies read the demand model through their core
+    serving = core.serving  # where the gateway sends each adapter: a hint is taken there from the start
+    core.routes = {a: e for a, e in routes.items() if isinstance(e, str) and e in serving.get(a, ())}
     policy.resumed()
     return core
 

@@ -126,6 +126,31 @@ def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path
         thaw(inv, b"not a memory", FORMAT, mark, "lorafleet", 0.1)
 
 
+def test_where_the_gateway_sends_each_adapter_survives_a_restart(tmp_path: Path) -> None:
+    """The routes learned from lines come back with the memory, so a hint after a restart is taken where its
+    adapter's requests go, not on the placement rule's guess; a route to an engine that is gone is dropped."""
+    from tests.policy.builders import TWO_VLLM
+
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, make_policy("lorafleet"))
+    session = Session(core, simulate=True, answers=False)
+    session.start(1000.0)
+    for i, adapter in enumerate(("a0", "a1", "a2")):
+        engine = "h/e1" if adapter != "a1" else "h/e0"
+        session.request(RequestEvent(1000.0 + i, ADAPTER, adapter, "t", engine=engine, base_model="m", seen=1000.5 + i))
+    assert core.routes == {"a0": "h/e1", "a1": "h/e0", "a2": "h/e1"}
+    state = freeze(core)
+    thawed = thaw(inv, state, FORMAT, fingerprint(inv), "lorafleet", core.touch_budget)
+    assert thawed.routes == core.routes
+    hint = RequestEvent(2000.0, ADAPTER, "a0", "t", base_model="m")
+    assert thawed.placed(hint) == "h/e1" and PolicyCore(inv, make_policy("lorafleet")).placed(hint) == "h/e0"
+    one = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM[:1], name="one.yaml")  # e1 not found this time
+    assert thaw(one, state, FORMAT, fingerprint(inv), "lorafleet", 0.1, written=inv).routes == {"a1": "h/e0"}
+    no_routes = zlib.compress(pickle.dumps((core.policy, core.demand, None)))
+    with pytest.raises(MemoryRefusedError, match="cannot be read"):
+        thaw(inv, no_routes, FORMAT, fingerprint(inv), "lorafleet", 0.1)
+
+
 class _Boom:
     def __reduce__(self):  # type: ignore[no-untyped-def]
         import os
