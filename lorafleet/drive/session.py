@@ -254,7 +254,7 @@ class Session:
             if not held.ended:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
-            self.core.policy.on_line(held.hint, event)
+            self.core.policy.on_line(held.hint, event, held.engine)
             return calls
         more = self._arrive(now, event, engine, None, first)
         return calls + more if calls else more
@@ -422,7 +422,7 @@ class Session:
         if not held.ended:
             held.ended = True
             self.ended(held.engine, held.adapter, finished=False)
-            self.core.policy.on_line(held.hint, None)
+            self.core.policy.on_line(held.hint, None, held.engine)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""

@@ -120,6 +120,13 @@ class EngineResidency:
         used, slots = self.used_slots, self.budget.host_slots
         return len(self.in_flight), used if slots is None or used <= slots else slots
 
+    def past_budget(self) -> bool:
+        """Whether it holds more than its slots or bytes (an engine runs past them with every resident in use)."""
+        b = self.budget
+        return (b.host_slots is not None and self.used_slots > b.host_slots) or (
+            b.budget_bytes is not None and self.used_bytes > b.budget_bytes
+        )
+
     def holds(self, adapter: str) -> bool:
         return adapter in self.resident or adapter in self.in_flight
 

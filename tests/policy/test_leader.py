@@ -685,3 +685,126 @@ def test_a_request_learned_from_its_start_hint_makes_room_alike_live_and_on_ever
         for shadow in policy.shadows:
             assert set(shadow.session.core.book.engines["h/e0"].resident) == set(core.book.engines["h/e0"].resident)
     assert session.counts.touches == 0 and session.counts.misses > 50
+
+
+def _hint_then_line(session: Session, adapter: str, start: float) -> object:
+    _, held = session.hint(RequestEvent(start, ADAPTER, adapter, tenant="t", base_model="m"))
+    return held
+
+
+def _line(session: Session, held, end: float) -> None:  # type: ignore[no-untyped-def]
+    session.request(dataclasses.replace(held.hint, seen=end), held=held)
+
+
+def _copies_matched(policy: LeaderPolicy, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    matched: list[str] = []
+    original = Session.match
+
+    def match(self: Session, now: float, engine: str, source: PolicyCore, engines: object) -> list[str]:
+        matched.append(engine)
+        return original(self, now, engine, source, engines)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Session, "match", match)
+    return matched
+
+
+def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before_it_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that ends leaves its adapter the engine's most recent; the copies took it at its hint and never
+    see its end. Where the experts' runs score the standings (start hints, lines with durations), the leader's
+    copy only decides, so where it has parted from the live engine it takes the live engine's contents before
+    its next decision; where it has not, nothing is matched."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    matched = _copies_matched(policy, monkeypatch)
+    first, second = _hint_then_line(session, "a0", 1000.0), _hint_then_line(session, "a1", 1000.1)
+    copy_session = policy.shadows[0].session
+    for s in (session, copy_session):
+        s.advance(1000.4)  # both loads done
+    _line(session, second, 1000.5)
+    _line(session, first, 1001.0)  # a0 ends last: the engine's most recent
+    policy.catch_up()
+    live, copy = core.book.engines["h/e0"], copy_session.core.book.engines["h/e0"]
+    assert list(live.resident) == ["a1", "a0"] and list(copy.resident) == ["a0", "a1"]
+    matched.clear()
+    _hint_then_line(session, "a2", 1002.0)
+    assert matched == ["h/e0"]
+    assert list(copy.resident) == list(live.resident) == ["a1", "a0"] and list(copy.in_flight) == ["a2"]
+    _hint_then_line(session, "a1", 1002.001)  # agreeing (a2 loading on both): no match
+    assert matched == ["h/e0"] and list(copy.resident) == list(live.resident) == ["a0", "a1"]
+
+
+def test_on_a_log_the_copies_score_a_leaders_copy_is_never_matched_to_the_live_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines without durations: the copies' own hits are their record, so a copy apart from the live engine
+    stays as it is (there imitation from agreeing contents is exact: they part only when the lead changes)."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    matched = _copies_matched(policy, monkeypatch)
+    for i, adapter in enumerate(("a0", "a1")):
+        session.request(RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", base_model="m"))
+    session.advance(1010.0)
+    core.book.engines["h/e0"].reorder("a0")  # as if the engine had been told otherwise
+    session.request(RequestEvent(1011.0, ADAPTER, "a2", tenant="t", base_model="m"))
+    policy.catch_up()
+    copy = policy.shadows[0].session.core.book.engines["h/e0"]
+    assert matched == [] and list(copy.resident) == ["a0", "a1"]
+    assert list(core.book.engines["h/e0"].resident) == ["a1", "a0"]
+
+
+def test_a_live_engine_past_its_budget_is_not_matched_by_the_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every resident in use the engine runs past its slots, which no copy can hold: matching it at every
+    request would only drop the copy's loads in flight (periodic families: 2.3 points lost with hints)."""
+    inv = make_inventory(tmp_path, adapters=8, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    matched = _copies_matched(policy, monkeypatch)
+    for i in range(6):  # six requests running at once on four slots
+        _hint_then_line(session, f"a{i}", 1000.0 + 0.01 * i)
+    policy.catch_up()
+    live = core.book.engines["h/e0"]
+    assert live.past_budget() and len(live.resident) + len(live.in_flight) == 6
+    matched.clear()
+    _hint_then_line(session, "a6", 1000.5)
+    assert matched == []
+
+
+def test_a_requests_end_parts_its_engine_from_the_copies_even_when_the_next_request_goes_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """The next decision may concern an engine the next request does not go to (a prefetch there): the engine a
+    request ended on is compared at the next request wherever that goes."""
+    from tests.policy.builders import TWO_VLLM
+
+    inv = make_inventory(tmp_path, adapters=6, engines=TWO_VLLM)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    core.routes.update({"a0": "h/e0", "a1": "h/e0", "a2": "h/e1", "a3": "h/e1"})  # where the gateway sends each
+    first, second = _hint_then_line(session, "a0", 1000.0), _hint_then_line(session, "a1", 1000.1)
+    assert first.engine == second.engine == "h/e0"  # type: ignore[attr-defined]
+    copy_session = policy.shadows[0].session
+    for s in (session, copy_session):
+        s.advance(1000.4)
+    _hint_then_line(session, "a1", 1000.45)  # both agree again (matched as needed)
+    _hint_then_line(session, "a3", 1000.46)  # on e1: e0 compared (agreeing) again
+    _line(session, second, 1000.5)
+    _line(session, first, 1001.0)
+    live, copy = core.book.engines["h/e0"], copy_session.core.book.engines["h/e0"]
+    assert list(live.resident) == ["a1", "a0"] != list(copy.resident)
+    elsewhere = _hint_then_line(session, "a2", 1002.0)
+    assert elsewhere.engine == "h/e1"  # type: ignore[attr-defined]
+    assert list(copy.resident) == list(live.resident) == ["a1", "a0"]
