@@ -250,7 +250,7 @@ class LeaderPolicy(Policy):
         # engine evicts it first (`_spare`).
         self._evicted: dict[str, list[str]] = {}
         # Engines where the leader's copy may have parted from the live engine since it was last compared
-        # (`_realign`): those a request or a decision came to.
+        # (`_realign`): where a request came, where one ended.
         self._parted: set[str] = set()
 
     def __getstate__(self) -> dict[str, object]:
@@ -299,7 +299,6 @@ class LeaderPolicy(Policy):
         """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads
         them again), for the reason `resumed` gives: a copy holding what the engine lost prefetches none of it."""
         self.catch_up()
-        self._parted.add(engine)
         for shadow in self.shadows:
             state = shadow.session.core.book.engines.get(engine)
             if state is None:
@@ -313,7 +312,6 @@ class LeaderPolicy(Policy):
         the copies stay the live engines' (a copy without an adapter the engine holds would prefetch it, one
         holding an adapter the engine lost would not)."""
         self.catch_up()
-        self._parted.add(engine)
         for shadow in self.shadows:
             shadow.session.noticed(engine, adapter, answer, pinned)
 
@@ -401,11 +399,7 @@ class LeaderPolicy(Policy):
         if engine is not None:
             self._parted.add(engine)
         self._realign(event.time)
-        lead = self._leader(self._model(event))
-        self._serve(lead, event, engine)
-        routed = self._routed[lead]
-        if routed is not None:
-            self._parted.add(routed)
+        self._serve(self._leader(self._model(event)), event, engine)
         self._pending, self._pending_scores = event, False
         self._observed = event
 
@@ -549,18 +543,20 @@ class LeaderPolicy(Policy):
                 session.match(now, key, self.core, self._engines)
 
     def _realign(self, now: float) -> None:
-        """Where the standings come from the experts' runs (a log with durations, start hints), the leader's copy
-        only decides; where it has parted from the live engine since, it is matched to it again before it decides
-        (`_match`), so its decisions are made on what the live engine holds. They part where the live engine could
-        not carry a decision out (a prefetch whose victims the touch credit did not reach), where the gateway sent
-        a request elsewhere than the copy took it, and where a real engine's loads end at other times than the
-        copy's model: on two engines behind a gateway that hashes adapters (a live log, 128 requests, replayed with
-        hints) the copy counted 104 hits where the live engines, imitating it, had 86 (95 matched so): the live
-        engines missed what the copy thought it had prefetched, and it did not prefetch it again. Not on a log the
-        copies score (one without durations): there imitation from agreeing contents is exact, and the copy's own
-        hits are its record. Nor where the live engine holds more than its budget (requests in use keep their
-        adapters past it): no copy can take all of that, and matching it at each request only drops the copy's
-        loads in flight."""
+        """Where the standings come from the experts' runs (a log with durations, start hints), the leader's copy only
+        decides; where it has parted from the live engine, it is matched to it again before it decides
+        (`_match`), so its decisions are made on what the live engine holds. They part where the live engine
+        could not carry a decision out (a prefetch whose victims the touch credit did not reach), where the
+        gateway sent a request elsewhere than the copy took it, where a request ended (its engine made its
+        adapter the most recent; the copy took the request at its hint), and where a real engine's loads end at
+        other times than the copy's model: on two engines behind a gateway that hashes adapters (a live log, 128
+        requests, replayed with hints) the copy counted 104 hits where the live engines, imitating it, had 86 (95
+        matched so): the live engines missed what the copy thought it had prefetched, and it did not prefetch it
+        again. An engine is compared as a request comes to it and after one ended there (`_parted`), not at every
+        request: on a wide fleet that is one or two engines, not all. Not on a log the copies score (one without
+        durations): there imitation from agreeing contents is exact, and the copy's own hits are its record. Nor
+        where the live engine holds more than its budget (requests in use keep their adapters past it): no copy
+        can take all of that, and matching it at each request only drops the copy's loads in flight."""
         parted = self._parted
         if not parted:
             return
@@ -587,10 +583,6 @@ class LeaderPolicy(Policy):
             return list(state.resident)
         held = ahead.resident
         return self._spare(state, held) + [a for a in state.resident if a in held]
-
-    def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
-        self._parted.add(engine)  # a real engine's load ends when it ends, the copy's when its model says
-        return []
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         mirrored, self.mirrored = self.mirrored, []
@@ -640,7 +632,6 @@ class LeaderPolicy(Policy):
         decisions: list[Decision] = []
         core = self.core
         for d in loads:
-            self._parted.add(d.engine)
             state = core.book.engines.get(d.engine)
             if state is None or state.holds(d.adapter):
                 continue
