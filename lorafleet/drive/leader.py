@@ -317,15 +317,18 @@ class LeaderPolicy(Policy):
 
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
-        book, keeping its policy's learning and the standings. Kept as they were, the copies would hold what
-        the live engines no longer do: a leader that already holds the next step decides no prefetch of it, so
-        the live engine, which lost it, would never get it (the next round after a `kill -9` went cold)."""
+        book, keeping its policy's learning, the routes it learned and the standings. Kept as they were, the
+        copies would hold what the live engines no longer do: a leader that already holds the next step decides
+        no prefetch of it, so the live engine, which lost it, would never get it (the next round after a `kill -9`
+        went cold)."""
         self.catch_up()
         inventory = self.core.inventory
         for shadow in self.shadows:
             old = shadow.session.core
             expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
             expert.demand = old.demand
+            serving = expert.serving  # where its prefetches go (the predictor's target): kept as the live core's
+            expert.routes = {a: e for a, e in old.routes.items() if e in serving.get(a, ())}
             shadow.fleet(expert)
         self._share_running()
 
@@ -398,7 +401,7 @@ class LeaderPolicy(Policy):
         self._pending_first = self.core.first  # every copy takes it as the live session did (a start hint or not)
         if engine is not None:
             self._parted.add(engine)
-        self._realign(event.time)
+        self._realign(event.time, event.seen is not None or (not self._pending_first and self._hinted_runs()))
         self._serve(self._leader(self._model(event)), event, engine)
         self._pending, self._pending_scores = event, False
         self._observed = event
@@ -460,8 +463,9 @@ class LeaderPolicy(Policy):
 
     def on_line(self, hint: RequestEvent | None, line: RequestEvent | None, engine: str | None = None) -> None:
         """The line of a request learned from its start hint (None: the hint was closed without one): the
-        experts' runs take its end. Its engine holds its adapter as the most recent now, which the copies
-        (served at the hint) did not see."""
+        experts' runs take its end. On `engine`, where it ran, its end made its adapter the most recent, or
+        the line said it ran there rather than where the copies took it at its hint: the copy is compared there
+        at the next request."""
         self.catch_up()
         if engine is not None:
             self._parted.add(engine)
@@ -542,7 +546,11 @@ class LeaderPolicy(Policy):
             if state.base_model == model and key in session.core.book.engines:
                 session.match(now, key, self.core, self._engines)
 
-    def _realign(self, now: float) -> None:
+    def _hinted_runs(self) -> bool:
+        scorers = self._scorers
+        return scorers is not None and scorers[0].hints
+
+    def _realign(self, now: float, by_runs: bool) -> None:
         """Where the standings come from the experts' runs (a log with durations, start hints), the leader's copy only
         decides; where it has parted from the live engine, it is matched to it again before it decides
         (`_match`), so its decisions are made on what the live engine holds. They part where the live engine
@@ -552,16 +560,17 @@ class LeaderPolicy(Policy):
         other times than the copy's model: on two engines behind a gateway that hashes adapters (a live log, 128
         requests, replayed with hints) the copy counted 104 hits where the live engines, imitating it, had 86 (95
         matched so): the live engines missed what the copy thought it had prefetched, and it did not prefetch it
-        again. An engine is compared as a request comes to it and after one ended there (`_parted`), not at every
-        request: on a wide fleet that is one or two engines, not all. Not on a log the copies score (one without
-        durations): there imitation from agreeing contents is exact, and the copy's own hits are its record. Nor
+        again. An engine is compared as a request the gateway routed comes to it and after one ended there
+        (`_parted`), not at every request: on a wide fleet that is one or two engines, not all. Not for a request
+        the copies score (a log without durations; a hinted request where the runs learn from lines alone): there
+        imitation from agreeing contents is exact, and the copy's own hits are its record. Nor
         where the live engine holds more than its budget (requests in use keep their adapters past it): no copy
         can take all of that, and matching it at each request only drops the copy's loads in flight."""
         parted = self._parted
         if not parted:
             return
         self._parted = set()
-        if self._scorers is None:
+        if self._scorers is None or not by_runs:
             return
         for key in parted:
             state = self.core.book.engines.get(key)

@@ -254,7 +254,7 @@ class Session:
             if not held.ended:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
-            self.core.policy.on_line(held.hint, event, held.engine)
+            self.core.policy.on_line(held.hint, event, held.rerouted or held.engine)
             return calls
         more = self._arrive(now, event, engine, None, first)
         return calls + more if calls else more

@@ -68,9 +68,9 @@ class Policy:
 
     def on_line(self, hint: RequestEvent | None, line: RequestEvent | None, engine: str | None = None) -> None:
         """The log line of a request learned from its start hint (`hint`, as the policy took it), read now: it
-        tells when the request ended (`seen`); None: the hint was closed without one. `engine`: where the book
-        has it end (its adapter the most recent there). Nothing is decided on it; the lorafleet policy's runs of
-        its experts take it (drive/leader.py)."""
+        tells when the request ended (`seen`); None: the hint was closed without one. `engine`: the engine it ran
+        on, as the book has it now. Nothing is decided on it; the lorafleet policy's runs of its experts take it
+        (drive/leader.py)."""
 
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
         """An adapter left an engine (to make room). Policies may schedule work; they may not decide now."""

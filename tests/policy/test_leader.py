@@ -708,22 +708,25 @@ def _copies_matched(policy: LeaderPolicy, monkeypatch: pytest.MonkeyPatch) -> li
     return matched
 
 
+@pytest.mark.parametrize("lead", [0, 1])
 def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before_it_decides(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lead: int
 ) -> None:
     """A request that ends leaves its adapter the engine's most recent; the copies took it at its hint and never
     see its end. Where the experts' runs score the standings (start hints, lines with durations), the leader's
     copy only decides, so where it has parted from the live engine it takes the live engine's contents before
-    its next decision; where it has not, nothing is matched."""
+    its next decision; where it has not, nothing is matched. Only the leader's copy: the others are scored."""
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
     core = PolicyCore(inv, policy)
+    policy.standings["m"].leader = lead
+    policy.z = math.inf  # and it stays the leader
     session = Session(core, simulate=True)
     session.start(1000.0)
     matched = _copies_matched(policy, monkeypatch)
     first, second = _hint_then_line(session, "a0", 1000.0), _hint_then_line(session, "a1", 1000.1)
-    copy_session = policy.shadows[0].session
-    for s in (session, copy_session):
+    copy_session, other = policy.shadows[lead].session, policy.shadows[1 - lead].session
+    for s in (session, copy_session, other):
         s.advance(1000.4)  # both loads done
     _line(session, second, 1000.5)
     _line(session, first, 1001.0)  # a0 ends last: the engine's most recent
@@ -734,6 +737,7 @@ def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before
     _hint_then_line(session, "a2", 1002.0)
     assert matched == ["h/e0"]
     assert list(copy.resident) == list(live.resident) == ["a1", "a0"] and list(copy.in_flight) == ["a2"]
+    assert list(other.core.book.engines["h/e0"].resident) == ["a0", "a1"]  # not the leader: as it was
     _hint_then_line(session, "a1", 1002.001)  # agreeing (a2 loading on both): no match
     assert matched == ["h/e0"] and list(copy.resident) == list(live.resident) == ["a0", "a1"]
 
@@ -750,10 +754,10 @@ def test_on_a_log_the_copies_score_a_leaders_copy_is_never_matched_to_the_live_e
     session.start(1000.0)
     matched = _copies_matched(policy, monkeypatch)
     for i, adapter in enumerate(("a0", "a1")):
-        session.request(RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", base_model="m"))
+        session.request(RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", engine="h/e0", base_model="m"))
     session.advance(1010.0)
     core.book.engines["h/e0"].reorder("a0")  # as if the engine had been told otherwise
-    session.request(RequestEvent(1011.0, ADAPTER, "a2", tenant="t", base_model="m"))
+    session.request(RequestEvent(1011.0, ADAPTER, "a2", tenant="t", engine="h/e0", base_model="m"))
     policy.catch_up()
     copy = policy.shadows[0].session.core.book.engines["h/e0"]
     assert matched == [] and list(copy.resident) == ["a0", "a1"]
@@ -808,3 +812,78 @@ def test_a_requests_end_parts_its_engine_from_the_copies_even_when_the_next_requ
     elsewhere = _hint_then_line(session, "a2", 1002.0)
     assert elsewhere.engine == "h/e1"  # type: ignore[attr-defined]
     assert list(copy.resident) == list(live.resident) == ["a1", "a0"]
+
+
+@pytest.mark.parametrize("parted", ["recency", "a load in flight"])
+def test_on_lines_with_durations_a_leaders_copy_parted_from_the_live_engine_is_matched_before_it_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parted: str
+) -> None:
+    """Lines with durations are scored by the experts' runs too: a line naming the engine the copy has parted
+    from (in its recency, in its loads in flight) brings the copy back to the live engine before it serves."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    for i, adapter in enumerate(("a0", "a1")):
+        line = RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", engine="h/e0", base_model="m", seen=1000.5 + i)
+        session.request(line)
+    session.advance(1010.0)
+    policy.catch_up()
+    copy = policy.shadows[0].session
+    copy.advance(1010.0)
+    live = core.book.engines["h/e0"]
+    assert list(copy.core.book.engines["h/e0"].resident) == list(live.resident) == ["a0", "a1"]
+    matched = _copies_matched(policy, monkeypatch)
+    if parted == "recency":
+        live.reorder("a0")  # as if the engine had been told otherwise
+    else:
+        live.start_load("a5", core.sizes["a5"])  # a load the copy does not know of
+    session.request(RequestEvent(1011.0, ADAPTER, "a1", tenant="t", engine="h/e0", base_model="m", seen=1011.5))
+    assert matched == ["h/e0"]
+    if parted == "a load in flight":
+        assert "a5" in copy.core.book.engines["h/e0"].in_flight
+
+
+def test_a_request_the_copies_score_is_never_matched_though_the_runs_score_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs made from lines learn from lines alone: a hinted request that comes later is scored by the copies'
+    own hits (a daemon restarted between a hint and its line reads such lines first), so the leader's copy is
+    not matched for it, however it has parted."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    session.request(RequestEvent(999.0, ADAPTER, "a5", tenant="t", engine="h/e0", base_model="m", seen=999.5))
+    policy.catch_up()
+    assert policy._scorers is not None and not policy._scorers[0].hints
+    matched = _copies_matched(policy, monkeypatch)
+    core.book.engines["h/e0"].start_load("a4", core.sizes["a4"])  # parted from every copy
+    _hint_then_line(session, "a0", 1001.0)
+    assert matched == []
+
+
+def test_where_the_experts_cannot_be_made_again_the_copies_score_and_are_never_matched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart an expert that is not one of the defaults cannot be run again from its name: no runs, so
+    the copies' own hits score every request and the leader's copy is never matched to the live engine."""
+    from lorafleet.store.memory import FORMAT, fingerprint, freeze, thaw
+
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu under another name", LfuPolicy)])
+    learned = PolicyCore(inv, policy)
+    run_session(learned, [RequestEvent(1000.0 + i, ADAPTER, f"a{i % 3}", "t", base_model="m") for i in range(6)])
+    core = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), "lorafleet", learned.touch_budget)
+    thawed = core.policy
+    assert isinstance(thawed, LeaderPolicy) and thawed._makers() is None
+    session = Session(core, simulate=True)
+    session.start(2000.0)
+    matched = _copies_matched(thawed, monkeypatch)
+    for i, adapter in enumerate(("a0", "a1", "a2")):
+        if i == 2:
+            core.book.engines["h/e0"].start_load("a5", core.sizes["a5"])  # parted from every copy
+        session.request(RequestEvent(2000.0 + i, ADAPTER, adapter, "t", engine="h/e0", base_model="m", seen=2000.5 + i))
+    assert thawed._scorers is None and matched == []

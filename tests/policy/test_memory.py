@@ -146,6 +146,8 @@ def test_where_the_gateway_sends_each_adapter_survives_a_restart(tmp_path: Path)
     assert thawed.placed(hint) == "h/e1" and PolicyCore(inv, make_policy("lorafleet")).placed(hint) == "h/e0"
     one = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM[:1], name="one.yaml")  # e1 not found this time
     assert thaw(one, state, FORMAT, fingerprint(inv), "lorafleet", 0.1, written=inv).routes == {"a1": "h/e0"}
+    for shadow in thawed.policy.shadows:  # type: ignore[attr-defined]
+        assert shadow.session.core.routes == core.routes, shadow.name  # the experts prefetch where requests go
     no_routes = zlib.compress(pickle.dumps((core.policy, core.demand, None)))
     with pytest.raises(MemoryRefusedError, match="cannot be read"):
         thaw(inv, no_routes, FORMAT, fingerprint(inv), "lorafleet", 0.1)
