@@ -1,3 +1,3 @@
-from lorafleet.cli.main import main
+from lorafleet.cli.entry import main
 
 main()

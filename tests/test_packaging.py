@@ -71,7 +71,7 @@ def test_the_wheel_and_the_sdist_build_on_the_lowest_allowed_setuptools(tmp_path
     assert modules <= names, sorted(modules - names)[:5]  # every module of the package, none left behind
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
     assert "License-Expression: Apache-2.0" in metadata and "Requires-Python: >=3.11" in metadata
-    assert "lorafleet = lorafleet.cli.main:main" in entry_points
+    assert "lorafleet = lorafleet.cli.entry:main" in entry_points
     with tarfile.open(out / sdist_name) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
     assert {"pyproject.toml", "README.md", "lorafleet/cli/main.py"} <= members

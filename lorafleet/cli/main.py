@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import json
 import os
 import sys
 from typing import Any
@@ -13,6 +12,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from lorafleet import __version__
+from lorafleet.cli.failure import error_document, json_asked
 from lorafleet.cli.options import global_options
 from lorafleet.cli.signals import terminate_as_interrupt
 from lorafleet.errors import InventoryError, LorafleetError, Problem
@@ -39,9 +39,8 @@ def _fail(
             if problems is None
             else [{"file": p.file, "line": p.line, "field": p.path, "message": p.message} for p in problems]
         )
-        error = {"message": message or (lines[0] if lines else ""), "lines": lines, "hint": hint, "exit_code": code}
         try:
-            click.echo(json.dumps({"error": {**error, "problems": located}}, indent=2))
+            click.echo(error_document(lines, hint, code, located, message))
         except OSError:  # stdout's reader is gone or its disk full: the stderr lines and the exit code say it
             _drop_stdout()
     sys.exit(code)
@@ -108,7 +107,7 @@ class LorafleetGroup(click.Group):
     ) -> Any:
         global _JSON_ASKED
         argv = list(args) if args is not None else sys.argv[1:]
-        _JSON_ASKED = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        _JSON_ASKED = json_asked(argv)
         try:
             with terminate_as_interrupt():  # SIGTERM ends any command as Ctrl-C does: one line, exit 143
                 rv = super().main(

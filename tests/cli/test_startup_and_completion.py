@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -65,3 +66,30 @@ def test_adapter_ids_engines_and_policies_complete_from_the_inventory() -> None:
     ]
     assert complete("lorafleet replay --policy lru,l", 3) == ["lru,lfu", "lru,lorafleet"]
     assert complete("lorafleet warm -i /no/such/file x", 4) == []  # a broken inventory never breaks the Tab
+
+
+INTERRUPTED_IMPORT = """
+import sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lorafleet.cli.main":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["lorafleet", "inventory", "--json"]
+from lorafleet.cli.entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_cli_is_still_loading_is_one_line_the_json_error_and_exit_130() -> None:
+    """Loading the CLI takes a few hundred milliseconds, more on a busy machine: Ctrl-C then is no traceback."""
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 130 and result.stderr == "error: interrupted\n"
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == 130 and error["message"] == "interrupted"
