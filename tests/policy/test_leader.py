@@ -696,6 +696,18 @@ def _line(session: Session, held, end: float) -> None:  # type: ignore[no-untype
     session.request(dataclasses.replace(held.hint, seen=end), held=held)
 
 
+def _lru_and_lfu(
+    tmp_path: Path, adapters: int = 6, engines: list[dict[str, object]] | None = None
+) -> tuple[LeaderPolicy, PolicyCore, Session]:
+    """lru and lfu as the experts (lru leading), on a simulated fleet started at 1000 s."""
+    inv = make_inventory(tmp_path, adapters=adapters, engines=engines or FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    return policy, core, session
+
+
 def _copies_matched(policy: LeaderPolicy, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     matched: list[str] = []
     original = Session.match
@@ -716,13 +728,9 @@ def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before
     see its end. Where the experts' runs score the standings (start hints, lines with durations), the leader's
     copy only decides, so where it has parted from the live engine it takes the live engine's contents before
     its next decision; where it has not, nothing is matched. Only the leader's copy: the others are scored."""
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
+    policy, core, session = _lru_and_lfu(tmp_path)
     policy.standings["m"].leader = lead
     policy.z = math.inf  # and it stays the leader
-    session = Session(core, simulate=True)
-    session.start(1000.0)
     matched = _copies_matched(policy, monkeypatch)
     first, second = _hint_then_line(session, "a0", 1000.0), _hint_then_line(session, "a1", 1000.1)
     copy_session, other = policy.shadows[lead].session, policy.shadows[1 - lead].session
@@ -747,11 +755,7 @@ def test_on_a_log_the_copies_score_a_leaders_copy_is_never_matched_to_the_live_e
 ) -> None:
     """Lines without durations: the copies' own hits are their record, so a copy apart from the live engine
     stays as it is (there imitation from agreeing contents is exact: they part only when the lead changes)."""
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
-    session = Session(core, simulate=True)
-    session.start(1000.0)
+    policy, core, session = _lru_and_lfu(tmp_path, adapters=6)
     matched = _copies_matched(policy, monkeypatch)
     for i, adapter in enumerate(("a0", "a1")):
         session.request(RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", engine="h/e0", base_model="m"))
@@ -769,11 +773,7 @@ def test_a_live_engine_past_its_budget_is_not_matched_by_the_copies(
 ) -> None:
     """With every resident in use the engine runs past its slots, which no copy can hold: matching it at every
     request would only drop the copy's loads in flight (periodic families: 2.3 points lost with hints)."""
-    inv = make_inventory(tmp_path, adapters=8, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
-    session = Session(core, simulate=True)
-    session.start(1000.0)
+    policy, core, session = _lru_and_lfu(tmp_path, adapters=8)
     matched = _copies_matched(policy, monkeypatch)
     for i in range(6):  # six requests running at once on four slots
         _hint_then_line(session, f"a{i}", 1000.0 + 0.01 * i)
@@ -792,11 +792,7 @@ def test_a_requests_end_parts_its_engine_from_the_copies_even_when_the_next_requ
     request ended on is compared at the next request wherever that goes."""
     from tests.policy.builders import TWO_VLLM
 
-    inv = make_inventory(tmp_path, adapters=6, engines=TWO_VLLM)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
-    session = Session(core, simulate=True)
-    session.start(1000.0)
+    policy, core, session = _lru_and_lfu(tmp_path, adapters=6, engines=TWO_VLLM)
     core.routes.update({"a0": "h/e0", "a1": "h/e0", "a2": "h/e1", "a3": "h/e1"})  # where the gateway sends each
     first, second = _hint_then_line(session, "a0", 1000.0), _hint_then_line(session, "a1", 1000.1)
     assert first.engine == second.engine == "h/e0"  # type: ignore[attr-defined]
@@ -820,11 +816,7 @@ def test_on_lines_with_durations_a_leaders_copy_parted_from_the_live_engine_is_m
 ) -> None:
     """Lines with durations are scored by the experts' runs too: a line naming the engine the copy has parted
     from (in its recency, in its loads in flight) brings the copy back to the live engine before it serves."""
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
-    session = Session(core, simulate=True)
-    session.start(1000.0)
+    policy, core, session = _lru_and_lfu(tmp_path, adapters=6)
     for i, adapter in enumerate(("a0", "a1")):
         line = RequestEvent(1000.0 + i, ADAPTER, adapter, tenant="t", engine="h/e0", base_model="m", seen=1000.5 + i)
         session.request(line)
@@ -851,11 +843,7 @@ def test_a_request_the_copies_score_is_never_matched_though_the_runs_score_other
     """Runs made from lines learn from lines alone: a hinted request that comes later is scored by the copies'
     own hits (a daemon restarted between a hint and its line reads such lines first), so the leader's copy is
     not matched for it, however it has parted."""
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
-    core = PolicyCore(inv, policy)
-    session = Session(core, simulate=True)
-    session.start(1000.0)
+    policy, core, session = _lru_and_lfu(tmp_path, adapters=6)
     session.request(RequestEvent(999.0, ADAPTER, "a5", tenant="t", engine="h/e0", base_model="m", seen=999.5))
     policy.catch_up()
     assert policy._scorers is not None and not policy._scorers[0].hints
