@@ -248,12 +248,19 @@ def run(shape: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def hints_rerouted(port: int) -> int:
     """The daemon's count of hints whose lines named another engine than its book took them on."""
-    import re
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = re.search(r'lorafleet_hints_total\{mode="live",outcome="rerouted"\} (\S+)', text)
-    return int(float(found.group(1))) if found else 0
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "lorafleet_hints_total" and sample.labels.get("outcome") == "rerouted"
+        )
+    )
 
 
 def main() -> None:

@@ -327,8 +327,7 @@ class LeaderPolicy(Policy):
             old = shadow.session.core
             expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
             expert.demand = old.demand
-            serving = expert.serving  # where its prefetches go (the predictor's target): kept as the live core's
-            expert.routes = {a: e for a, e in old.routes.items() if e in serving.get(a, ())}
+            expert.keep_routes(old.routes)  # where its prefetches go (the predictor's target)
             shadow.fleet(expert)
         self._share_running()
 
@@ -401,7 +400,7 @@ class LeaderPolicy(Policy):
         self._pending_first = self.core.first  # every copy takes it as the live session did (a start hint or not)
         if engine is not None:
             self._parted.add(engine)
-        self._realign(event.time, event.seen is not None or (not self._pending_first and self._hinted_runs()))
+        self._realign(event)
         self._serve(self._leader(self._model(event)), event, engine)
         self._pending, self._pending_scores = event, False
         self._observed = event
@@ -546,11 +545,7 @@ class LeaderPolicy(Policy):
             if state.base_model == model and key in session.core.book.engines:
                 session.match(now, key, self.core, self._engines)
 
-    def _hinted_runs(self) -> bool:
-        scorers = self._scorers
-        return scorers is not None and scorers[0].hints
-
-    def _realign(self, now: float, by_runs: bool) -> None:
+    def _realign(self, event: RequestEvent) -> None:
         """Where the standings come from the experts' runs (a log with durations, start hints), the leader's copy only
         decides; where it has parted from the live engine, it is matched to it again before it decides
         (`_match`), so its decisions are made on what the live engine holds. They part where the live engine
@@ -570,8 +565,10 @@ class LeaderPolicy(Policy):
         if not parted:
             return
         self._parted = set()
-        if self._scorers is None or not by_runs:
+        scorers = self._scorers  # the runs score a line with durations, and a hint where they take hints
+        if scorers is None or not (event.seen is not None or (not self._pending_first and scorers[0].hints)):
             return
+        now = event.time
         for key in parted:
             state = self.core.book.engines.get(key)
             if state is None:

@@ -10,7 +10,7 @@ the decisions out, on simulated engines or through the daemon's actors, and repo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from lorafleet.inventory.model import Inventory, LoadModel
@@ -173,8 +173,13 @@ class PolicyCore:
         new.loading_reason = {k: v for k, v in self.loading_reason.items() if k[0] in new.book.engines}
         new.claimed = {k for k in self.claimed if k[0] in new.book.engines}
         new.unavailable = {k for k in self.unavailable if k[0] in new.book.engines}
-        new.routes = {a: e for a, e in self.routes.items() if e in new.serving.get(a, ())}
+        new.keep_routes(self.routes)
         return new
+
+    def keep_routes(self, routes: Mapping[str, object]) -> None:
+        """Take learned routes (another core's, a thawed memory's) where the engine still serves the adapter."""
+        serving = self.serving
+        self.routes = {a: e for a, e in routes.items() if isinstance(e, str) and e in serving.get(a, ())}
 
     # --- driver interface ---------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:

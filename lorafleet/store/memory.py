@@ -99,8 +99,7 @@ def thaw(
         raise MemoryRefusedError("it cannot be read (routes)")
     core = PolicyCore(inventory, policy, touch_budget=touch_budget)  # binds it: what it learned stays
     core.demand = demand  # policies read the demand model through their core
-    serving = core.serving  # where the gateway sends each adapter: a hint is taken there from the start
-    core.routes = {a: e for a, e in routes.items() if isinstance(e, str) and e in serving.get(a, ())}
+    core.keep_routes(routes)  # where the gateway sends each adapter: a hint is taken there from the start
     policy.resumed()
     return core
 
