@@ -41,7 +41,10 @@ class LorafleetPolicy(Policy):
       workflows as priors, sharpened by the move that led to it: DemandModel.successors) are loaded onto the
       serving engine, displacing only adapters worth no more. The load is timed: it starts a few load times
       (with margin) before the tenant's usual earliest next request (a low quantile of its observed gaps after
-      this adapter), so a prefetched adapter holds a slot only briefly.
+      this adapter), so a prefetched adapter holds a slot only briefly. A predicted adapter evicted before its
+      tenant's next request (on vLLM the engine's own LRU picks the victim unless touched, and the touch budget
+      steers few evictions) is brought back the same way, timed from the prediction; once per prediction where
+      another prediction's prefetch displaced it.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
@@ -51,9 +54,12 @@ class LorafleetPolicy(Policy):
       byte budget the order is by value per share of the budget an adapter takes (of its slots, or of its bytes
       when that is more): a byte budget is a knapsack, and a large adapter must be worth its room.
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and each guess
-      (by rank) is used only while guesses of that rank come true clearly more often than the tenant's usual
-      mix gives that same adapter (its edge), and only when its odds are `min_lift` times the mix's, so tenants
-      without a pattern, or whose pattern drifted, stop causing prefetches and protecting adapters.
+      (by rank, after the adapter it follows) is used only while guesses of that rank after that adapter come
+      true clearly more often than the tenant's usual mix gives the same adapter (its edge), and only when its
+      odds are `min_lift` times the mix's, so tenants without a pattern, or whose pattern drifted, stop causing
+      prefetches and protecting adapters. The edge is kept per adapter followed because a tenant's moves differ
+      in how well they can be told: after an agent's planner the next tool is a guess, after a tool the planner
+      is near certain, and one record for both silenced the sure guess with the poor one's misses.
     - Repeats: another call of the adapter a tenant just asked for (a step with several calls) is not a move:
       no transition is counted, and the guesses stay open until a different adapter comes.
     """
@@ -75,6 +81,7 @@ class LorafleetPolicy(Policy):
     evidence_memory = 8.0  # how many turnovers of an engine's slots the experts' evidence is remembered
     quick_memory = 0.25  # the quick popularity memory's half-life, against the demand model's short one
     max_in_flight = 2
+    _displacing = False  # a prefetch is making room: what it displaces comes back once per prediction
     hot_ttl_s = 300.0
     trust_rate = 0.1
 
@@ -84,11 +91,13 @@ class LorafleetPolicy(Policy):
         self.min_evidence = min_evidence
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
-        # tenant -> per guess rank, how much more often that guess came true than its usual mix would give it
-        self.edge: dict[str | None, list[float]] = {}
+        # (tenant, adapter) -> per rank of the guesses made after that adapter, how much more often the guess came
+        # true than the tenant's usual mix would give it
+        self.edge: dict[tuple[str | None, str], list[float]] = {}
         # adapter -> tenant -> (probability, made at, after adapter, expires)
         self.hot: dict[str, dict[str | None, tuple[float, float, str, float]]] = {}
-        self.predicted: dict[str | None, tuple[list[str], list[float]]] = {}  # tenant -> (guesses, baselines)
+        # tenant -> (guesses, their baselines, the adapter they follow)
+        self.predicted: dict[str | None, tuple[list[str], list[float], str]] = {}
         # ("tenant", name) or ("adapter", id) -> requests seen, to drop scheduled prefetches that went stale
         self.generation: dict[tuple[str, str | None], int] = {}
         self.scheduled: list[ScheduledPrefetch] = []  # a heap, soonest first
@@ -96,6 +105,8 @@ class LorafleetPolicy(Policy):
         self._load_s: dict[tuple[str, str], float] = {}  # cold load seconds per (engine, adapter)
         self.completed: dict[str, int] = {}  # loads completed per engine: how fast its loader turns over
         self.seq = 0
+        # (tenant, adapter) -> when the prediction was made that was brought back after a prefetch displaced it
+        self.returned: dict[tuple[str | None, str], float] = {}
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -220,14 +231,14 @@ class LorafleetPolicy(Policy):
         repeat = tenant is not None and demand.repeats.get(tenant, 0) > 0
         previous = None if repeat else self.predicted.pop(tenant, None)
         trust = self.trust.get(tenant)
-        edges = self.edge.get(tenant)
-        if trust is None or edges is None:
-            declared = self.core.inventory.tenants.get(tenant or "")
-            known = declared is not None and bool(declared.workflows)
+        declared = self.core.inventory.tenants.get(tenant or "")
+        known = declared is not None and bool(declared.workflows)
+        if trust is None:
             trust = self.initial_trust_declared if known else self.initial_trust
-            edges = [2 * self.min_edge if known else self.min_edge] * LEADERS
         if previous is not None:
-            guessed, baselines = previous
+            guessed, baselines, context = previous
+            edges = self.edge.get((tenant, context)) or [2 * self.min_edge if known else self.min_edge] * LEADERS
+            self.edge[(tenant, context)] = edges
             came_true = 1.0 if adapter in guessed else 0.0
             trust += self.trust_rate * (came_true - trust)
             # Each guess against what the tenant's plain mix gives that same adapter, rank by rank: summed over
@@ -241,7 +252,8 @@ class LorafleetPolicy(Policy):
                     entry.pop(tenant, None)
                     if not entry:
                         del hot[predicted]
-        self.trust[tenant], self.edge[tenant] = trust, edges
+        self.trust[tenant] = trust
+        edges = self.edge.get((tenant, adapter)) or [2 * self.min_edge if known else self.min_edge] * LEADERS
         guesses = [(c, p) for c, p in demand.successors(tenant, adapter) if c != adapter]
         if not guesses:
             return []
@@ -252,7 +264,7 @@ class LorafleetPolicy(Policy):
         mixes = [
             min(1.0, m / max(rest, m)) if m > 0 else 0.0 for m in (demand.tenant_mix(tenant, c) for c, _ in guesses)
         ]
-        self.predicted[tenant] = ([c for c, _ in guesses], mixes)
+        self.predicted[tenant] = ([c for c, _ in guesses], mixes, adapter)
         # Evidence per guess, not per row: the guess itself must have followed this adapter about min_evidence
         # times (p of the moves seen). A certain successor is acted on after as many moves as before; a guess
         # that came a third of the time needs three times the evidence, so a few moves of a tenant without a
@@ -311,6 +323,9 @@ class LorafleetPolicy(Policy):
 
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
         self.experts[engine].evicted(adapter)
+        hot = self.hot.get(adapter)
+        if hot:
+            self._bring_back(now, engine, adapter, hot)
         if adapter not in self.periodic:
             return
         demand = self.core.demand
@@ -323,6 +338,35 @@ class LorafleetPolicy(Policy):
         heapq.heappush(
             self.scheduled, ScheduledPrefetch(due, self.seq, key, self.generation.get(key, 0), engine, adapter)
         )
+
+    def _bring_back(
+        self, now: float, engine: str, adapter: str, hot: dict[str | None, tuple[float, float, str, float]]
+    ) -> None:
+        """A predicted adapter evicted before its tenant's next request is scheduled back, timed as the prediction
+        was (from when it was made, by the tenant's shortest gap after the adapter it follows; none without three
+        such gaps seen). On vLLM the victim is the engine's least recently used unless touched, and the touch
+        budget steers few evictions: a next step resident when predicted was often gone when it came (the
+        workflow families' predicted steps, an agent's planner between tool calls). What another prediction's
+        prefetch displaced comes back once per prediction: two predictions for one slot would otherwise take it in
+        turns, each load evicting the other."""
+        demand = self.core.demand
+        returned = self.returned
+        for tenant, (_, made_at, after, expires) in hot.items():
+            if now > expires:
+                continue
+            if self._displacing:
+                if returned.get((tenant, adapter)) == made_at:
+                    continue
+                returned[(tenant, adapter)] = made_at
+            gap = demand.gap_quantile(tenant, after, self.gap_quantile)
+            if gap is None:
+                continue
+            key = ("tenant", tenant)
+            due = max(now, made_at + gap - self._lead(engine, adapter))
+            self.seq += 1
+            heapq.heappush(
+                self.scheduled, ScheduledPrefetch(due, self.seq, key, self.generation.get(key, 0), engine, adapter)
+            )
 
     def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
         """Where a prefetch goes: where the gateway sent the candidate's last request, as its line said (a
@@ -394,7 +438,11 @@ class LorafleetPolicy(Policy):
                     return
                 yield adapter
 
-        return core.load(now, target, candidate, PREFETCH, cheaper)
+        self._displacing = True
+        try:
+            return core.load(now, target, candidate, PREFETCH, cheaper)
+        finally:
+            self._displacing = False
 
     # scheduled prefetches --------------------------------------------------------------------------------
     def next_wakeup(self) -> float | None:

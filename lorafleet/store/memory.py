@@ -22,13 +22,14 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 10: the predictor's edges per adapter followed, and what it brought back (an older memory's guesses would not unpack)
 # 9: the core's learned routes (where the gateway sent each adapter's last request)
 # 8: simulated copies keep when each adapter was held (Stays), and the standings' settling lag on logs with durations;
 # 7: a new leader's copy of an engine is matched to the live engine (the engines still to match);
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 9"
+FORMAT = f"lorafleet {__version__} memory 10"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

@@ -122,7 +122,7 @@ def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path:
 
 from dataclasses import replace  # noqa: E402
 
-from lorafleet.policy.core import DEMAND, LOAD, PLAN, PREFETCH  # noqa: E402
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, PLAN, PREFETCH  # noqa: E402
 from lorafleet.policy.predictive import ScheduledPrefetch  # noqa: E402
 from tests.policy.builders import stream  # noqa: E402
 
@@ -150,15 +150,20 @@ def test_trust_and_edge_move_toward_what_came_true(tmp_path: Path) -> None:
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     ask(core, stream([0], tenants=["t"]))
-    assert policy.predicted["t"][0] == ["a1"]
-    assert (policy.trust["t"], policy.edge["t"]) == (0.6, pytest.approx([0.2] * 3))  # a declared workflow's start
+    assert policy.predicted["t"] == (["a1"], [0.0], "a0")  # guessed after a0
+    assert policy.trust["t"] == 0.6  # a declared workflow's start
     ask(core, stream([1], tenants=["t"]))  # it came true; a1 was none of the tenant's mix before
     assert policy.trust["t"] == pytest.approx(0.6 + 0.1 * (1 - 0.6))
-    assert policy.edge["t"] == pytest.approx([0.2 + 0.1 * (1 - 0.0 - 0.2), 0.2, 0.2])  # only the rank guessed
-    undeclared = LorafleetPolicy()
+    # The record of the guesses made after a0, from a declared workflow's start; only the rank guessed moves
+    assert policy.edge == {("t", "a0"): pytest.approx([0.2 + 0.1 * (1 - 0.0 - 0.2), 0.2, 0.2])}
+    undeclared = LorafleetPolicy(min_evidence=1.0)
     other = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ENGINE, name="u.yaml"), undeclared)
-    ask(other, stream([0], tenants=["u"]))
-    assert (undeclared.trust["u"], undeclared.edge["u"]) == (0.3, pytest.approx([0.1] * 3))
+    ask(other, stream([0, 1, 0], tenants=["u"]))  # a1 has followed a0 once: guessed after the second a0
+    assert undeclared.trust["u"] == 0.3
+    guessed, (baseline,), after = undeclared.predicted["u"]
+    assert (guessed, after) == (["a1"], "a0")
+    ask(other, [replace(stream([1], tenants=["u"])[0], time=2000.0)])
+    assert undeclared.edge[("u", "a0")] == pytest.approx([0.1 + 0.1 * (1 - baseline - 0.1), 0.1, 0.1])
 
 
 def test_a_prediction_is_weighed_by_the_tenants_trust(tmp_path: Path) -> None:
@@ -175,22 +180,23 @@ def test_edge_is_measured_against_the_tenants_usual_mix(tmp_path: Path) -> None:
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     ask(core, stream([1, 1, 2, 0], tenants=["t"]))  # a1 is already much of t's mix when a0 predicts it
-    guessed, (baseline,) = policy.predicted["t"]
-    edge = policy.edge["t"][0]
-    assert guessed == ["a1"] and 0.3 < baseline < 1.0
+    guessed, (baseline,), after = policy.predicted["t"]
+    assert ("t", "a0") not in policy.edge  # no guess made after a0 scored yet: a declared workflow's start
+    edge = 2 * policy.min_edge
+    assert (guessed, after) == (["a1"], "a0") and 0.3 < baseline < 1.0
     ask(core, [replace(stream([1], tenants=["t"])[0], time=2000.0)])
-    assert policy.edge["t"][0] == pytest.approx(edge + policy.trust_rate * (1.0 - baseline - edge))
+    assert policy.edge[("t", "a0")][0] == pytest.approx(edge + policy.trust_rate * (1.0 - baseline - edge))
 
 
 def test_a_tenant_without_an_edge_is_scored_but_not_acted_on(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    policy.trust["t"], policy.edge["t"] = 0.9, [0.05] * 3  # below min_edge
+    policy.trust["t"], policy.edge[("t", "a0")] = 0.9, [0.05] * 3  # below min_edge
     decisions = ask(core, stream([0], tenants=["t"]))
     assert not [d for d in decisions if d.reason == PREFETCH]
     assert policy.predicted["t"][0] == ["a1"]  # still scored next time, so it can earn trust back
-    policy.edge["t"] = [0.5] * 3
+    policy.edge[("t", "a0")] = [0.5] * 3
     decisions = ask(core, stream([0], tenants=["t"]))
     assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
 
@@ -199,7 +205,7 @@ def test_a_tenant_exactly_at_the_minimum_edge_is_acted_on(tmp_path: Path) -> Non
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    policy.trust["t"], policy.edge["t"] = 0.9, [policy.min_edge] * 3  # where an undeclared tenant starts
+    policy.trust["t"], policy.edge[("t", "a0")] = 0.9, [policy.min_edge] * 3  # where an undeclared tenant starts
     decisions = ask(core, stream([0], tenants=["t"]))
     assert [(d.action, d.adapter) for d in decisions if d.reason == PREFETCH] == [(LOAD, "a1")]
 
@@ -262,6 +268,72 @@ def test_a_timed_prediction_of_an_adapter_already_held_schedules_nothing(tmp_pat
     core.book["h/e0"].evict("a1")
     ask(core, [replace(a0, time=301.0)])  # another call of a0: the guess is made again, timed from it
     assert [w.adapter for w in policy.scheduled] == ["a1"] and 301.0 < policy.scheduled[0].due < 331.0
+
+
+def evicted_by_the_engine(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy, list[RequestEvent]]:
+    """a1 usually comes 30 s after a0; at 300 s a0 comes with a1 still resident (nothing scheduled), then another
+    tenant's a3 at 301 s makes vLLM evict its least recently used, a1 (no touch budget to steer it). Returns the
+    other tenant's next request, a4."""
+    one_gpu = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
+    inv = make_inventory(tmp_path, adapters=6, engines=one_gpu, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy, touch_budget=0.0)
+    a0, a1, a2, a3, a4 = stream([0, 1, 2, 3, 4], ["t"])
+    for start in (0.0, 100.0, 200.0):
+        ask(core, [replace(a0, time=start), replace(a1, time=start + 30), replace(a2, time=start + 50)])
+    ask(core, [replace(a0, time=300.0)])
+    assert core.book["h/e0"].holds("a1") and not policy.scheduled and "t" in policy.hot["a1"]
+    return core, policy, [replace(a3, tenant="u", time=301.0), replace(a4, tenant="u")]
+
+
+def test_a_predicted_adapter_the_engine_evicts_is_brought_back_before_it_is_due(tmp_path: Path) -> None:
+    core, policy, (a3, a4) = evicted_by_the_engine(tmp_path)
+    evictions = [d.adapter for d in ask(core, [a3]) if d.action == EVICT]
+    assert evictions == ["a1"]
+    lead = policy._load_seconds("h/e0", "a1") * policy.lead_factor + policy.lead_margin_s  # nothing in flight
+    assert [(w.adapter, w.due) for w in policy.scheduled] == [("a1", pytest.approx(300.0 + 30.0 - lead))]
+    later = ask(core, [replace(a4, time=329.99)])  # past the due time: a1 comes back first
+    assert next((d.adapter, d.reason) for d in later if d.action == LOAD) == ("a1", PREFETCH)
+
+
+def test_a_bring_back_is_dropped_once_the_tenant_moved_on(tmp_path: Path) -> None:
+    core, policy, (a3, a4) = evicted_by_the_engine(tmp_path)
+    ask(core, [a3])
+    assert [w.adapter for w in policy.scheduled] == ["a1"]
+    ask(core, [replace(a3, tenant="t", adapter="a2", time=310.0)])  # t went elsewhere: the guess was wrong
+    later = ask(core, [replace(a4, time=329.99)])
+    assert "a1" not in [d.adapter for d in later if d.action == LOAD]
+
+
+def test_no_bring_back_for_an_expired_prediction_or_one_without_a_gap_to_time_it(tmp_path: Path) -> None:
+    core, policy, (a3, _) = evicted_by_the_engine(tmp_path)
+    probability, made_at, after, _ = policy.hot["a1"]["t"]
+    policy.hot["a1"]["t"] = (probability, made_at, after, 300.5)  # expired before the eviction
+    ask(core, [a3])
+    assert not policy.scheduled
+    (tmp_path / "again").mkdir()
+    core, policy, (a3, _) = evicted_by_the_engine(tmp_path / "again")
+    core.demand.gaps.pop(("t", "a0"))  # no gap seen after a0: nothing to time it by
+    ask(core, [a3])
+    assert not policy.scheduled
+
+
+def test_what_a_prefetch_displaces_comes_back_once_per_prediction(tmp_path: Path) -> None:
+    """Two predictions for one slot would otherwise take it in turns, each load evicting the other; what the
+    engine evicts for a request's load comes back as often as it goes."""
+    core, policy, _ = evicted_by_the_engine(tmp_path)
+    core.demand.observe("u", "a5", 301.0)
+    policy.displace_margin = 1e9  # a5 is worth whatever it displaces: vLLM evicts its least recently used, a1
+    decisions = policy._prefetch(301.0, "h/e0", "a5", None)
+    assert [d.adapter for d in decisions if d.action == EVICT] == ["a1"]
+    assert [w.adapter for w in policy.scheduled] == ["a1"]
+    policy.scheduled.clear()
+    policy._displacing = True  # displaced by a prefetch again, the same prediction open
+    policy.on_evicted(302.0, "h/e0", "a1")
+    policy._displacing = False
+    assert not policy.scheduled
+    policy.on_evicted(303.0, "h/e0", "a1")  # evicted for a request's load
+    assert [w.adapter for w in policy.scheduled] == ["a1"]
 
 
 def busy_engine(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:

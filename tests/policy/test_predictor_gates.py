@@ -48,9 +48,9 @@ def test_a_repeat_neither_confirms_nor_refutes_the_guess_which_stays_open(tmp_pa
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     ask(core, stream([0], tenants=["t"]))
-    trust, edges = policy.trust["t"], list(policy.edge["t"])
+    trust, edges = policy.trust["t"], {k: list(v) for k, v in policy.edge.items()}
     ask(core, [replace(e, time=1010.0 + i) for i, e in enumerate(stream([0, 0], tenants=["t"]))])
-    assert policy.trust["t"] == trust and policy.edge["t"] == edges  # not a failure of "a1 comes next"
+    assert policy.trust["t"] == trust and policy.edge == edges  # not a failure of "a1 comes next"
     assert policy.predicted["t"][0] == ["a1"] and "t" in policy.hot["a1"]  # still open, still protecting a1
     ask(core, [replace(stream([1], tenants=["t"])[0], time=1020.0)])
     assert policy.trust["t"] == pytest.approx(trust + policy.trust_rate * (1.0 - trust))  # now it came true
@@ -76,9 +76,9 @@ def test_each_guess_is_judged_against_the_mix_of_that_same_adapter(tmp_path: Pat
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     decisions = ask(core, irregular(noisy_cycle(300)))
-    guessed, baselines = policy.predicted["t"]
+    guessed, baselines, after = policy.predicted["t"]
     assert len(guessed) == 3 and sum(baselines) == pytest.approx(1.0, abs=0.05)  # summed: no edge could show
-    edges = policy.edge["t"]
+    edges = policy.edge[("t", after)]
     assert edges[0] > 0.3  # the top guess comes true ~80% of the time against a mix that gives it ~1/3
     assert edges[0] > edges[1] and edges[2] < policy.min_edge  # the rarely right ranks earn no edge
     assert len([d for d in decisions if d.reason == PREFETCH]) > 100  # and the pattern is acted on
@@ -89,13 +89,30 @@ def test_a_guess_whose_rank_has_no_edge_is_not_acted_on(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=engine, tenants={"t": "{workflows: [[a0, a1]]}"})
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
-    policy.trust["t"], policy.edge["t"] = 0.9, [0.05, 0.5, 0.5]  # the top rank below min_edge
+    policy.trust["t"], policy.edge[("t", "a0")] = 0.9, [0.05, 0.5, 0.5]  # the top rank below min_edge
     decisions = ask(core, stream([0], tenants=["t"]))
     assert not [d for d in decisions if d.reason == PREFETCH]
     assert policy.predicted["t"][0] == ["a1"]  # still scored next time, so it can earn its edge back
-    policy.edge["t"] = [policy.min_edge, 0.0, 0.0]  # exactly at the minimum: acted on
+    policy.edge[("t", "a0")] = [policy.min_edge, 0.0, 0.0]  # exactly at the minimum: acted on
     decisions = ask(core, [replace(stream([0], tenants=["t"])[0], time=2000.0)])
     assert [d.adapter for d in decisions if d.reason == PREFETCH] == ["a1"]
+
+
+def test_each_adapter_followed_keeps_its_own_edge(tmp_path: Path) -> None:
+    """The guesses a tenant's a0 leads to have missed, those its a2 leads to have come true: one record does not
+    silence the other (after an agent's planner the next tool is a guess, after a tool the planner near certain)."""
+    engine = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}]
+    inv = make_inventory(tmp_path, adapters=4, engines=engine, tenants={"t": "{workflows: [[a0, a1], [a2, a3]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    policy.trust["t"] = 0.9
+    policy.edge[("t", "a0")], policy.edge[("t", "a2")] = [0.05] * 3, [0.5] * 3
+    decisions = ask(core, stream([0], tenants=["t"]))
+    assert not [d for d in decisions if d.reason == PREFETCH]
+    decisions = ask(core, [replace(stream([2], tenants=["t"])[0], time=2000.0)])
+    assert [d.adapter for d in decisions if d.reason == PREFETCH] == ["a3"]
+    assert policy.edge[("t", "a0")][0] < 0.05  # a2 came, not the a1 guessed after a0: scored on a0's record
+    assert policy.edge[("t", "a2")] == [0.5] * 3
 
 
 def test_the_baseline_is_the_mix_of_the_traffic_that_is_not_the_current_adapter(tmp_path: Path) -> None:
@@ -104,7 +121,7 @@ def test_the_baseline_is_the_mix_of_the_traffic_that_is_not_the_current_adapter(
     core = PolicyCore(inv, policy)
     ask(core, stream([0, 0, 2, 0, 0, 1, 2, 0], tenants=["t"]))
     demand = core.demand
-    guessed, baselines = policy.predicted["t"]
+    guessed, baselines, _ = policy.predicted["t"]
     rest = 1.0 - demand.tenant_mix("t", "a0")
     assert baselines == pytest.approx([demand.tenant_mix("t", c) / rest for c in guessed])
 
@@ -129,7 +146,7 @@ def test_a_tenants_main_adapter_passes_the_lift_gate_when_it_surely_comes_next(t
     core = PolicyCore(inv, policy)
     ask(core, irregular(tool_loop()))
     assert core.demand.tenant_mix("t", "a0") == pytest.approx(0.5, abs=0.05)
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]  # the lift gate alone decides
+    policy.trust["t"], policy.edge[("t", "a3")] = 1.0, [1.0, 1.0, 1.0]  # the lift gate alone decides
     predictions = policy._predict("t", "a3")  # after a tool: the planner, with certainty
     assert [c for c, _ in predictions] == ["a0"]
 
@@ -140,7 +157,7 @@ def test_no_lift_no_prediction_even_in_odds(tmp_path: Path) -> None:
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     ask(core, irregular(tool_loop()))
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]
     guesses = core.demand.next_after("t", "a0", limit=3)
     assert len(guesses) == 3 and all(p >= policy.min_probability for _, p in guesses)  # only lift can refuse
     assert policy._predict("t", "a0") == []
@@ -162,10 +179,10 @@ def test_a_guess_needs_min_evidence_moves_of_its_own_not_only_its_row(tmp_path: 
     ask(core, rounds(5, 1000.0))
     (best, p), *_ = core.demand.next_after("t", "a0", limit=3)
     assert best == "a1" and p == pytest.approx(0.6, abs=0.02)
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]  # only the evidence can refuse
+    policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]  # only the evidence can refuse
     assert "a1" not in [c for c, _ in policy._predict("t", "a0")]
     ask(core, rounds(5, 2000.0))
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]
     assert "a1" in [c for c, _ in policy._predict("t", "a0")]
 
 
@@ -179,7 +196,7 @@ def test_the_eager_predictor_acts_on_a_move_seen_once_and_the_default_needs_five
     once = [replace(e, time=1000.0 + 10.0 * i) for i, e in enumerate(stream([0, 1, 2], tenants=["t"]))]
     for policy, core in ((eager, eager_core), (default, default_core)):
         ask(core, once)
-        policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]  # only the evidence can refuse
+        policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]  # only the evidence can refuse
     assert [c for c, _ in eager._predict("t", "a0")] == ["a1"]
     assert default._predict("t", "a0") == []
 
@@ -192,9 +209,9 @@ def test_after_the_planner_the_prefetch_is_the_tool_the_last_tool_leads_to(tmp_p
     policy = LorafleetPolicy()
     core = PolicyCore(inv, policy)
     ask(core, irregular([a for i in range(39) for a in (0, 1 + i % 3)]))  # ends on a3
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    policy.trust["t"], policy.edge[("t", "a3")] = 1.0, [1.0, 1.0, 1.0]
     assert [c for c, _ in policy._predict("t", "a3")] == ["a0"]
     ask(core, [replace(stream([0], tenants=["t"])[0], time=5000.0)])
     assert policy.predicted["t"][0][:1] == ["a1"]  # the top guess, made after (a3, a0)
-    policy.trust["t"], policy.edge["t"] = 1.0, [1.0, 1.0, 1.0]
+    policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]
     assert [c for c, _ in policy._predict("t", "a0")] == ["a1"]
