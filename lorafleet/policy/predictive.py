@@ -106,6 +106,7 @@ class LorafleetPolicy(Policy):
         self.completed: dict[str, int] = {}  # loads completed per engine: how fast its loader turns over
         self.seq = 0
         # (tenant, adapter) -> when the prediction was made that was brought back after a prefetch displaced it
+        # (forgotten as the prediction closes)
         self.returned: dict[tuple[str | None, str], float] = {}
 
     def bind(self, core: PolicyCore) -> None:
@@ -250,6 +251,7 @@ class LorafleetPolicy(Policy):
                 entry = hot.get(predicted)
                 if entry is not None:
                     entry.pop(tenant, None)
+                    self.returned.pop((tenant, predicted), None)
                     if not entry:
                         del hot[predicted]
         self.trust[tenant] = trust
@@ -348,8 +350,13 @@ class LorafleetPolicy(Policy):
         budget steers few evictions: a next step resident when predicted was often gone when it came (the
         workflow families' predicted steps, an agent's planner between tool calls). What another prediction's
         prefetch displaced comes back once per prediction: two predictions for one slot would otherwise take it in
-        turns, each load evicting the other."""
-        demand = self.core.demand
+        turns, each load evicting the other. Not while another engine of the pool still holds it (a review found
+        a second copy made so)."""
+        core = self.core
+        engines = core.book.engines
+        if any(e != engine and e in engines and engines[e].holds(adapter) for e in core.serving.get(adapter, ())):
+            return  # still on another engine of its pool, where the gateway can send it: no second copy
+        demand = core.demand
         returned = self.returned
         for tenant, (_, made_at, after, expires) in hot.items():
             if now > expires:

@@ -301,6 +301,7 @@ def test_a_bring_back_is_dropped_once_the_tenant_moved_on(tmp_path: Path) -> Non
     ask(core, [a3])
     assert [w.adapter for w in policy.scheduled] == ["a1"]
     ask(core, [replace(a3, tenant="t", adapter="a2", time=310.0)])  # t went elsewhere: the guess was wrong
+    core.book["h/e0"].evict("a3")  # a free slot: only the guess going stale keeps a1 out
     later = ask(core, [replace(a4, time=329.99)])
     assert "a1" not in [d.adapter for d in later if d.action == LOAD]
 
@@ -326,13 +327,43 @@ def test_what_a_prefetch_displaces_comes_back_once_per_prediction(tmp_path: Path
     policy.displace_margin = 1e9  # a5 is worth whatever it displaces: vLLM evicts its least recently used, a1
     decisions = policy._prefetch(301.0, "h/e0", "a5", None)
     assert [d.adapter for d in decisions if d.action == EVICT] == ["a1"]
-    assert [w.adapter for w in policy.scheduled] == ["a1"]
+    assert [w.adapter for w in policy.scheduled] == ["a1"] and not policy._displacing
+
+    def displaced(now: float) -> list[str]:  # a1 displaced by a prefetch again: what is scheduled for it
+        policy.scheduled.clear()
+        policy._displacing = True
+        try:
+            policy.on_evicted(now, "h/e0", "a1")
+        finally:
+            policy._displacing = False
+        return [w.adapter for w in policy.scheduled]
+
+    assert displaced(302.0) == []  # the same prediction open: once
     policy.scheduled.clear()
-    policy._displacing = True  # displaced by a prefetch again, the same prediction open
-    policy.on_evicted(302.0, "h/e0", "a1")
-    policy._displacing = False
-    assert not policy.scheduled
     policy.on_evicted(303.0, "h/e0", "a1")  # evicted for a request's load
+    assert [w.adapter for w in policy.scheduled] == ["a1"]
+    probability, _, after, expires = policy.hot["a1"]["t"]
+    policy.hot["a1"]["t"] = (probability, 305.0, after, expires)  # a new prediction of a1 (t called a0 again)
+    assert displaced(306.0) == ["a1"]
+    assert policy.returned == {("t", "a1"): 305.0}
+    ask(core, [stream([2], ["t"])[0]])  # t's next move closes the prediction: nothing kept for it
+    assert policy.returned == {}
+
+
+def test_no_bring_back_while_another_engine_of_the_pool_holds_it(tmp_path: Path) -> None:
+    two = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}] * 2
+    inv = make_inventory(tmp_path, adapters=4, engines=two, tenants={"t": "{workflows: [[a0, a1]]}"})
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    for start in (0.0, 100.0, 200.0):  # a1 comes 30 s after a0
+        core.demand.observe("t", "a0", start)
+        core.demand.observe("t", "a1", start + 30.0)
+    policy.hot["a1"] = {"t": (0.9, 300.0, "a0", 600.0)}  # predicted at 300 s
+    core.book["h/e1"].admit("a1", 1)
+    policy.on_evicted(301.0, "h/e0", "a1")
+    assert not policy.scheduled  # h/e1 still has it
+    core.book["h/e1"].evict("a1")
+    policy.on_evicted(302.0, "h/e0", "a1")
     assert [w.adapter for w in policy.scheduled] == ["a1"]
 
 
