@@ -232,14 +232,13 @@ class LorafleetPolicy(Policy):
         repeat = tenant is not None and demand.repeats.get(tenant, 0) > 0
         previous = None if repeat else self.predicted.pop(tenant, None)
         trust = self.trust.get(tenant)
-        declared = self.core.inventory.tenants.get(tenant or "")
-        known = declared is not None and bool(declared.workflows)
         if trust is None:
-            trust = self.initial_trust_declared if known else self.initial_trust
+            trust = self.initial_trust_declared if self._declares(tenant) else self.initial_trust
         if previous is not None:
             guessed, baselines, context = previous
-            edges = self.edge.get((tenant, context)) or [2 * self.min_edge if known else self.min_edge] * LEADERS
-            self.edge[(tenant, context)] = edges
+            edges = self.edge.get((tenant, context))
+            if edges is None:
+                edges = self.edge[(tenant, context)] = self._first_edges(tenant)
             came_true = 1.0 if adapter in guessed else 0.0
             trust += self.trust_rate * (came_true - trust)
             # Each guess against what the tenant's plain mix gives that same adapter, rank by rank: summed over
@@ -255,7 +254,7 @@ class LorafleetPolicy(Policy):
                     if not entry:
                         del hot[predicted]
         self.trust[tenant] = trust
-        edges = self.edge.get((tenant, adapter)) or [2 * self.min_edge if known else self.min_edge] * LEADERS
+        edges = self.edge.get((tenant, adapter)) or self._first_edges(tenant)
         guesses = [(c, p) for c, p in demand.successors(tenant, adapter) if c != adapter]
         if not guesses:
             return []
@@ -282,6 +281,15 @@ class LorafleetPolicy(Policy):
             and p * (1.0 - mix) > self.min_lift * mix * (1.0 - p)  # strictly: certain from the mix alone is no lift
             and p >= seen
         ]
+
+    def _declares(self, tenant: str | None) -> bool:
+        """Whether the inventory declares the tenant's workflows (its predictions start trusted)."""
+        declared = self.core.inventory.tenants.get(tenant or "")
+        return declared is not None and bool(declared.workflows)
+
+    def _first_edges(self, tenant: str | None) -> list[float]:
+        """The edge record of guesses after an adapter not yet scored: at the bar, twice it for a declared tenant."""
+        return [(2 if self._declares(tenant) else 1) * self.min_edge] * LEADERS
 
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         adapter = event.adapter
@@ -336,10 +344,7 @@ class LorafleetPolicy(Policy):
             return
         due = max(now, demand.adapter_last[adapter] + period - self._lead(engine, adapter))
         key = ("adapter", adapter)
-        self.seq += 1
-        heapq.heappush(
-            self.scheduled, ScheduledPrefetch(due, self.seq, key, self.generation.get(key, 0), engine, adapter)
-        )
+        self._schedule(due, key, self.generation.get(key, 0), engine, adapter)
 
     def _bring_back(
         self, now: float, engine: str, adapter: str, hot: dict[str | None, tuple[float, float, str, float]]
@@ -353,8 +358,8 @@ class LorafleetPolicy(Policy):
         turns, each load evicting the other. Not while another engine of the pool still holds it (a review found
         a second copy made so)."""
         core = self.core
-        engines = core.book.engines
-        if any(e != engine and e in engines and engines[e].holds(adapter) for e in core.serving.get(adapter, ())):
+        holder = core.place(adapter)  # the placement rule's pick: an engine holding it, where one does
+        if holder is not None and core.book.engines[holder].holds(adapter):
             return  # still on another engine of its pool, where the gateway can send it: no second copy
         demand = core.demand
         returned = self.returned
@@ -370,10 +375,12 @@ class LorafleetPolicy(Policy):
                 continue
             key = ("tenant", tenant)
             due = max(now, made_at + gap - self._lead(engine, adapter))
-            self.seq += 1
-            heapq.heappush(
-                self.scheduled, ScheduledPrefetch(due, self.seq, key, self.generation.get(key, 0), engine, adapter)
-            )
+            self._schedule(due, key, self.generation.get(key, 0), engine, adapter)
+
+    def _schedule(self, due: float, key: tuple[str, str | None], generation: int, engine: str, adapter: str) -> None:
+        """A prefetch wanted at `due`, stale once `key`'s generation moves past `generation`."""
+        self.seq += 1
+        heapq.heappush(self.scheduled, ScheduledPrefetch(due, self.seq, key, generation, engine, adapter))
 
     def _target(self, event: RequestEvent, engine: str, candidate: str) -> str | None:
         """Where a prefetch goes: where the gateway sent the candidate's last request, as its line said (a
@@ -420,8 +427,7 @@ class LorafleetPolicy(Policy):
             return self._prefetch(now, target, candidate, keep)
         if key[0] == "tenant" and self.core.book.engines[target].holds(candidate):
             return []  # already there, and the prediction now protects it: nothing to schedule
-        self.seq += 1
-        heapq.heappush(self.scheduled, ScheduledPrefetch(due, self.seq, key, generation, target, candidate))
+        self._schedule(due, key, generation, target, candidate)
         return []
 
     def _prefetch(self, now: float, target: str, candidate: str, keep: str | None) -> list[Decision]:
