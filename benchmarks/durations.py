@@ -60,4 +60,34 @@ def with_durations(events: Sequence[RequestEvent], seed: int) -> list[RequestEve
     return [dataclasses.replace(e, seen=round(e.time + duration_s(rng), 3)) if e.kind == ADAPTER else e for e in events]
 
 
-__all__ = ["duration_s", "with_durations"]
+def closed_loop(events: Sequence[RequestEvent], seed: int) -> list[RequestEvent]:
+    """The same requests with durations drawn as `with_durations` draws them, each tenant made one agent that waits
+    for every answer: its next request comes at the previous one's end plus the gap the trace had between their
+    arrivals, so no step comes before the line of the step it follows (drawn independently, most of an agentic
+    trace's next steps did). Interleaved sessions of one tenant are serialised too: a stricter trace than real,
+    kept as the other side of `with_durations`. In arrival order."""
+    rng = random.Random(f"durations-{seed}")
+    out: list[RequestEvent] = []
+    last: dict[str | None, tuple[float, float]] = {}  # tenant -> (its previous request's original arrival, new end)
+    for e in events:
+        if e.kind != ADAPTER:
+            out.append(e)
+            continue
+        took = duration_s(rng)
+        previous = last.get(e.tenant)
+        start = e.time if previous is None else previous[1] + max(0.0, e.time - previous[0])
+        last[e.tenant] = (e.time, start + took)
+        out.append(dataclasses.replace(e, time=round(start, 3), seen=round(start + took, 3)))
+    out.sort(key=lambda e: e.time)
+    return out
+
+
+DRAWN, CLOSED = "drawn", "closed-loop"  # the two ways a benchmark gives its trace durations
+
+
+def timed(events: Sequence[RequestEvent], seed: int, how: str) -> list[RequestEvent]:
+    """The trace with durations drawn after its arrivals (`DRAWN`), or as closed loops (`CLOSED`)."""
+    return closed_loop(events, seed) if how == CLOSED else with_durations(events, seed)
+
+
+__all__ = ["CLOSED", "DRAWN", "closed_loop", "duration_s", "timed", "with_durations"]

@@ -3,6 +3,7 @@
     python benchmarks/judge.py [--seeds tune|report] [--families a,b] [--policies lru,lfu,...] [--json]
     python benchmarks/judge.py --durations [...]   # each line written at its request's end (durations.py)
     python benchmarks/judge.py --hints [...]       # ... and each request's start hinted to lorafleet as it comes
+    python benchmarks/judge.py --closed-loop [...] # durations, each tenant's next request after its last one's end
 
 Every policy replays each family's trace on each seed (lorafleet.replay.driver.simulate, empty engines). Per
 family: each policy's mean hit ratio over the seeds, the best baseline (by mean), lorafleet's margin over the
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import with_durations  # noqa: E402
+from durations import CLOSED, DRAWN, timed  # noqa: E402
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
@@ -37,7 +38,7 @@ OURS = "lorafleet"
 
 
 def judge_family(
-    name: str, seeds: tuple[int, ...], policies: tuple[str, ...], durations: bool = False, visibility: str = LOG
+    name: str, seeds: tuple[int, ...], policies: tuple[str, ...], durations: str = "", visibility: str = LOG
 ) -> dict[str, Any] | None:
     started = time.perf_counter()
     runs: dict[str, list[PolicyResult]] = {p: [] for p in policies}
@@ -48,7 +49,7 @@ def judge_family(
             return None
         inventory, events = trace
         if durations:
-            events = with_durations(events, seed)
+            events = timed(events, seed, durations)
         requests.append(len(events))
         known: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
@@ -87,8 +88,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
     parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
+    parser.add_argument(
+        "--closed-loop", action="store_true", help="--durations, each tenant waiting for each answer (durations.py)"
+    )
     args = parser.parse_args()
-    args.durations = args.durations or args.hints
+    args.durations = CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
     visibility = HINTS if args.hints else LOG
     seeds = SEEDS[args.seeds]
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
@@ -127,6 +131,8 @@ def main() -> None:
         print(json.dumps(summary, indent=2))
         return
     lines = "lines at each request's end" if args.durations else "lines at arrival"
+    if args.durations == CLOSED:
+        lines += ", each tenant waiting for each answer"
     if args.hints:
         lines += ", each start hinted"
     print(f"tracegen2, seeds {', '.join(map(str, seeds))} ({args.seeds}), {lines}; hit ratio % per policy, mean")

@@ -4,6 +4,7 @@
     python benchmarks/suite.py --holdout [--markdown]
     python benchmarks/suite.py --durations [...]   # each line written at its request's end (durations.py)
     python benchmarks/suite.py --hints [...]       # ... and each request's start hinted to lorafleet as it comes
+    python benchmarks/suite.py --closed-loop [...] # durations, each tenant's next request after its last one's end
 
 Families come from explicit parameters (benchmarks/tracegen.py), plus Azure Functions 2019 with random offsets
 inside each minute and a ServeGen client-rate stream when the shared traces are present. Tune on seeds 0-2 only
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import with_durations  # noqa: E402
+from durations import CLOSED, DRAWN, timed  # noqa: E402
 from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
@@ -65,7 +66,7 @@ def run_family(
     make: Callable[[int], Trace | None],
     seeds: tuple[int, ...],
     policies: tuple[str, ...],
-    durations: bool = False,
+    durations: str = "",
     visibility: str = LOG,
 ) -> dict[str, list[PolicyResult]]:
     results: dict[str, list[PolicyResult]] = {p: [] for p in policies}
@@ -75,7 +76,7 @@ def run_family(
             return {}
         inventory, events = trace
         if durations:
-            events = with_durations(events, seed)
+            events = timed(events, seed, durations)
         done: list[PolicyResult] = []
         for policy in sorted(policies, key=lambda p: p == "oracle"):  # the oracle reuses the others' runs
             known = done if policy == "oracle" else ()
@@ -106,8 +107,11 @@ def main() -> None:
     parser.add_argument("--holdout", action="store_true", help="the holdout families, on the holdout seeds")
     parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
     parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
+    parser.add_argument(
+        "--closed-loop", action="store_true", help="--durations, each tenant waiting for each answer (durations.py)"
+    )
     args = parser.parse_args()
-    args.durations = args.durations or args.hints
+    args.durations = CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
     visibility = HINTS if args.hints else LOG
     if args.holdout:
         args.seeds = "holdout"
@@ -116,6 +120,8 @@ def main() -> None:
     started = time.perf_counter()
     header = "| family | " + " | ".join(POLICY_NAMES) + " | shortfall mean | worst seed | touches | wasted |"
     lines = "lines at each request's end (durations.py)" if args.durations else "lines at arrival"
+    if args.durations == CLOSED:
+        lines += ", each tenant waiting for each answer"
     if args.hints:
         lines += ", each start hinted"
     print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}), {lines}; hit ratio % per policy, mean over seeds")
