@@ -14,6 +14,7 @@ the adapter in use on its engine meanwhile — the case where what lorafleet kno
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import random
@@ -90,4 +91,18 @@ def timed(events: Sequence[RequestEvent], seed: int, how: str) -> list[RequestEv
     return closed_loop(events, seed) if how == CLOSED else with_durations(events, seed)
 
 
-__all__ = ["CLOSED", "DRAWN", "closed_loop", "duration_s", "timed", "with_durations"]
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that time a benchmark's traces (suite.py, judge.py); `timing` reads them."""
+    parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
+    parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
+    parser.add_argument(
+        "--closed-loop", action="store_true", help="--durations, each tenant waiting for each answer (durations.py)"
+    )
+
+
+def timing(args: argparse.Namespace) -> str:
+    """How those options time the trace: "" (each line at its request's arrival), `DRAWN` or `CLOSED`."""
+    return CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
+
+
+__all__ = ["CLOSED", "DRAWN", "add_arguments", "closed_loop", "duration_s", "timed", "timing", "with_durations"]

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import CLOSED, DRAWN, timed  # noqa: E402
+from durations import CLOSED, add_arguments, timed, timing  # noqa: E402
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
@@ -86,13 +86,9 @@ def main() -> None:
     parser.add_argument("--families", help="comma-separated family names (default: all)")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy names")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
-    parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
-    parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
-    parser.add_argument(
-        "--closed-loop", action="store_true", help="--durations, each tenant waiting for each answer (durations.py)"
-    )
+    add_arguments(parser)
     args = parser.parse_args()
-    args.durations = CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
+    args.durations = timing(args)
     visibility = HINTS if args.hints else LOG
     seeds = SEEDS[args.seeds]
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())

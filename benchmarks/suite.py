@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import CLOSED, DRAWN, timed  # noqa: E402
+from durations import CLOSED, add_arguments, timed, timing  # noqa: E402
 from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
@@ -105,13 +105,9 @@ def main() -> None:
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--holdout", action="store_true", help="the holdout families, on the holdout seeds")
-    parser.add_argument("--durations", action="store_true", help="each line written at its request's end")
-    parser.add_argument("--hints", action="store_true", help="--durations, each request's start hinted as it comes")
-    parser.add_argument(
-        "--closed-loop", action="store_true", help="--durations, each tenant waiting for each answer (durations.py)"
-    )
+    add_arguments(parser)
     args = parser.parse_args()
-    args.durations = CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
+    args.durations = timing(args)
     visibility = HINTS if args.hints else LOG
     if args.holdout:
         args.seeds = "holdout"
