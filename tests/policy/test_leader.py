@@ -58,6 +58,13 @@ def test_a_challenger_takes_the_lead_only_past_z_deviations_plus_the_margin() ->
     assert flips.index(True) == 7
 
 
+def test_a_lead_of_exactly_z_deviations_plus_the_margin_is_not_yet_clear() -> None:
+    """Strictly more than z·√d + margin: with z = 1 and no margin, a lead of 1 over d = 1 request is not clear
+    (1 = √1); a lead of 2 over 2 is (2 > √2)."""
+    standings = Standings(2, memory=1e9, z=1.0, margin=0.0)
+    assert [standings.record([False, True]) for _ in range(2)] == [False, True]
+
+
 def test_a_request_the_leader_hit_never_changes_the_leader() -> None:
     standings = Standings(2, memory=1e9, z=0.0, margin=0.0)
     standings.short.beats[1][0] = 100.0  # far ahead already
@@ -71,6 +78,17 @@ def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
         standings.record([True, True, True])
         standings.record([False, False, False])
     assert standings.short.beats == [[0.0] * 3 for _ in range(3)] and standings.leader == 0
+
+
+def test_the_lead_never_changes_on_a_request_every_expert_missed_alike() -> None:
+    """Expert 1 is ahead lately but vetoed by expert 0's lead over the long record; a request both missed ages
+    the records (the long lead fades below the veto) yet is no evidence: the lead changes only at the next
+    request expert 1 wins."""
+    sequence = [[True, False], [True, False], [True, True], [True, False], [True, False], [False, True], [False, True]]
+    standings = Standings(2, memory=2.0, z=0.0, margin=0.5, long_memory=8.0)
+    assert not any(standings.record(hits) for hits in sequence)
+    assert not standings.record([False, False]) and standings.leader == 0
+    assert standings.record([False, True]) and standings.leader == 1
 
 
 def test_old_evidence_fades_so_a_past_lead_does_not_hold_for_ever() -> None:
@@ -611,6 +629,33 @@ def test_a_change_of_leader_matches_its_own_pools_engines_only(tmp_path: Path) -
     assert not copy.resident
     policy._match(0.0, "m", 1)
     assert list(copy.resident) == ["a0"]
+
+
+@pytest.mark.parametrize("bytes_bind", [False, True])
+def test_live_victims_are_what_the_leader_does_not_hold_and_where_bytes_bind_its_last_victims_first(
+    tmp_path: Path, bytes_bind: bool
+) -> None:
+    """The live engine gives up first what the leader's copy does not hold, least recently used first, then the
+    rest by recency; where a byte budget binds, what the copy evicted there last goes first, in its order (it
+    decides how many go)."""
+    spec: dict[str, object] = {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 8}
+    if bytes_bind:
+        spec["lora_budget_mb"] = 64
+    inv = make_inventory(tmp_path, adapters=6, engines=[spec])
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    live = core.book.engines["h/e0"]
+    copy = policy.shadows[0].session.core.book.engines["h/e0"]
+    for adapter in ("a0", "a1", "a2", "a3", "a4"):
+        live.admit(adapter, core.sizes[adapter])
+    for adapter in ("a1", "a4"):
+        copy.admit(adapter, core.sizes[adapter])
+    policy._note_evicted([("h/e0", "a3"), ("h/e0", "a5"), ("h/e0", "a2")])  # a5: not on the live engine
+    order = list(policy.victim_order(live, 0.0))
+    if bytes_bind:
+        assert order == ["a3", "a2", "a0", "a1", "a4"]
+    else:
+        assert order == ["a0", "a2", "a3", "a1", "a4"]
 
 
 def test_a_match_settles_every_waiting_copy_request_at_the_copys_own_clock(tmp_path: Path) -> None:
