@@ -105,6 +105,17 @@ def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Pat
     assert session.counts.hits == 2 and "a1" not in session.core.book["h/e0"].resident
 
 
+def test_a_line_for_an_adapter_no_engine_can_serve_counts_unserved(tmp_path: Path) -> None:
+    """a1 is rank 128 on engines that take rank 64 at most: its line is an unserved request, nothing more."""
+    inv = make_inventory(tmp_path, adapters=2, engines=TWO_SLOTS, ranks=[8, 128], zero_load=True)
+    session = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
+    session.start(999.0)
+    _read(session, _line("a1", 1000.0, 1001.0))
+    _read(session, _line("a0", 1001.5, 1002.0))
+    counts = session.counts
+    assert (counts.unserved, counts.requests, counts.misses) == (1, 1, 1)
+
+
 def _live(tmp: Path, policy: Policy) -> Session:
     """A live session, as the daemon's: it returns its calls, and the engine's answers come back to it."""
     session = Session(PolicyCore(make_inventory(tmp, adapters=4, engines=TWO_SLOTS), policy), answers=False)
@@ -442,3 +453,35 @@ def test_with_start_hints_the_runs_score_when_they_can_be_made_and_the_copies_ot
     assert mixed.standings["m"].short.weight > weight and not mixed._hinted  # scored by the copies
     session.request(lines[1], held=held)
     assert not any(scorer.hints for scorer in mixed._scorers or ())
+
+
+def test_live_a_request_for_an_adapter_still_loading_waits_what_is_left_of_its_load(tmp_path: Path) -> None:
+    """Known on arrival on a live engine: a0 missed at 1000.000 and its load was sent; a request 5 ms later waits
+    the rest of the modelled load, one long after the model says it is done (its answer not yet in) waits none."""
+    session = _live(tmp_path, LruPolicy())
+    first = RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m")
+    calls = session.request(first)
+    assert [c.action for c in calls] == ["load"]
+    cold = session.cold_ms("h/e0", "a0")
+    assert cold > 5.0
+    session.request(dataclasses.replace(first, time=1000.005))
+    assert math.isclose(session.counts.cold_ms_paid, cold + cold - 5.0, abs_tol=1e-6)
+    session.request(dataclasses.replace(first, time=1010.0))
+    assert math.isclose(session.counts.cold_ms_paid, 2 * cold - 5.0, abs_tol=1e-6)
+    assert (session.counts.misses, session.counts.late) == (1, 2)
+
+
+def test_live_the_load_times_an_engine_measures_scale_its_cold_loads_and_its_copies_alike(tmp_path: Path) -> None:
+    """An engine whose load took twice the model's time is taken as twice as slow: a cold load and a copy into a
+    GPU slot both cost it twice the model's (a moving average from then on)."""
+    session = _live(tmp_path, LruPolicy())
+    model, copy = session.model_ms("h/e0", "a0"), session.copy_ms("h/e0", "a0")
+    assert session.cold_ms("h/e0", "a0") == model and copy > 0.0
+    calls = session.request(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    session.answered(1000.1, calls[0], LOADED, True, 2.0 * model)
+    assert math.isclose(session.cold_ms("h/e0", "a0"), 2.0 * model)
+    assert math.isclose(session.copy_ms("h/e0", "a0"), 2.0 * copy)
+    assert session.speed == {"h/e0": 2.0}
+    calls = session.request(RequestEvent(1001.0, ADAPTER, "a1", tenant="t", base_model="m"))
+    session.answered(1001.1, next(c for c in calls if c.action == "load"), LOADED, True, session.model_ms("h/e0", "a1"))
+    assert math.isclose(session.speed["h/e0"], 0.8 * 2.0 + 0.2 * 1.0)

@@ -74,3 +74,21 @@ def test_another_process_warming_an_adapter_displaces_the_least_recently_used_th
     assert "a0" not in book.resident and book.pins == set()
     session.noticed("h/e0", "a5", LOADED, True)
     assert "a5" in book.resident and book.pins == {"a5"}
+
+
+def test_a_pinned_adapter_the_engine_lost_is_loaded_again_pinned(tmp_path: Path) -> None:
+    """A pin is kept at any cost: after a reconcile finds it gone, a policy that honours pins loads it again as a
+    pin (its load call says so, for SGLang's pinned load, and the book holds it pinned), not as an adapter the next
+    eviction may take."""
+    from lorafleet.policy.core import LOAD
+
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=SGLANG), make_policy("lorafleet")))
+    book = session.core.book["h/e0"]
+    for adapter in ("a0", "a1"):
+        book.admit(adapter, 1)
+    book.pin("a0")
+    session.reconciled(1000.0, "h/e0", ["a0", "a1"], (), ())
+    answer = session.reconciled(1001.0, "h/e0", ["a1"], (), ())
+    loads = [c for c in answer.calls if c.action == LOAD]
+    assert [(c.adapter, c.pinned) for c in loads] == [("a0", True)]
+    assert session.core.book["h/e0"].pins == {"a0"}

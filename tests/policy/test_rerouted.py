@@ -170,3 +170,42 @@ def test_the_predictor_prefetches_where_the_gateway_sent_the_adapters_last_reque
     session.request(RequestEvent(1010.0, ADAPTER, "a0", tenant="t", base_model="m", engine=E0, seen=1010.5))
     session.advance(1020.0)
     assert core.book.engines[E1].holds("a1") and not core.book.engines[E0].holds("a1")
+
+
+def test_the_engine_a_line_says_ran_a_request_holds_its_adapter_unpinned(tmp_path: Path) -> None:
+    """The engine that served a rerouted request loaded its adapter by itself, as it loads any: no pin."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    _, held = hinted(session, "a0", 1000.0)
+    session.request(line_of(held, E1, 1001.0), held=held)
+    assert "a0" in core.book.engines[E1].resident and not core.book.engines[E1].pins
+
+
+def test_a_hint_closed_without_its_line_leaves_its_adapters_recency_as_it_was(tmp_path: Path) -> None:
+    """Its line never came, so nothing says the request ran to its end: it stops counting as running, and its
+    adapter does not become the engine's most recent (a request that ended would have made it so)."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    e0 = core.book.engines[E0]
+    for adapter in ("a0", "a1", "a2"):
+        e0.admit(adapter, core.sizes[adapter])
+    _, held = hinted(session, "a0", 1000.0)  # a hit on e0: most recent now
+    assert held.engine == E0 and "a0" in e0.running
+    e0.admit("a1", core.sizes["a1"])
+    e0.admit("a2", core.sizes["a2"])  # used since: a0 is the least recent again
+    session.unjoined(held)
+    assert "a0" not in e0.running and list(e0.resident) == ["a0", "a1", "a2"]
+
+
+def test_a_hint_for_an_adapter_no_engine_serves_closes_without_a_line_quietly(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=2, engines=TWO_VLLM, ranks=[8, 128])
+    session = Session(PolicyCore(inv, LruPolicy()))
+    session.start(1000.0)
+    calls, held = hinted(session, "a1", 1000.0)  # rank 128: no engine takes it
+    assert not calls and held.engine is None
+    session.unjoined(held)
+    assert held.ended and session.counts.requests == 0
