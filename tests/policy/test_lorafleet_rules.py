@@ -709,3 +709,41 @@ def test_the_lazy_order_under_a_byte_budget_is_the_exact_order_of_full_densities
         for i, a in enumerate(state.resident)
     )
     assert list(policy._cheapest(state, now, memory=memory)) == [(density, a) for density, _, a in expected]
+
+
+def test_a_guess_closing_for_one_tenant_leaves_another_tenants_guess_of_the_same_adapter_open(tmp_path: Path) -> None:
+    """t and u both run a0 then a1: after each one's a0, a1 is predicted for it; t's a1 closes t's guess only —
+    a1 stays protected as u's next step."""
+    tenants = {"t": "{workflows: [[a0, a1]]}", "u": "{workflows: [[a0, a1]]}"}
+    inv = make_inventory(tmp_path, adapters=4, engines=ENGINE, tenants=tenants)
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    ask(core, stream([0, 0], tenants=["t", "u"]))
+    assert set(policy.hot["a1"]) == {"t", "u"}
+    ask(core, [replace(stream([1], tenants=["t"])[0], time=1005.0)])
+    assert set(policy.hot["a1"]) == {"u"}
+
+
+def test_a_prefetch_goes_where_the_log_says_the_gateway_sent_this_request_when_the_next_step_has_no_route(
+    tmp_path: Path,
+) -> None:
+    """No line has told where a1 goes; this request's names e1: the tenant's next step is prefetched there, not on
+    the engine the placement rule would pick (e0, both being empty)."""
+    from tests.policy.builders import TWO_VLLM
+
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM, tenants={"t": "{workflows: [[a0, a1]]}"})
+    core = PolicyCore(inv, LorafleetPolicy())
+    assert core.place("a1") == "h/e0"
+    decisions = ask(core, [replace(stream([0], tenants=["t"])[0], engine="h/e1")])
+    prefetched = [(d.engine, d.adapter) for d in decisions if d.action == LOAD and d.reason == PREFETCH]
+    assert prefetched == [("h/e1", "a1")]
+
+
+def test_a_plan_placement_on_an_engine_that_cannot_serve_the_adapter_is_not_loaded(tmp_path: Path) -> None:
+    from lorafleet.policy.placement import Placement
+    from lorafleet.policy.predictive import initial_loads
+
+    inv = make_inventory(tmp_path, adapters=2, engines=ENGINE, ranks=[8, 128])  # a1: rank 128, the engine takes 64
+    core = PolicyCore(inv, LorafleetPolicy())
+    plan = [Placement("a1", "h/e0", False), Placement("a0", "h/e0", False)]
+    assert [(d.action, d.adapter) for d in initial_loads(core, plan, 0.0)] == [(LOAD, "a0")]
