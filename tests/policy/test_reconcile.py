@@ -92,3 +92,13 @@ def test_a_pinned_adapter_the_engine_lost_is_loaded_again_pinned(tmp_path: Path)
     loads = [c for c in answer.calls if c.action == LOAD]
     assert [(c.adapter, c.pinned) for c in loads] == [("a0", True)]
     assert session.core.book["h/e0"].pins == {"a0"}
+
+
+def test_each_forgotten_adapter_is_journaled_with_why_the_engine_no_longer_has_it(tmp_path: Path) -> None:
+    from lorafleet.drive.session import FORGOTTEN, Performed
+
+    session = live(tmp_path, "a0", "a1", "a2")
+    session.answers = []
+    session.reconciled(1001.0, "h/e0", ["a2"], ["a1"], ())  # a1's files vanished; a0 dropped by the engine
+    why = {p.call.adapter: p.error for p in session.answers if isinstance(p, Performed) and p.answer == FORGOTTEN}
+    assert why == {"a0": "no longer registered", "a1": "files gone: unregistered"}
