@@ -407,6 +407,23 @@ def check_writable(path: Path) -> None:
         raise InputError(f"state database {path}: not writable", hint=STATE_HINT)
 
 
+def _write_ahead(connection: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """Switch the file to write-ahead logging. Processes opening a new file at once race for the switch, and SQLite
+    answers "database is locked" at once, without waiting on its busy handler, to one that would deadlock
+    waiting (it holds a read lock another needs gone): so the switch is tried again until another process has made
+    it (then it is no change) or `wait_s` has passed (with 12 processes on a loaded machine, 1 round in 15 had
+    one of them fail)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
 def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_only: bool = False) -> Store:
     """Open (creating) the state database and bring its schema up to date; `read_only`: open an existing one
     for reading only (`stats`), which needs no write access to the file or its folder."""
@@ -419,7 +436,7 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
         check_writable(path)
         connection = sqlite3.connect(path, timeout=30.0, isolation_level=None)
         connection.execute("PRAGMA busy_timeout=30000")
-        connection.execute("PRAGMA journal_mode=WAL")
+        _write_ahead(connection)
         connection.execute("PRAGMA synchronous=FULL")
         connection.execute("PRAGMA foreign_keys=ON")
         store = Store(connection, path, clock)

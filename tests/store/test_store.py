@@ -329,3 +329,34 @@ def test_a_reader_waits_for_the_schema_a_daemon_is_writing_into_a_new_file(tmp_p
             assert store.db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
     finally:
         writer.join()
+
+
+class _Busy:
+    """A connection whose switch to write-ahead logging is refused `refusals` times with `error`."""
+
+    def __init__(self, refusals: int, error: str = "database is locked") -> None:
+        self.refusals, self.error, self.tries = refusals, error, 0
+
+    def execute(self, sql: str) -> None:
+        assert sql == "PRAGMA journal_mode=WAL"
+        self.tries += 1
+        if self.tries <= self.refusals:
+            raise sqlite3.OperationalError(self.error)
+
+
+def test_the_switch_to_write_ahead_logging_is_tried_again_while_another_process_holds_the_file() -> None:
+    """SQLite refuses the switch at once, without its busy handler, to a process that would deadlock waiting (two
+    opening a new file together): tried again until it passes; any other error, or one past the wait, is raised."""
+    from lorafleet.store.db import _write_ahead
+
+    busy = _Busy(refusals=3)
+    _write_ahead(busy)  # type: ignore[arg-type]
+    assert busy.tries == 4
+    other = _Busy(refusals=1, error="disk I/O error")
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _write_ahead(other)  # type: ignore[arg-type]
+    assert other.tries == 1
+    stuck = _Busy(refusals=10**6)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _write_ahead(stuck, wait_s=0.1)  # type: ignore[arg-type]
+    assert 2 <= stuck.tries <= 10
