@@ -485,3 +485,44 @@ def test_live_the_load_times_an_engine_measures_scale_its_cold_loads_and_its_cop
     calls = session.request(RequestEvent(1001.0, ADAPTER, "a1", tenant="t", base_model="m"))
     session.answered(1001.1, next(c for c in calls if c.action == "load"), LOADED, True, session.model_ms("h/e0", "a1"))
     assert math.isclose(session.speed["h/e0"], 0.8 * 2.0 + 0.2 * 1.0)
+
+
+def test_on_stand_ins_a_touch_makes_its_adapter_the_most_recent_and_an_unload_lets_it_go(tmp_path: Path) -> None:
+    """The engine's side of lorafleet's calls: a touch is a 1-token request naming the adapter (the engine's
+    most recent after it), an unload forgets it."""
+    from lorafleet.drive.session import KEEP, Call
+    from lorafleet.policy.core import TOUCH, UNLOAD
+
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 4}])
+    fleet = LateFleet(Session(PolicyCore(inv, LruPolicy()), answers=False))
+    for adapter in ("a0", "a1", "a2"):
+        fleet.standins.use(1000.0, "h/e0", adapter)
+    fleet._carry_out([Call(TOUCH, "h/e0", "a0", KEEP)], 1001.0)
+    assert fleet.standins.holds("h/e0") == ["a1", "a2", "a0"]
+    fleet._carry_out([Call(UNLOAD, "h/e0", "a1", KEEP)], 1002.0)
+    assert fleet.standins.holds("h/e0") == ["a2", "a0"] and not fleet.standins.registered("h/e0", "a1")
+
+
+def test_a_run_short_of_an_instant_leaves_what_comes_at_that_instant(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    outcomes: list[str] = []
+    fleet = LateFleet(
+        Session(PolicyCore(inv, LruPolicy()), answers=False),
+        lambda event, engine, outcome, ms: outcomes.append(outcome),
+    )
+    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.run(1000.0, before=True)
+    assert outcomes == []
+    fleet.run(1000.0)
+    assert outcomes == ["miss"]
+
+
+def test_on_stand_ins_the_policy_starts_at_the_first_arrival_and_loads_a_tenants_pin(tmp_path: Path) -> None:
+    from lorafleet.policy.predictive import LorafleetPolicy
+
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]
+    inv = make_inventory(tmp_path, adapters=4, engines=engines, tenants={"t": "{pinned: [a3]}"})
+    fleet = LateFleet(Session(PolicyCore(inv, LorafleetPolicy()), answers=False))
+    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.run(1000.5)
+    assert fleet.session.started and "a3" in fleet.standins.holds("h/e0")
