@@ -526,3 +526,18 @@ def test_on_stand_ins_the_policy_starts_at_the_first_arrival_and_loads_a_tenants
     fleet.add(_line("a0", 1000.0, 1001.0))
     fleet.run(1000.5)
     assert fleet.session.started and "a3" in fleet.standins.holds("h/e0")
+
+
+def test_a_request_added_after_the_run_passed_its_arrival_is_served_no_earlier_than_the_run(tmp_path: Path) -> None:
+    """Every fleet given the same requests and runs serves the same ones by then: one that comes late to the
+    timeline is served at the instant already run, never back in time."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    served_at: list[float] = []
+    fleet = LateFleet(
+        Session(PolicyCore(inv, LruPolicy()), answers=False),
+        lambda event, engine, outcome, ms: served_at.append(fleet.last),
+    )
+    fleet.run(1005.0)
+    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.run(1005.0)
+    assert served_at == [1005.0]
