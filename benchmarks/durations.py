@@ -105,4 +105,21 @@ def timing(args: argparse.Namespace) -> str:
     return CLOSED if args.closed_loop else DRAWN if args.durations or args.hints else ""
 
 
-__all__ = ["CLOSED", "DRAWN", "add_arguments", "closed_loop", "duration_s", "timed", "timing", "with_durations"]
+def described(args: argparse.Namespace) -> str:
+    """What those options add to a benchmark's heading, after how lines are written."""
+    return (", each tenant waiting for each answer" if args.closed_loop else "") + (
+        ", each start hinted" if args.hints else ""
+    )
+
+
+__all__ = [
+    "CLOSED",
+    "DRAWN",
+    "add_arguments",
+    "closed_loop",
+    "described",
+    "duration_s",
+    "timed",
+    "timing",
+    "with_durations",
+]

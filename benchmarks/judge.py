@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import CLOSED, add_arguments, timed, timing  # noqa: E402
+from durations import add_arguments, described, timed, timing  # noqa: E402
 from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
@@ -127,10 +127,7 @@ def main() -> None:
         print(json.dumps(summary, indent=2))
         return
     lines = "lines at each request's end" if args.durations else "lines at arrival"
-    if args.durations == CLOSED:
-        lines += ", each tenant waiting for each answer"
-    if args.hints:
-        lines += ", each start hinted"
+    lines += described(args)
     print(f"tracegen2, seeds {', '.join(map(str, seeds))} ({args.seeds}), {lines}; hit ratio % per policy, mean")
     head = ["family", *policies, "best", "margin", "worst", "vs lru", "touch/req", "loader", "wall s"]
     widths = [max(20, len(h)) if i == 0 else max(7, len(h)) for i, h in enumerate(head)]

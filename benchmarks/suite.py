@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from durations import CLOSED, add_arguments, timed, timing  # noqa: E402
+from durations import add_arguments, described, timed, timing  # noqa: E402
 from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
@@ -116,10 +116,7 @@ def main() -> None:
     started = time.perf_counter()
     header = "| family | " + " | ".join(POLICY_NAMES) + " | shortfall mean | worst seed | touches | wasted |"
     lines = "lines at each request's end (durations.py)" if args.durations else "lines at arrival"
-    if args.durations == CLOSED:
-        lines += ", each tenant waiting for each answer"
-    if args.hints:
-        lines += ", each start hinted"
+    lines += described(args)
     print(f"seeds {seeds[0]}-{seeds[-1]} ({args.seeds}), {lines}; hit ratio % per policy, mean over seeds")
     print(header if args.markdown else header.replace("|", " "))
     if args.markdown:

@@ -315,6 +315,7 @@ class Store:
 
 # How long a reader waits for a lock: a daemon in WAL mode never blocks one, so only an exclusive holder does.
 READ_WAIT_S = 10.0
+WRITE_WAIT_S = 30.0  # how long a writer waits for another process's lock (and for the switch to WAL)
 
 
 def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
@@ -407,7 +408,7 @@ def check_writable(path: Path) -> None:
         raise InputError(f"state database {path}: not writable", hint=STATE_HINT)
 
 
-def _write_ahead(connection: sqlite3.Connection, wait_s: float = 30.0) -> None:
+def _write_ahead(connection: sqlite3.Connection, wait_s: float = WRITE_WAIT_S) -> None:
     """Switch the file to write-ahead logging. Processes opening a new file at once race for the switch, and SQLite
     answers "database is locked" at once, without waiting on its busy handler, to one that would deadlock
     waiting (it holds a read lock another needs gone): so the switch is tried again until another process has made
@@ -434,8 +435,8 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path)
-        connection = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        connection.execute("PRAGMA busy_timeout=30000")
+        connection = sqlite3.connect(path, timeout=WRITE_WAIT_S, isolation_level=None)
+        connection.execute(f"PRAGMA busy_timeout={int(WRITE_WAIT_S * 1000)}")
         _write_ahead(connection)
         connection.execute("PRAGMA synchronous=FULL")
         connection.execute("PRAGMA foreign_keys=ON")

@@ -124,7 +124,7 @@ from dataclasses import replace  # noqa: E402
 
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, PLAN, PREFETCH  # noqa: E402
 from lorafleet.policy.predictive import ScheduledPrefetch  # noqa: E402
-from tests.policy.builders import stream  # noqa: E402
+from tests.policy.builders import TWO_VLLM, stream  # noqa: E402
 
 
 def ask(core: PolicyCore, events) -> list:  # type: ignore[no-untyped-def]
@@ -729,8 +729,6 @@ def test_a_prefetch_goes_where_the_log_says_the_gateway_sent_this_request_when_t
 ) -> None:
     """No line has told where a1 goes; this request's names e1: the tenant's next step is prefetched there, not on
     the engine the placement rule would pick (e0, both being empty)."""
-    from tests.policy.builders import TWO_VLLM
-
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM, tenants={"t": "{workflows: [[a0, a1]]}"})
     core = PolicyCore(inv, LorafleetPolicy())
     assert core.place("a1") == "h/e0"

@@ -12,8 +12,8 @@ from tests.policy.builders import make_inventory
 SGLANG = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}]
 
 
-def live(tmp_path: Path, *held: str) -> Session:
-    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=SGLANG), make_policy("lru")))
+def live(tmp_path: Path, *held: str, policy: str = "lru") -> Session:
+    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=SGLANG), make_policy(policy)))
     for adapter in held:
         session.core.book["h/e0"].admit(adapter, 1)
     session.reconciled(1000.0, "h/e0", held, (), ())  # the engine confirms what the book holds
@@ -82,12 +82,8 @@ def test_a_pinned_adapter_the_engine_lost_is_loaded_again_pinned(tmp_path: Path)
     eviction may take."""
     from lorafleet.policy.core import LOAD
 
-    session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=SGLANG), make_policy("lorafleet")))
-    book = session.core.book["h/e0"]
-    for adapter in ("a0", "a1"):
-        book.admit(adapter, 1)
-    book.pin("a0")
-    session.reconciled(1000.0, "h/e0", ["a0", "a1"], (), ())
+    session = live(tmp_path, "a0", "a1", policy="lorafleet")
+    session.core.book["h/e0"].pin("a0")
     answer = session.reconciled(1001.0, "h/e0", ["a1"], (), ())
     loads = [c for c in answer.calls if c.action == LOAD]
     assert [(c.adapter, c.pinned) for c in loads] == [("a0", True)]
