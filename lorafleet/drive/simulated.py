@@ -57,14 +57,6 @@ class _Loader:
         self.queue.insert(self.demands, adapter)
         self.demands += 1
 
-    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
-        """Pickled (a daemon's memory) before `demands` existed: its queue is read as prefetches alone; before
-        `done_at`, its load in progress completes at an unknown time (a restart's copies start anew anyway)."""
-        self.demands = 0
-        self.done_at = float("inf")
-        for name, value in state[1].items():
-            setattr(self, name, value)
-
 
 class SimulatedEngines:
     """Every engine's loader and holdings; the session applies decisions and takes completions in time order."""

@@ -94,11 +94,11 @@ class EngineResidency:
         """Pickled (store/memory.py) without the book's index, which is rebuilt when next needed."""
         return {name: getattr(self, name) for name in self.__slots__ if name != "index" and hasattr(self, name)}
 
-    def __setstate__(self, state: dict[str, Any] | tuple[None, dict[str, Any]]) -> None:
-        slots = state[1] if isinstance(state, tuple) else state  # (None, slots): pickled before __getstate__
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Every slot but the index (a memory pickled by an older version, without some slot, is refused by its
+        format line in store/memory.py before it gets here)."""
         self.index = None
-        self.running = {}  # pickled before it was kept
-        for name, value in slots.items():
+        for name, value in state.items():
             if name != "index":
                 setattr(self, name, value)
 
@@ -598,11 +598,6 @@ class ResidencyBook:
 
     def __init__(self, engines: dict[str, EngineResidency]) -> None:
         self.engines: dict[str, EngineResidency] = _Engines(engines)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if not isinstance(self.engines, _Engines):  # pickled before the index existed
-            self.engines = _Engines(self.engines)
 
     def indexed(self) -> HolderIndex:
         """The book's holder index, built on first use and kept by the mutators from then on."""

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet.drive.simulated import Loading, SimulatedEngines
+from lorafleet.drive.simulated import SimulatedEngines
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, Decision, Policy
 from lorafleet.policy.placement import why_not
@@ -156,19 +156,6 @@ def test_a_demand_load_waited_on_again_keeps_its_place() -> None:
     sim.apply(1.0, [Decision(LOAD, "e", "d1", DEMAND), Decision(LOAD, "e", "d2", DEMAND)])
     sim.promote("e", "d2")  # a later request for d2: d1's request still came first
     assert _finish_all(sim) == ["p1", "d1", "d2"]
-
-
-def test_a_loader_pickled_before_demand_loads_were_counted_reads_its_queue_as_prefetches() -> None:
-    import pickle
-
-    sim = SimulatedEngines({"e": LoadModel()}, {"e": Budget(1, None, None)}, dict.fromkeys(["p1", "p2", "d"], 10))
-    sim.apply(0.0, [Decision(LOAD, "e", "p1", PREFETCH), Decision(LOAD, "e", "p2", PREFETCH)])
-    del sim.loaders["e"].demands  # as a daemon's memory of an older version holds it
-    del sim.loaders["e"].done_at
-    sim = pickle.loads(pickle.dumps(sim))
-    assert sim.loading("e") == Loading("p1", float("inf"), ("p2",), 0)  # when p1 completes: not known
-    sim.apply(1.0, [Decision(LOAD, "e", "d", DEMAND)])
-    assert _finish_all(sim) == ["p1", "d", "p2"]
 
 
 def test_a_queued_load_of_an_adapter_a_reload_dropped_still_runs_at_its_queued_size() -> None:

@@ -158,20 +158,6 @@ def test_an_adapters_share_of_a_budget_is_a_slots_or_its_bytes_whichever_is_more
     assert Budget(1, None, 1000).share(50) == 1.0  # SGLang without a host cap: its GPU slots
 
 
-def test_a_book_pickled_before_its_holder_index_existed_is_read_with_one() -> None:
-    """A journal's frozen book from an older version held its engines as a plain dict."""
-    import pickle
-
-    from lorafleet.policy.residency import ResidencyBook
-
-    book = ResidencyBook({"h/e": EngineResidency("h/e", "vllm", "m", Budget(1, 2, None))})
-    book.engines["h/e"].admit("a", 1)
-    book.__dict__["engines"] = dict(book.engines)  # as an older version pickled it
-    back = pickle.loads(pickle.dumps(book))
-    assert "a" in back.engines["h/e"].resident
-    assert back.indexed() is back.indexed()  # an index, built once
-
-
 def test_a_match_takes_the_other_engines_contents_pins_recency_gpu_tier_and_unused_prefetches() -> None:
     mine, theirs = engine(host_slots=4, gpu_slots=2), engine(host_slots=4, gpu_slots=2)
     for name in ("p", "x", "y"):
@@ -290,3 +276,41 @@ def test_a_load_recorded_on_an_engine_past_its_slots_keeps_the_excess_as_it_was(
     within.admit("a", 10)
     with pytest.raises(BudgetError):
         within.admit("b", 10)
+
+
+def test_an_engine_full_to_its_last_slot_or_byte_is_not_past_its_budget() -> None:
+    """Past its budget means more than its slots or bytes (requests in use hold it there), not exactly at them:
+    the leader's copies are matched to a live engine only while it is within its budget."""
+    e = engine(host_slots=3, budget_bytes=100)
+    for name, size in (("a", 60), ("b", 40)):
+        e.start_load(name, size)
+        e.finish_load(name)
+    assert e.used_bytes == 100 and not e.past_budget()
+    e.start_load("c", 1, overrun=True)
+    assert e.past_budget()
+    s = engine(host_slots=2)
+    for name in ("a", "b"):
+        s.start_load(name, 1)
+    assert s.used_slots == 2 and not s.past_budget()
+    s.start_load("c", 1, overrun=True)
+    assert s.past_budget()
+
+
+def test_an_engine_leaves_the_book_before_and_after_its_holder_index_is_built() -> None:
+    """A reload drops engines from a book whose index may not exist yet: both ways the engine is gone, and an
+    index forgets what it held."""
+    from lorafleet.policy.residency import ResidencyBook
+
+    def book() -> ResidencyBook:
+        b = ResidencyBook({k: EngineResidency(k, "vllm", "m", Budget(1, 2, None)) for k in ("h/e0", "h/e1")})
+        b.engines["h/e0"].admit("a", 1)
+        return b
+
+    plain = book()
+    del plain.engines["h/e0"]
+    assert list(plain.engines) == ["h/e1"]
+    indexed = book()
+    index = indexed.indexed()
+    assert index.resident == {"a": {"h/e0"}}
+    del indexed.engines["h/e0"]
+    assert list(indexed.engines) == ["h/e1"] and index.resident == {}
