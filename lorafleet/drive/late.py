@@ -99,11 +99,14 @@ class LateFleet:
         core = session.core
         self.until = max(self.until, until)
         while timeline and (timeline[0][0] < until if before else timeline[0][0] <= until):
-            at, kind, order, what = heapq.heappop(timeline)
+            at = max(timeline[0][0], self.last)  # what came to the timeline after the run passed its time: now
+            wakeup = core.next_wakeup()
+            if wakeup is not None and wakeup < at:  # each at its own time; its calls may put a load's end before
+                self._carry_out(session.advance(wakeup), wakeup)  # `at` on the timeline, to be run first
+                continue
+            _, kind, order, what = heapq.heappop(timeline)
             self.first = min(self.first, at)
-            self.last = max(self.last, at)
-            while (wakeup := core.next_wakeup()) is not None and wakeup < at:  # each at its own time
-                self._carry_out(session.advance(wakeup), wakeup)
+            self.last = at
             self._carry_out(session.advance(at), at)
             if kind == _END:  # a request ended on its engine
                 standins.end(*cast(tuple[str, str], what))

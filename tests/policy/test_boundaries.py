@@ -625,3 +625,32 @@ def test_a_request_waiting_on_a_prefetch_still_loading_is_credited_the_load_time
     assert counts.cold_ms_avoided == pytest.approx(0.25 * cold)  # the quarter it did not wait
     (waited,) = [a for a in session.take_answers() if isinstance(a, Waited)]
     assert waited.request.outcome == LATE and waited.avoided_ms == pytest.approx(0.25 * cold)
+
+
+def test_on_vllm_no_touch_is_sent_for_a_load_the_engine_made_alone_nor_while_every_resident_is_in_use(
+    tmp_path: Path,
+) -> None:
+    """A demand load lorafleet learns of after the fact (`alone`) found the engine's own LRU done: nothing is
+    touched, though a pin is older than the victim, and no credit is spent. Where every resident runs a request
+    no room can be made: neither a prefetch nor a demand load is made."""
+    from lorafleet.policy.core import TOUCH, PolicyCore
+
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 2}])
+    core = PolicyCore(inv, Policy())
+    state = core.book.engines["h/e0"]
+    for adapter in ("a0", "a1"):
+        state.admit(adapter, core.sizes[adapter])
+    state.pins.add("a0")
+    core.touch_credit["h/e0"] = 5.0
+    order = lambda: list(state.resident)  # noqa: E731
+    decisions = core.load(1000.0, "h/e0", "a2", DEMAND, order, complete=True, alone=True)
+    assert [d.action for d in decisions if d.action == TOUCH] == [] and core.touch_credit["h/e0"] == 5.0
+    assert [d.adapter for d in decisions if d.action == EVICT] == ["a1"]
+    state.finish_load("a2")
+    for adapter in ("a0", "a2"):
+        state.run(adapter)
+    for credit in (0.0, 5.0):
+        core.touch_credit["h/e0"] = credit
+        for reason, complete in ((PREFETCH, False), (DEMAND, True)):
+            assert core.load(1001.0, "h/e0", "a3", reason, order, complete=complete) == []
+            assert core.touch_credit["h/e0"] == credit and list(state.resident) == ["a0", "a2"]

@@ -541,3 +541,36 @@ def test_a_request_added_after_the_run_passed_its_arrival_is_served_no_earlier_t
     fleet.add(_line("a0", 1000.0, 1001.0))
     fleet.run(1005.0)
     assert served_at == [1005.0]
+
+
+def test_a_line_read_after_the_run_passed_it_is_acted_on_at_the_instant_already_run(tmp_path: Path) -> None:
+    """A request that comes late to the timeline has its line read no earlier than the run has gone: the calls
+    the line leads to reach the stand-ins then, not at the line's own earlier time."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    fleet = LateFleet(Session(PolicyCore(inv, MarkovPolicy()), answers=False))
+    fleet.add(_line("a0", 1000.0, 1000.1))
+    fleet.add(_line("a1", 1000.2, 1000.3))  # t moves a0 -> a1
+    for adapter, at in (("a2", 1003.0), ("a0", 1004.0)):  # another tenant's: a1 is evicted
+        fleet.add(RequestEvent(at, ADAPTER, adapter, tenant="u", base_model="m", seen=at + 0.1))
+    fleet.run(1005.0)
+    assert fleet.standins.holds("h/e0") == ["a2", "a0"]
+    fleet.add(_line("a0", 1002.0, 1002.1))  # t's line, read only now: markov prefetches a1
+    fleet.run(1010.0)
+    ready = fleet.standins.ready_at("h/e0", "a1")
+    assert ready is not None and ready > 1005.0
+
+
+def test_a_load_a_wakeup_makes_is_answered_before_a_later_arrival_when_it_ends_first(tmp_path: Path) -> None:
+    """The timeline runs in time order, what a wakeup puts on it included: a prefetch made at 1000.5 that the
+    stand-in finishes before a request comes at 1001 is done in the session's book when the request's start
+    hint is taken (a hit), not still loading."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    fleet = LateFleet(Session(PolicyCore(inv, _Script([(1000.5, "h/e0", "a1")])), answers=False), hints=True)
+    fleet.add(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m", seen=1000.1))
+    order = fleet.add(RequestEvent(1001.0, ADAPTER, "a1", tenant="t", base_model="m"))
+    fleet.run(1001.0)
+    ready = fleet.standins.ready_at("h/e0", "a1")
+    assert ready is not None and 1000.5 < ready < 1001.0
+    fleet.line(order, _line("a1", 1001.0, 1001.5))
+    fleet.run()
+    assert (fleet.session.counts.requests, fleet.session.counts.hits) == (2, 1)
