@@ -151,3 +151,46 @@ def test_a_name_stays_registered_past_its_eviction_and_leaves_with_an_unload(tmp
     assert engines.registered("h/e0", "a3")
     engines.unload("h/e0", "a3")
     assert not engines.registered("h/e0", "a3")
+
+
+def test_an_engine_evicts_its_least_recently_used_past_its_bytes_and_holds_exactly_its_budget(tmp_path: Path) -> None:
+    """Bytes bind as slots do: full to its last byte it evicts nothing; past it, its least recently used go
+    until it fits; an unload frees what the adapter took."""
+    from lorafleet.inventory.model import LoadModel
+    from lorafleet.policy.residency import Budget, EngineResidency
+
+    state = EngineResidency("h/e0", "vllm", "m", Budget(1, 8, 100))
+    engines = StandInEngines({"h/e0": state}, {"h/e0": LoadModel()}, {"a": 40, "b": 60, "c": 30, "d": 10})
+    served(engines, 1000.0, "a")
+    served(engines, 1010.0, "b")
+    assert engines.holds("h/e0") == ["a", "b"]  # 100 of 100
+    served(engines, 1020.0, "c")
+    assert engines.holds("h/e0") == ["b", "c"]  # 130: a (40) goes, and b stays
+    engines.unload("h/e0", "b")
+    served(engines, 1030.0, "a")
+    served(engines, 1040.0, "d")
+    assert engines.holds("h/e0") == ["c", "a", "d"]  # 80: room for both
+    assert engines.last_done == engines.ready_at("h/e0", "d")  # the latest load's end
+
+
+def test_only_a_load_that_says_so_pins_on_an_engine_that_holds_pins(tmp_path: Path) -> None:
+    """A touch or a prefetch without a pin is a use like a request's: the adapter can go with the LRU."""
+    engines, _ = standins(tmp_path, "sglang")
+    engines.use(1000.0, "h/e0", "a0")
+    served(engines, 1010.0, "a1")
+    served(engines, 1020.0, "a2")
+    assert engines.holds("h/e0") == ["a1", "a2"]
+
+
+def test_the_gateway_takes_an_engine_whose_load_ends_at_that_instant_as_holding_it(tmp_path: Path) -> None:
+    """Done at the request's instant is loaded (as a request then is a hit): pool order decides between it and an
+    engine that finished earlier."""
+    spec = {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}
+    core = PolicyCore(make_inventory(tmp_path, adapters=2, engines=[spec, spec]), Policy())
+    engines = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+    engines.use(1000.0, "h/e1", "a0")
+    engines.use(1000.5, "h/e0", "a0")
+    done = engines.ready_at("h/e0", "a0")
+    assert done is not None and done > (engines.ready_at("h/e1", "a0") or 0.0)
+    assert engines.route("a0", ["h/e0", "h/e1"], done) == "h/e0"
+    assert engines.route("a0", ["h/e0", "h/e1"], done - 0.001) == "h/e1"
