@@ -27,7 +27,7 @@ class Completion(NamedTuple):
     done_at: float  # epoch seconds
     engine: str
     adapter: str
-    replaced: bool = False  # started by a loader a new budget replaced: the engine's new book never had it
+    replaced: bool  # started by a loader a new budget replaced: the engine's new book never had it
 
 
 class Loading(NamedTuple):
@@ -93,7 +93,7 @@ class SimulatedEngines:
             elif action == LOAD:
                 self.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)
 
-    def queue(self, now: float, engine: str, adapter: str, demand: bool, overrun: bool = False) -> None:
+    def queue(self, now: float, engine: str, adapter: str, demand: bool, overrun: bool) -> None:
         """`overrun`: the engine took the adapter itself past its budget (`Decision.overrun`): its doing, no
         violation of lorafleet's."""
         held = self.held[engine]
@@ -164,10 +164,8 @@ class SimulatedEngines:
     def pop_done(self) -> Completion:
         """The earliest completion; the loader that started it is free from that instant. One started by a
         loader that a new budget has since replaced leaves the new loader as it is."""
-        entry = heapq.heappop(self.completions)
-        done, _, engine, adapter = entry[:4]
+        done, _, engine, adapter, started = heapq.heappop(self.completions)
         loader = self.loaders.get(engine)
-        started = entry[4] if len(entry) > 4 else loader
         if loader is not None and started is loader:
             loader.current, loader.done_at = None, float("inf")
         return Completion(done, engine, adapter, loader is not None and started is not loader)

@@ -94,6 +94,7 @@ def test_the_simulated_loader_serves_demand_before_queued_prefetches() -> None:
         order.append(done.adapter)
         sim.start_next(done.done_at, done.engine)
     assert order == ["p1", "d", "p2"]  # p1 was loading already: never preempted; d jumps p2
+    assert sim.last_done == done.done_at  # the latest load's end: where a replay's span ends
 
 
 def _finish_all(sim: SimulatedEngines) -> list[str]:

@@ -597,7 +597,7 @@ def test_a_copy_matched_to_simulated_engines_takes_their_queue_and_completes_as_
     none: Callable[[], Iterable[str]] = lambda: iter(())  # noqa: E731
     live.core.load(0.0, "h/e0", "a3", PREFETCH, none)
     assert live.sim is not None
-    live.sim.queue(0.0, "h/e0", "a3", False)
+    live.sim.queue(0.0, "h/e0", "a3", False, False)
     copy = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
     copy.start(0.0)
     copy.request(RequestEvent(0.0, "t", "a5"))
