@@ -275,3 +275,34 @@ def test_requests_at_one_instant_are_a_burst_not_a_period() -> None:
     for _ in range(6):  # five gaps of 0 s: no rhythm to prefetch on
         demand.observe("t", "burst", 1000.0)
     assert demand.period("burst") is None
+
+
+def test_a_second_order_context_last_seen_more_than_30_half_lives_ago_is_dropped_at_the_rescale() -> None:
+    """Contexts are kept while their aged weight is at least 2^-30 of a request's now: with a half-life of one
+    request, the rescale at request 266 keeps the one last added at request 236 and drops the one of 235."""
+    d = DemandModel(half_life=1.0)
+    filler = ["p", "q"]
+    for i in range(230):
+        d.observe("f", filler[i % 2])
+    for tenant, adapter in (("u", "x"), ("t", "x"), ("u", "y"), ("t", "y"), ("u", "z"), ("t", "z")):
+        d.observe(tenant, adapter)  # requests 231-236: u's context (x, y) at 235, t's at 236
+    assert d.clock == 236 and {("t", "x", "y"), ("u", "x", "y")} <= set(d.transitions2)
+    for i in range(30):
+        d.observe("f", filler[i % 2])
+    assert d.clock == 266 and d.weight == 1.0  # rescaled at this request
+    assert ("t", "x", "y") in d.transitions2 and ("u", "x", "y") not in d.transitions2
+    assert ("u", "x", "y") not in d.transition2_totals and ("u", "x", "y") not in d.transition2_seen
+
+
+def test_a_period_needs_the_spread_of_its_gaps_within_regularity_times_their_median() -> None:
+    """Gaps 10, 10, 14, 16: median 14, 10th-90th percentile spread 6, within half of 14 — a period, the shortest
+    gap; gaps 10, 10, 14, 20: spread 10, more than 7 — none (with the spread weighed against the smaller gap, or
+    against the median doubled rather than halved, each came out the other way)."""
+    for gaps, period in (((10.0, 10.0, 14.0, 16.0), 10.0), ((10.0, 10.0, 14.0, 20.0), None)):
+        demand = DemandModel()
+        now = 0.0
+        demand.observe("t", "timer", now)
+        for gap in gaps:
+            now += gap
+            demand.observe("t", "timer", now)
+        assert demand.period("timer") == period, gaps
