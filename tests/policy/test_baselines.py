@@ -218,3 +218,44 @@ def test_wtinylfu_admits_the_windows_oldest_and_keeps_the_rest_of_the_window_in_
         policy.counts.add("a3")  # the window's oldest is wanted more than main's oldest (a0): admitted
     assert list(policy.victim_order(state, 0.0)) == ["a0", "a1", "a2", "a4", "a3"]
     assert list(policy.windows["h/e0"]) == ["a4"]
+
+
+def test_arc_moves_its_target_by_the_ratio_of_the_ghost_lists() -> None:
+    """A recency ghost's return grows p by |b2| / |b1| (at least 1), a frequency ghost's shrinks it by |b1| / |b2|
+    (at least 1): ARC's adaptation, Megiddo and Modha's δ1 and δ2."""
+    arc = _ArcLists(8)
+    for a in ("a", "e", "b", "c", "d", "f", "g", "h"):
+        arc.request(a)
+    for a in ("b", "c", "d", "f", "g", "h"):
+        arc.request(a)  # seen twice: t2
+    for a in ("a", "e", "b", "c", "d", "f", "g", "h"):
+        arc.evicted(a)
+    assert (len(arc.b1), len(arc.b2)) == (2, 6)
+    arc.request("a")  # a recency ghost: p += 6 / 2
+    assert arc.p == 3.0
+    arc.request("e")  # p += 6 / 1, capped at c
+    assert arc.p == 8.0
+    arc.request("x")
+    arc.evicted("x")
+    assert (len(arc.b1), len(arc.b2)) == (1, 6)
+    arc.request("b")  # a frequency ghost: p -= max(1 / 6, 1)
+    assert arc.p == 7.0
+
+
+def test_wtinylfu_keeps_mains_oldest_against_a_newcomer_wanted_exactly_as_much(tmp_path: Path) -> None:
+    """Admission needs more requests than main's oldest, not as many: at a tie the window's newcomer goes first."""
+    from collections import OrderedDict
+
+    from lorafleet.policy.baselines import WTinyLfuPolicy
+    from lorafleet.policy.core import PolicyCore
+
+    policy = WTinyLfuPolicy()
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=ONE_ENGINE), policy)
+    state = core.book.engines["h/e0"]
+    for a in ("a0", "a1", "a2"):
+        state.admit(a, core.sizes[a])
+    policy.windows["h/e0"] = OrderedDict.fromkeys(["a2"])
+    policy.counts.counts.update({"a0": 2.0, "a1": 5.0, "a2": 2.0})
+    assert list(policy.victim_order(state, 0.0)) == ["a2", "a0", "a1"]
+    policy.counts.counts["a2"] = 2.5  # wanted more: admitted, main's oldest first
+    assert list(policy.victim_order(state, 0.0)) == ["a0", "a1", "a2"]
