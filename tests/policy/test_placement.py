@@ -9,12 +9,13 @@ from lorafleet.policy.placement import (
     can_pin,
     choose_engine,
     pin_limit,
+    pin_limit_for,
     rank_engines,
     serving_pools,
     unservable_reason,
     why_not,
 )
-from lorafleet.policy.residency import ResidencyBook
+from lorafleet.policy.residency import Budget, ResidencyBook
 from tests.policy.builders import make_inventory
 
 ENGINES = [
@@ -61,6 +62,10 @@ def test_pin_limit_is_the_kinds_and_keeps_a_host_slot(tmp_path: Path) -> None:
     state.admit("a0", 1)
     state.pin("a0")
     assert can_pin(state, "a0") and not can_pin(state, "a1")
+    assert pin_limit_for(SGLANG, Budget(8, 4, None)) == 3  # 7 by the GPU slots, but one of 4 host slots stays free
+    assert pin_limit_for(SGLANG, Budget(8, None, None)) == 7
+    assert pin_limit_for(VLLM, Budget(1, 4, None)) == 0  # one GPU slot: nothing may be pinned
+    assert pin_limit_for(SGLANG, Budget(4, 1, None)) == 0  # one host slot: nothing either
 
 
 def test_kind_profiles_are_the_one_table() -> None:
