@@ -101,8 +101,9 @@ class LateFleet:
         while timeline and (timeline[0][0] < until if before else timeline[0][0] <= until):
             at = max(timeline[0][0], self.last)  # what came to the timeline after the run passed its time: now
             wakeup = core.next_wakeup()
-            if wakeup is not None and wakeup < at:  # each at its own time; its calls may put a load's end before
-                self._carry_out(session.advance(wakeup), wakeup)  # `at` on the timeline, to be run first
+            if wakeup is not None and wakeup < at:  # each at its own time (never before the run's); its calls may
+                # put a load's end before `at` on the timeline, to be run first
+                self._carry_out(session.advance(wakeup), max(wakeup, self.last))
                 continue
             _, kind, order, what = heapq.heappop(timeline)
             self.first = min(self.first, at)
