@@ -574,3 +574,20 @@ def test_a_load_a_wakeup_makes_is_answered_before_a_later_arrival_when_it_ends_f
     fleet.line(order, _line("a1", 1001.0, 1001.5))
     fleet.run()
     assert (fleet.session.counts.requests, fleet.session.counts.hits) == (2, 1)
+
+
+def test_a_wakeup_the_run_has_passed_is_carried_out_at_the_instant_already_run(tmp_path: Path) -> None:
+    """A policy that asks for a wakeup at an instant the run has gone past (a prefetch due at 1002, asked for
+    after the run reached 1004) has its calls reach the stand-ins then, not back in time."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
+    script = _Script([])
+    fleet = LateFleet(Session(PolicyCore(inv, script), answers=False))
+    fleet.add(_line("a0", 1000.0, 1000.1))
+    fleet.add(_line("a0", 1004.0, 1004.1))  # a hit: the loader has been free since a0's load
+    fleet.run(1005.0)
+    assert fleet.last >= 1004.0
+    script.plan.append((1002.0, "h/e0", "a1"))
+    fleet.add(_line("a2", 1006.0, 1006.1))
+    fleet.run(1010.0)
+    ready = fleet.standins.ready_at("h/e0", "a1")
+    assert ready is not None and ready > 1004.0
