@@ -608,6 +608,20 @@ class _PrefetchA1AtStart(Policy):
         return self.core.load(now, "h/e0", "a1", PREFETCH, tuple)
 
 
+def test_a_request_that_finds_its_prefetch_in_a_gpu_slot_is_credited_its_whole_cold_load(tmp_path: Path) -> None:
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import PolicyCore
+
+    core = PolicyCore(make_inventory(tmp_path, adapters=2), _PrefetchA1AtStart())
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a1"])
+    session = Session(core, simulate=True)
+    session.start(1000.0)
+    session.request(replace(stream([1])[0], time=1001.0))  # loaded by then, into a GPU slot (vLLM)
+    counts = session.counts
+    assert (counts.hits, counts.gpu_hits, counts.prefetch_used) == (1, 1, 1)
+    assert counts.cold_ms_avoided == pytest.approx(cold) and counts.cold_ms_paid == 0.0
+
+
 def test_a_request_waiting_on_a_prefetch_still_loading_is_credited_the_load_time_it_did_not_wait(
     tmp_path: Path,
 ) -> None:

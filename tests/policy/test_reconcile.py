@@ -44,6 +44,9 @@ def test_lorafleets_own_unloads_and_vanished_files_are_no_restart(tmp_path: Path
     book.evict("a0")  # lorafleet unloaded a0 itself: the book let go of it at once
     book.admit("a2", 1)
     assert not session.reconciled(1001.0, "h/e0", ["a2"], ["a1"], ()).restarted  # a1's files vanished
+    assert session.lost("h/e0") == ["a1"]
+    session.core.unavailable.add(("h/e1", "a2"))  # another engine's loss is not this one's
+    assert session.lost("h/e0") == ["a1"] and session.lost("h/e1") == ["a2"]
 
 
 def test_adapters_loaded_again_since_the_last_reconcile_are_no_survivors(tmp_path: Path) -> None:

@@ -39,6 +39,24 @@ def test_a_hinted_request_its_line_puts_on_another_engine_ran_there(tmp_path: Pa
     assert "a0" not in e0.running and "a0" not in e1.running  # it runs nowhere any more
     assert held.rerouted == E1
     assert (session.counts.requests, session.counts.misses, session.counts.hits) == (1, 1, 0)
+    assert session.counts.prefetch_used == 0  # no prefetch anywhere: none used
+
+
+def test_a_rerouted_request_leaves_the_books_engine_recency_as_its_hint_left_it(tmp_path: Path) -> None:
+    """The request ran on the engine its line names: the one the book took it on never touched its adapter at
+    the request's end, so a later request's adapter stays the more recent there."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    e0 = core.book.engines[E0]
+    for adapter in ("a0", "a1"):
+        e0.admit(adapter, core.sizes[adapter])
+    _, held = hinted(session, "a0", 1000.0)
+    _, other = hinted(session, "a1", 1000.5)
+    assert held.engine == other.engine == E0 and list(e0.resident) == ["a0", "a1"]
+    session.request(line_of(held, E1, 1001.0), held=held)
+    assert held.rerouted == E1 and list(e0.resident) == ["a0", "a1"]
 
 
 def test_a_hinted_hit_on_the_books_engine_counts_as_the_engine_it_ran_on_served_it(tmp_path: Path) -> None:
