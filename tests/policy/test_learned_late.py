@@ -499,6 +499,7 @@ def test_on_stand_ins_a_touch_makes_its_adapter_the_most_recent_and_an_unload_le
         fleet.standins.use(1000.0, "h/e0", adapter)
     fleet._carry_out([Call(TOUCH, "h/e0", "a0", KEEP)], 1001.0)
     assert fleet.standins.holds("h/e0") == ["a1", "a2", "a0"]
+    assert (fleet.session.counts.touches, fleet.session.counts.failed) == (1, 0)  # answered as done
     fleet._carry_out([Call(UNLOAD, "h/e0", "a1", KEEP)], 1002.0)
     assert fleet.standins.holds("h/e0") == ["a2", "a0"] and not fleet.standins.registered("h/e0", "a1")
 
