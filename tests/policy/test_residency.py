@@ -314,3 +314,20 @@ def test_an_engine_leaves_the_book_before_and_after_its_holder_index_is_built() 
     assert index.resident == {"a": {"h/e0"}}
     del indexed.engines["h/e0"]
     assert list(indexed.engines) == ["h/e1"] and index.resident == {}
+
+
+def test_an_engines_pickled_state_leaves_the_books_index_out() -> None:
+    """What a daemon's memory freezes is the engine's own state: the book's holder index is rebuilt when next
+    needed, never written with it."""
+    import pickle
+
+    from lorafleet.policy.residency import ResidencyBook
+
+    book = ResidencyBook({"h/e": EngineResidency("h/e", "vllm", "m", Budget(1, 2, None))})
+    book.engines["h/e"].admit("a", 1)
+    index = book.indexed()
+    state = book.engines["h/e"].__getstate__()
+    assert "index" not in state and state["resident"] == {"a": None}
+    back = pickle.loads(pickle.dumps(book))
+    assert back.engines["h/e"].index is None and back.indexed() is not index
+    assert back.indexed().resident == {"a": {"h/e"}}
