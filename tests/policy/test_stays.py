@@ -99,3 +99,22 @@ def test_until_told_how_far_back_judgements_look_only_the_latest_stay_is_kept() 
     assert stays.on["a"]["e"] == [50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0, 85.0, 90.0, 95.0]
     stays.reach(5.0)  # never less than was asked before
     assert stays.keep_s == 40.0
+
+
+def test_a_stay_that_ends_inside_another_merges_with_it_into_one() -> None:
+    """The record stays one sorted run of bounds, whichever way two stays overlap."""
+    stays = Stays(keep_s=1e9)
+    stays.add("e", "a", 0.0, 10.0)
+    stays.add("e", "a", -5.0, 5.0)  # ends inside the first
+    assert stays.on["a"]["e"] == [-5.0, 10.0]
+    stays.add("e", "a", 8.0, 20.0)  # starts inside it
+    stays.add("e", "a", 30.0, 40.0)
+    stays.add("e", "a", 15.0, 35.0)  # bridges two
+    assert stays.on["a"]["e"] == [-5.0, 40.0]
+
+
+def test_a_stay_long_over_is_dropped_even_where_the_next_one_is_recent() -> None:
+    stays = Stays(keep_s=100.0)
+    stays.add("e", "a", 0.0, 5.0)
+    stays.add("e", "a", 1000.0, 1001.0)  # 0-5 ended more than keep_s before: forgotten
+    assert stays.on["a"]["e"] == [1000.0, 1001.0] and not stays.held("e", "a", 2.0)
