@@ -669,3 +669,24 @@ def test_on_vllm_no_touch_is_sent_for_a_load_the_engine_made_alone_nor_while_eve
         for reason, complete in ((PREFETCH, False), (DEMAND, True)):
             assert core.load(1001.0, "h/e0", "a3", reason, order, complete=complete) == []
             assert core.touch_credit["h/e0"] == credit and list(state.resident) == ["a0", "a2"]
+
+
+def test_the_oracle_loads_ahead_only_what_its_loader_can_bring_in_time_and_a_yielding_one_waits(
+    tmp_path: Path,
+) -> None:
+    """a0 comes at once and a1 a millisecond later, both before any load could finish; a2 ten seconds on. The
+    oracle skips the two it cannot save and loads a2 ahead; the variant that yields to demand leaves the loader
+    free for a0's demand load instead."""
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+    from lorafleet.policy.oracle import OraclePolicy
+
+    events = [
+        RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m")
+        for at, adapter in ((1000.0, "a0"), (1000.001, "a1"), (1010.0, "a2"))
+    ]
+    inv = make_inventory(tmp_path, adapters=3)
+    plain = PolicyCore(inv, OraclePolicy(events))
+    assert [(d.action, d.adapter) for d in plain.start(1000.0)] == [(LOAD, "a2")]
+    yielding = PolicyCore(inv, OraclePolicy(events, yield_to_demand=True))
+    assert yielding.start(1000.0) == []
