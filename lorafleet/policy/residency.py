@@ -95,12 +95,11 @@ class EngineResidency:
         return {name: getattr(self, name) for name in self.__slots__ if name != "index" and hasattr(self, name)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Every slot but the index (a memory pickled by an older version, without some slot, is refused by its
-        format line in store/memory.py before it gets here)."""
+        """Every slot `__getstate__` wrote, and no index (a memory pickled by an older version, without some slot,
+        is refused by its format line in store/memory.py before it gets here)."""
         self.index = None
         for name, value in state.items():
-            if name != "index":
-                setattr(self, name, value)
+            setattr(self, name, value)
 
     def _moved(self, adapter: str) -> None:
         """The one hook of the book's index: `adapter` just became resident, loading or neither here, and this

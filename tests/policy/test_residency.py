@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorafleet.policy.residency import Budget, BudgetError, EngineResidency
+from lorafleet.policy.residency import Budget, BudgetError, EngineResidency, ResidencyBook
 
 
 def engine(host_slots: int | None = 3, budget_bytes: int | None = None, gpu_slots: int = 1) -> EngineResidency:
@@ -299,7 +299,6 @@ def test_an_engine_full_to_its_last_slot_or_byte_is_not_past_its_budget() -> Non
 def test_an_engine_leaves_the_book_before_and_after_its_holder_index_is_built() -> None:
     """A reload drops engines from a book whose index may not exist yet: both ways the engine is gone, and an
     index forgets what it held."""
-    from lorafleet.policy.residency import ResidencyBook
 
     def book() -> ResidencyBook:
         b = ResidencyBook({k: EngineResidency(k, "vllm", "m", Budget(1, 2, None)) for k in ("h/e0", "h/e1")})
@@ -320,8 +319,6 @@ def test_an_engines_pickled_state_leaves_the_books_index_out() -> None:
     """What a daemon's memory freezes is the engine's own state: the book's holder index is rebuilt when next
     needed, never written with it."""
     import pickle
-
-    from lorafleet.policy.residency import ResidencyBook
 
     book = ResidencyBook({"h/e": EngineResidency("h/e", "vllm", "m", Budget(1, 2, None))})
     book.engines["h/e"].admit("a", 1)
