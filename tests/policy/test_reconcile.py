@@ -101,3 +101,28 @@ def test_each_forgotten_adapter_is_journaled_with_why_the_engine_no_longer_has_i
     session.reconciled(1001.0, "h/e0", ["a2"], ["a1"], ())  # a1's files vanished; a0 dropped by the engine
     why = {p.call.adapter: p.error for p in session.answers if isinstance(p, Performed) and p.answer == FORGOTTEN}
     assert why == {"a0": "no longer registered", "a1": "files gone: unregistered"}
+
+
+def test_a_reconcile_warms_again_only_this_engines_planned_adapters_whose_files_are_there(tmp_path: Path) -> None:
+    """The plan's placements on the engine reconciled, and on no other: an engine that came back empty gets its own
+    planned adapters again (not another engine's), and one whose files vanished is not loaded again."""
+    from lorafleet.policy.core import LOAD
+    from lorafleet.policy.placement import Placement
+
+    two = SGLANG * 2
+    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=two), make_policy("lru"))
+    plan = [Placement("a0", "h/e0", False), Placement("a1", "h/e0", False), Placement("a2", "h/e1", False)]
+    session = Session(core, plan=plan)
+    for adapter in ("a0", "a1"):
+        core.book["h/e0"].admit(adapter, 1)
+    assert session.reconciled(1000.0, "h/e0", ["a0", "a1"], (), ()).calls == []  # it holds its plan: a2 is e1's
+    answer = session.reconciled(1001.0, "h/e0", [], ["a1"], ())  # restarted; a1's files are gone
+    assert [(c.engine, c.adapter) for c in answer.calls if c.action == LOAD] == [("h/e0", "a0")]
+    assert list(core.book["h/e0"].in_flight) == ["a0"]
+
+
+def test_each_adapter_whose_files_vanished_counts_one_unload(tmp_path: Path) -> None:
+    session = live(tmp_path, "a0", "a1", "a2")
+    before = session.counts.unloads
+    session.reconciled(1001.0, "h/e0", ["a2"], ["a0", "a1"], ())
+    assert session.counts.unloads - before == 2

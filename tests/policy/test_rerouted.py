@@ -227,3 +227,27 @@ def test_a_hint_for_an_adapter_no_engine_serves_closes_without_a_line_quietly(tm
     assert not calls and held.engine is None
     session.unjoined(held)
     assert held.ended and session.counts.requests == 0
+
+
+def test_a_line_that_names_no_engine_keeps_where_the_last_one_said_the_adapter_goes(tmp_path: Path) -> None:
+    """An untold line teaches nothing of the gateway's route: the route an earlier line gave stays."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    session.start(1000.0)
+    session.request(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m", engine=E1, seen=1001.0))
+    session.request(RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m", seen=1003.0))
+    _, held = hinted(session, "a0", 1004.0)
+    session.request(line_of(held, None, 1005.0), held=held)
+    assert core.routes == {"a0": E1}
+
+
+def test_the_end_of_a_request_on_no_engine_or_of_no_adapter_is_nothing(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_VLLM)
+    core = PolicyCore(inv, LruPolicy())
+    session = Session(core)
+    core.book.engines[E0].admit("a0", core.sizes["a0"])
+    before = list(core.book.engines[E0].resident)
+    for engine, adapter in ((None, "a0"), ("h/e9", "a0"), (E0, None)):
+        session.ended(engine, adapter)
+    assert list(core.book.engines[E0].resident) == before
