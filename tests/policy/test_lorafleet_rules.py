@@ -415,15 +415,20 @@ def test_a_prefetch_waiting_on_a_saturated_loader_is_dropped(tmp_path: Path) -> 
     assert wait_out(core, policy, turn_over) == [] and not policy.scheduled  # the queue turned over, still full
 
 
+@pytest.mark.parametrize("before", [5, None])
 @pytest.mark.parametrize("turnovers", [1, 2])
 def test_a_loader_is_saturated_once_as_many_loads_as_max_in_flight_completed_meanwhile(
-    tmp_path: Path, turnovers: int
+    tmp_path: Path, turnovers: int, before: int | None
 ) -> None:
     """Exactly `max_in_flight` loads completed (and replaced) while the prefetch waited: the whole queue turned
-    over, so it is dropped; one fewer is a slow loader, and the prefetch goes after its retries."""
+    over, so it is dropped; one fewer is a slow loader, and the prefetch goes after its retries. Whether the
+    engine had completed loads before (only those completed since count) or none yet."""
     core, policy = busy_engine(tmp_path)
     assert policy.max_in_flight == 2
-    policy.completed["h/e0"] = 5  # loads the engine completed before: only those completed since count
+    if before is not None:
+        policy.completed["h/e0"] = before
+    else:
+        policy.completed.pop("h/e0", None)
     state = core.book["h/e0"]
     queue = iter(["a6", "a7"])
     done = []
@@ -745,3 +750,40 @@ def test_a_plan_placement_on_an_engine_that_cannot_serve_the_adapter_is_not_load
     core = PolicyCore(inv, LorafleetPolicy())
     plan = [Placement("a1", "h/e0", False), Placement("a0", "h/e0", False)]
     assert [(d.action, d.adapter) for d in initial_loads(core, plan, 0.0)] == [(LOAD, "a0")]
+
+
+class _Counting(LorafleetPolicy):
+    """Counts the full scores computed (`_boosted`)."""
+
+    boosted = 0
+
+    def _boosted(self, adapter: str, now: float, share: float) -> float:
+        self.boosted += 1
+        return super()._boosted(adapter, now, share)
+
+
+@pytest.mark.parametrize("budget_mb", [None, 0.5])
+@pytest.mark.parametrize("memory", [BLENDED, SHORT, QUICK])
+def test_the_cheapest_resident_costs_one_full_score_where_no_prediction_raises_any(
+    tmp_path: Path, budget_mb: float | None, memory: str
+) -> None:
+    """Without predictions or periods a score is its popularity part, so the lower bound each resident is walked
+    by is its score: the first one out needs its own full score only, with or without a byte budget (a looser
+    bound would compute more before it)."""
+    policy = _Counting()
+    engine = {"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 12}
+    if budget_mb is not None:
+        engine["lora_budget_mb"] = budget_mb
+    core = PolicyCore(make_inventory(tmp_path, adapters=12, engines=[engine], ranks=[8]), policy)
+    state = core.book["h/e0"]
+    at = 1.0
+    for i in range(12):
+        name = f"a{i}"
+        state.admit(name, core.sizes[name])
+        for _ in range(i + 1):  # a0 the least popular, a11 the most
+            core.on_request(at, RequestEvent(at, ADAPTER, name, "t", "h/e0"), "h/e0")
+            at += 1.0
+    policy.hot, policy.periodic = {}, set()
+    policy.boosted = 0
+    _, first = next(iter(policy._cheapest(state, at, memory=memory)))
+    assert first == "a0" and policy.boosted == 1
