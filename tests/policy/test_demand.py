@@ -306,3 +306,23 @@ def test_a_period_needs_the_spread_of_its_gaps_within_regularity_times_their_med
             now += gap
             demand.observe("t", "timer", now)
         assert demand.period("timer") == period, gaps
+
+
+def test_one_short_gap_among_ten_regular_ones_leaves_the_period_its_shortest_gap() -> None:
+    """The spread is taken between the 10th and 90th percentiles, so one outlier among ten gaps does not break a
+    period (spread 0 ≤ half of 10): the period is the shortest gap, the outlier (measured against the lowest gap
+    itself, the spread of 8 would exceed 5: no period)."""
+    demand = DemandModel()
+    now = 0.0
+    demand.observe("t", "timer", now)
+    for gap in (2.0, *[10.0] * 9):
+        now += gap
+        demand.observe("t", "timer", now)
+    assert demand.period("timer") == 2.0
+
+
+def test_an_adapter_a_tenant_never_asked_for_is_none_of_its_mix() -> None:
+    demand = DemandModel()
+    demand.observe("t", "a", 1.0)
+    demand.observe("u", "b", 2.0)
+    assert demand.tenant_mix("t", "a") == 1.0 and demand.tenant_mix("t", "b") == 0.0
