@@ -328,3 +328,20 @@ def test_an_engines_pickled_state_leaves_the_books_index_out() -> None:
     back = pickle.loads(pickle.dumps(book))
     assert back.engines["h/e"].index is None and back.indexed() is not index
     assert back.indexed().resident == {"a": {"h/e"}}
+
+
+def test_past_its_bytes_a_load_needs_room_for_itself_alone_to_the_byte() -> None:
+    """120 bytes held of 100 (a request's own load took it past): a load of 50 whose one free victim frees
+    exactly 50 leaves the excess at 20, as it was — allowed; one byte more would add to it — refused."""
+    e = engine(budget_bytes=100)
+    for name in ("a", "b"):
+        e.start_load(name, 50)
+        e.finish_load(name)
+        e.run(name)
+    e.start_load("c", 20, overrun=True)
+    e.finish_load("c")
+    e.run("c")
+    assert e.excess() == (0, 20)
+    e.ran("a")
+    assert e.victims_for(50, e.resident) == ["a"]
+    assert e.victims_for(51, e.resident) is None
