@@ -690,3 +690,58 @@ def test_the_oracle_loads_ahead_only_what_its_loader_can_bring_in_time_and_a_yie
     assert [(d.action, d.adapter) for d in plain.start(1000.0)] == [(LOAD, "a2")]
     yielding = PolicyCore(inv, OraclePolicy(events, yield_to_demand=True))
     assert yielding.start(1000.0) == []
+
+
+class _NewestFirst(Policy):
+    """Evicts the most recently used first: on vLLM every older adapter must be touched for its choice."""
+
+    def victim_order(self, state: EngineResidency, now: float) -> list[str]:
+        return list(reversed(state.resident))
+
+
+def test_on_vllm_a_demand_load_with_exactly_one_touch_of_credit_ranks_and_spends_it(tmp_path: Path) -> None:
+    """A credit of exactly one touch pays for a victim one place from the engine's own choice: the older adapter
+    is touched and the policy's victim goes; under one touch the engine's least recently used goes, untouched."""
+    from lorafleet.policy.core import TOUCH, PolicyCore
+
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    for credit, touched, evicted in ((1.0, ["a0"], ["a1"]), (0.99, [], ["a0"])):
+        policy = _NewestFirst()
+        core = PolicyCore(inv, policy)
+        state = core.book.engines["h/e0"]
+        for adapter in ("a0", "a1"):
+            state.admit(adapter, core.sizes[adapter])
+        core.touch_credit["h/e0"] = credit
+        order = lambda state=state, policy=policy: policy.victim_order(state, 1000.0)  # noqa: E731
+        decisions = core.load(1000.0, "h/e0", "a2", DEMAND, order, complete=True)
+        assert [d.adapter for d in decisions if d.action == TOUCH] == touched, credit
+        assert [d.adapter for d in decisions if d.action == EVICT] == evicted, credit
+        assert core.touch_credit["h/e0"] == credit - len(touched)
+
+
+def test_the_engines_alone_keep_no_demand_model(tmp_path: Path) -> None:
+    """Only a policy that reads the demand model has it kept for each request (per-request work where it is
+    read: lru, what the engines do alone, reads none)."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.predictive import LorafleetPolicy
+
+    inv = make_inventory(tmp_path, adapters=3)
+    for policy, observed in ((Policy(), 0), (LorafleetPolicy(), 3)):
+        core = PolicyCore(inv, policy)
+        session = Session(core, simulate=True)
+        for event in stream([0, 1, 2]):
+            session.request(event)
+        assert core.demand.clock == observed, policy.name
+
+
+def test_the_affordable_victims_stop_reading_the_policys_order_once_every_one_in_reach_came() -> None:
+    """A value order computes each score as it is read: once every adapter within the credit's reach has come,
+    nothing more of it is read."""
+    from lorafleet.policy.core import _among
+
+    def order():  # type: ignore[no-untyped-def]
+        yield from ("a3", "a1", "a0")
+        raise AssertionError("read past the last adapter in reach")
+
+    assert list(_among(order(), {"a0", "a1"})) == ["a1", "a0"]
