@@ -1,0 +1,128 @@
+"""How much of a seed's margin is the trace's chance path: each policy replayed on copies of one trace that differ
+by a few requests dropped near its start.
+
+    python benchmarks/path_noise.py [--generator 1|2|holdout] [--seeds tune|report|holdout] [--families a,b]
+                                    [--copies 6] [--drop 10] [--json]
+
+On several engines, and wherever a byte budget binds, which engine an adapter lands on and what it evicts there
+depend on everything before: two runs of one policy that part on one request can stay apart for the rest of the
+trace (a cache's own path, not its rule). A worst-seed bound compares lorafleet with the best of five baselines,
+each one such path, and lorafleet follows a *copy* of the leading baseline whose contents were matched to the live
+engines' when it took the lead (drive/leader.py): a different path of the same rule. This script measures the
+spread: copy 0 is the trace itself; copy k drops `--drop` requests drawn (seeded by k) from the first tenth of the
+trace, so the rest of it is the same traffic. Per seed it prints the margin (lorafleet − best baseline, each copy's
+own best) on the trace itself and its mean, lowest and highest over the copies, and the standard deviation of the
+best baseline's hit ratio over the copies; per family the means. Worst seeds first (by the trace's own margin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import suite  # noqa: E402
+from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
+
+from lorafleet.drive.policies import BASELINES  # noqa: E402
+from lorafleet.inventory.model import Inventory  # noqa: E402
+from lorafleet.policy.events import RequestEvent  # noqa: E402
+from lorafleet.replay.driver import in_arrival_order, simulate  # noqa: E402
+
+Trace = tuple[Inventory, list[RequestEvent]]
+
+
+def perturbed(events: Sequence[RequestEvent], copy: int, drop: int) -> list[RequestEvent]:
+    """Copy 0: the requests as they are; copy k: without `drop` requests drawn (seed k) from the first tenth."""
+    ordered = list(in_arrival_order(events))
+    if copy == 0:
+        return ordered
+    head = max(drop, len(ordered) // 10)
+    dropped = set(random.Random(copy).sample(range(head), min(drop, head)))
+    return [e for i, e in enumerate(ordered) if i not in dropped]
+
+
+def seed_row(inventory: Inventory, events: Sequence[RequestEvent], copies: int, drop: int) -> dict[str, Any]:
+    margins, bests, spreads = [], [], {p: [] for p in (*BASELINES, "lorafleet")}
+    for copy in range(copies):
+        run = perturbed(events, copy, drop)
+        hit = {p: simulate(inventory, p, run).hit_ratio * 100 for p in (*BASELINES, "lorafleet")}
+        best = max(hit[b] for b in BASELINES)
+        margins.append(hit["lorafleet"] - best)
+        bests.append(best)
+        for p, h in hit.items():
+            spreads[p].append(h)
+    return {
+        "margin": margins[0],
+        "margin_mean": statistics.mean(margins),
+        "margin_low": min(margins),
+        "margin_high": max(margins),
+        "best_sd": statistics.stdev(bests) if len(bests) > 1 else 0.0,
+        "sd": {p: statistics.stdev(v) if len(v) > 1 else 0.0 for p, v in spreads.items()},
+    }
+
+
+def generator(which: str, seeds: str | None) -> tuple[dict[str, Callable[[int], Trace | None]], tuple[int, ...]]:
+    if which == "2":
+        return dict(FAMILIES2), {"tune": TUNE2, "report": REPORT2}[seeds or "report"]
+    holdout = which == "holdout"
+    return suite.traces(None, holdout=holdout), suite.SEEDS[seeds or ("holdout" if holdout else "report")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generator", choices=("1", "2", "holdout"), default="2")
+    parser.add_argument("--seeds", choices=("tune", "report", "holdout"))
+    parser.add_argument("--families", help="comma-separated family names (default: all)")
+    parser.add_argument("--copies", type=int, default=6, help="the trace itself and copies-1 perturbed copies")
+    parser.add_argument("--drop", type=int, default=10, help="requests dropped from the first tenth of each copy")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    families, seeds = generator(args.generator, args.seeds)
+    wanted = set(args.families.split(",")) if args.families else None
+    rows: list[dict[str, Any]] = []
+    for name, make in families.items():
+        if wanted is not None and name not in wanted:
+            continue
+        for seed in seeds:
+            trace = make(seed)
+            if trace is None:
+                continue
+            row = {"family": name, "seed": seed, **seed_row(*trace, copies=args.copies, drop=args.drop)}
+            rows.append(row)
+            if not args.json:
+                print(
+                    f"{name:24s} {seed:4d}  margin {row['margin']:+6.2f}  over copies mean {row['margin_mean']:+6.2f}"
+                    f"  low {row['margin_low']:+6.2f}  high {row['margin_high']:+6.2f}  best baseline sd"
+                    f" {row['best_sd']:.2f}  lorafleet sd {row['sd']['lorafleet']:.2f}",
+                    flush=True,
+                )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print("\nworst seeds first (by the trace's own margin):")
+    for row in sorted(rows, key=lambda r: r["margin"]):
+        print(
+            f"  {row['family']:24s} {row['seed']:4d}  {row['margin']:+6.2f}  copies {row['margin_low']:+6.2f} .."
+            f" {row['margin_high']:+6.2f} (mean {row['margin_mean']:+6.2f})"
+        )
+    for name in dict.fromkeys(r["family"] for r in rows):
+        mine = [r for r in rows if r["family"] == name]
+        print(
+            f"{name:24s} margin mean {statistics.mean(r['margin'] for r in mine):+6.2f}, over copies"
+            f" {statistics.mean(r['margin_mean'] for r in mine):+6.2f}; best baseline sd"
+            f" {statistics.mean(r['best_sd'] for r in mine):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
