@@ -502,6 +502,7 @@ def test_on_stand_ins_a_touch_makes_its_adapter_the_most_recent_and_an_unload_le
     assert (fleet.session.counts.touches, fleet.session.counts.failed) == (1, 0)  # answered as done
     fleet._carry_out([Call(UNLOAD, "h/e0", "a1", KEEP)], 1002.0)
     assert fleet.standins.holds("h/e0") == ["a2", "a0"] and not fleet.standins.registered("h/e0", "a1")
+    assert (fleet.session.counts.unloads, fleet.session.counts.failed) == (1, 0)  # answered as done too
 
 
 def test_a_run_short_of_an_instant_leaves_what_comes_at_that_instant(tmp_path: Path) -> None:
