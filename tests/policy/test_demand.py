@@ -321,8 +321,16 @@ def test_one_short_gap_among_ten_regular_ones_leaves_the_period_its_shortest_gap
     assert demand.period("timer") == 2.0
 
 
-def test_an_adapter_a_tenant_never_asked_for_is_none_of_its_mix() -> None:
-    demand = DemandModel()
-    demand.observe("t", "a", 1.0)
-    demand.observe("u", "b", 2.0)
-    assert demand.tenant_mix("t", "a") == 1.0 and demand.tenant_mix("t", "b") == 0.0
+def test_a_tenants_mix_survives_the_rescale_that_leaves_its_activity_under_one_request() -> None:
+    """A tenant's mix is each adapter's share of its own decayed traffic, whatever that traffic weighs: after the
+    rescale at request 266 (half-life of one request) a tenant last seen at request 260 weighs 2^-6 of a request,
+    and its one adapter is still all of its mix (any positive activity counts, not only a request's worth)."""
+    d = DemandModel(half_life=1.0)
+    for i in range(259):
+        d.observe("f", ("p", "q")[i % 2])
+    d.observe("t", "a")
+    for i in range(6):
+        d.observe("f", ("p", "q")[i % 2])
+    assert d.clock == 266 and d.weight == 1.0  # rescaled at this request
+    assert 0.0 < d.tenant_activity["t"] < 1.0
+    assert d.tenant_mix("t", "a") == pytest.approx(1.0) and d.tenant_mix("t", "p") == 0.0
