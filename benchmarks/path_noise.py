@@ -10,9 +10,12 @@ trace (a cache's own path, not its rule). A worst-seed bound compares lorafleet 
 each one such path, and lorafleet follows a *copy* of the leading baseline whose contents were matched to the live
 engines' when it took the lead (drive/leader.py): a different path of the same rule. This script measures the
 spread: copy 0 is the trace itself; copy k drops `--drop` requests drawn (seeded by k) from the first tenth of the
-trace, so the rest of it is the same traffic. Per seed it prints the margin (lorafleet − best baseline, each copy's
-own best) on the trace itself and its mean, lowest and highest over the copies, and the standard deviation of the
-best baseline's hit ratio over the copies; per family the means. Worst seeds first (by the trace's own margin).
+trace, and the rest of it is the same requests (a dropped request may break a chain or a rhythm early on, so a copy
+is nearly, not exactly, the same traffic). Per seed it prints the margin (lorafleet − best baseline, each copy's
+own best) on the trace and its mean, lowest and highest over all copies (the trace included), the standard
+deviation over the copies of that best-of-five (which may be a different baseline on each copy) and of lorafleet;
+then the seeds worst first by the trace's own margin, and per family the means and worst values of both readings.
+`--json` gives every policy's spread too.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def seed_row(inventory: Inventory, events: Sequence[RequestEvent], copies: int, 
 
 def generator(which: str, seeds: str | None) -> tuple[dict[str, Callable[[int], Trace | None]], tuple[int, ...]]:
     if which == "2":
+        if seeds not in (None, "tune", "report"):
+            raise SystemExit("path_noise.py: the second generator has tune and report seeds only")
         return dict(FAMILIES2), {"tune": TUNE2, "report": REPORT2}[seeds or "report"]
     holdout = which == "holdout"
     return suite.traces(None, holdout=holdout), suite.SEEDS[seeds or ("holdout" if holdout else "report")]
@@ -96,13 +101,14 @@ def main() -> None:
         for seed in seeds:
             trace = make(seed)
             if trace is None:
-                continue
+                print(f"{name}: skipped (its source traces are not in ../shared/data/traces)", file=sys.stderr)
+                break
             row = {"family": name, "seed": seed, **seed_row(*trace, copies=args.copies, drop=args.drop)}
             rows.append(row)
             if not args.json:
                 print(
                     f"{name:24s} {seed:4d}  margin {row['margin']:+6.2f}  over copies mean {row['margin_mean']:+6.2f}"
-                    f"  low {row['margin_low']:+6.2f}  high {row['margin_high']:+6.2f}  best baseline sd"
+                    f"  low {row['margin_low']:+6.2f}  high {row['margin_high']:+6.2f}  best-of-five sd"
                     f" {row['best_sd']:.2f}  lorafleet sd {row['sd']['lorafleet']:.2f}",
                     flush=True,
                 )
@@ -115,12 +121,23 @@ def main() -> None:
             f"  {row['family']:24s} {row['seed']:4d}  {row['margin']:+6.2f}  copies {row['margin_low']:+6.2f} .."
             f" {row['margin_high']:+6.2f} (mean {row['margin_mean']:+6.2f})"
         )
+    print("\nper family (traces: mean / worst seed; copies: mean / worst run; sd: best-of-five, lorafleet):")
+    means = []
     for name in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == name]
+        on_traces = statistics.mean(r["margin"] for r in mine)
+        over_copies = statistics.mean(r["margin_mean"] for r in mine)
+        means.append((on_traces, over_copies))
         print(
-            f"{name:24s} margin mean {statistics.mean(r['margin'] for r in mine):+6.2f}, over copies"
-            f" {statistics.mean(r['margin_mean'] for r in mine):+6.2f}; best baseline sd"
-            f" {statistics.mean(r['best_sd'] for r in mine):.2f}"
+            f"  {name:24s} traces {on_traces:+6.2f} / {min(r['margin'] for r in mine):+6.2f}"
+            f"  copies {over_copies:+6.2f} / {min(r['margin_low'] for r in mine):+6.2f}"
+            f"  sd {statistics.mean(r['best_sd'] for r in mine):.2f}"
+            f" {statistics.mean(r['sd']['lorafleet'] for r in mine):.2f}"
+        )
+    if means:
+        print(
+            f"mean over families: traces {statistics.mean(m for m, _ in means):+.2f},"
+            f" copies {statistics.mean(c for _, c in means):+.2f}"
         )
 
 
