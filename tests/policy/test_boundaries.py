@@ -745,3 +745,51 @@ def test_the_affordable_victims_stop_reading_the_policys_order_once_every_one_in
         raise AssertionError("read past the last adapter in reach")
 
     assert list(_among(order(), {"a0", "a1"})) == ["a1", "a0"]
+
+
+class _PrefetchA1Later(Policy):
+    """Wants a1 loaded ahead at 1000.5: a timed wakeup, as the predictor schedules its prefetches."""
+
+    due: float | None = 1000.5
+
+    def next_wakeup(self) -> float | None:
+        return self.due
+
+    def tick(self, now: float) -> list[Decision]:
+        self.due = None
+        return self.core.load(now, "h/e0", "a1", PREFETCH, tuple)
+
+
+def test_a_request_that_comes_after_a_due_wakeup_returns_the_wakeups_calls_first(tmp_path: Path) -> None:
+    """Live, a request's calls are those of the policy's wakeups due by its arrival, then its own."""
+    from lorafleet.drive.session import Session
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+
+    inv = make_inventory(
+        tmp_path, adapters=3, engines=[{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 3}]
+    )
+    session = Session(PolicyCore(inv, _PrefetchA1Later()))
+    session.start(1000.0)
+    calls = session.request(RequestEvent(1001.0, ADAPTER, "a0", "t", "h/e0", "m"))
+    assert [(c.action, c.adapter, c.reason) for c in calls] == [(LOAD, "a1", PREFETCH), (LOAD, "a0", DEMAND)]
+
+
+def test_a_hit_outside_the_gpu_slots_is_answered_as_one(tmp_path: Path) -> None:
+    """The answers the journal folds say whether each hit found its adapter in a GPU slot: the first request for an
+    adapter held in host memory waits its copy in (no GPU hit), the next finds it there."""
+    from lorafleet.drive.session import Served, Session
+    from lorafleet.policy.core import HIT, PolicyCore
+    from lorafleet.policy.events import ADAPTER, RequestEvent
+
+    inv = make_inventory(tmp_path, adapters=3, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    core = PolicyCore(inv, Policy())
+    for adapter in ("a0", "a1"):  # a1, loaded last, holds the one GPU slot: a0 is in host memory only
+        core.book.engines["h/e0"].admit(adapter, core.sizes[adapter])
+    assert list(core.book.engines["h/e0"].gpu) == ["a1"]
+    session = Session(core, simulate=True)
+    for at in (1000.0, 1001.0):
+        session.request(RequestEvent(at, ADAPTER, "a0", "t", "h/e0", "m"))
+    served = [a for a in session.take_answers() if isinstance(a, Served)]
+    assert [(s.outcome, s.gpu) for s in served] == [(HIT, False), (HIT, True)]
+    assert session.counts.gpu_hits == 1

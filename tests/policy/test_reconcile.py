@@ -126,3 +126,11 @@ def test_each_adapter_whose_files_vanished_counts_one_unload(tmp_path: Path) -> 
     before = session.counts.unloads
     session.reconciled(1001.0, "h/e0", ["a2"], ["a0", "a1"], ())
     assert session.counts.unloads - before == 2
+
+
+def test_a_registry_read_of_an_engine_the_book_does_not_hold_changes_nothing(tmp_path: Path) -> None:
+    """An engine that left the inventory (a reload) while its registry read was in flight: no restart, no call."""
+    session = live(tmp_path, "a0")
+    answer = session.reconciled(1001.0, "h/e9", [], (), ())
+    assert (answer.calls, answer.restarted, answer.forgotten) == ([], False, [])
+    assert list(session.core.book["h/e0"].resident) == ["a0"]
