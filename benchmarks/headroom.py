@@ -38,10 +38,15 @@ UNLIMITED = 1e9  # touches per request: never the binding constraint
 Trace = tuple[Inventory, list[RequestEvent]]
 
 
-def generator(which: str, seeds: str) -> tuple[dict[str, Callable[[int], Trace | None]], tuple[int, ...]]:
-    if which == "1":
-        return suite.traces(None), suite.SEEDS[seeds]
-    return dict(FAMILIES2), {"tune": TUNE2, "report": REPORT2}[seeds]
+def generator(which: str, seeds: str | None) -> tuple[dict[str, Callable[[int], Trace | None]], tuple[int, ...]]:
+    """The trace families of `which` (1, 2 or holdout: the first generator's held-out families) and the seeds asked
+    for (default: report, or holdout for the holdout families)."""
+    if which == "2":
+        if seeds not in (None, "tune", "report"):
+            raise SystemExit(f"{Path(sys.argv[0]).name}: the second generator has tune and report seeds only")
+        return dict(FAMILIES2), {"tune": TUNE2, "report": REPORT2}[seeds or "report"]
+    holdout = which == "holdout"
+    return suite.traces(None, holdout=holdout), suite.SEEDS[seeds or ("holdout" if holdout else "report")]
 
 
 def family_row(name: str, make: Callable[[int], Trace | None], seeds: tuple[int, ...]) -> dict[str, Any] | None:

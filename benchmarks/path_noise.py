@@ -25,7 +25,7 @@ import json
 import random
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import suite  # noqa: E402
-from tracegen2 import FAMILIES2, REPORT2, TUNE2  # noqa: E402
+from headroom import generator  # noqa: E402
 
 from lorafleet.drive.policies import BASELINES  # noqa: E402
 from lorafleet.inventory.model import Inventory  # noqa: E402
 from lorafleet.policy.events import RequestEvent  # noqa: E402
 from lorafleet.replay.driver import in_arrival_order, simulate  # noqa: E402
-
-Trace = tuple[Inventory, list[RequestEvent]]
 
 
 def perturbed(events: Sequence[RequestEvent], copy: int, drop: int) -> list[RequestEvent]:
@@ -55,10 +52,13 @@ def perturbed(events: Sequence[RequestEvent], copy: int, drop: int) -> list[Requ
 
 
 def seed_row(inventory: Inventory, events: Sequence[RequestEvent], copies: int, drop: int) -> dict[str, Any]:
-    margins, bests, spreads = [], [], {p: [] for p in (*BASELINES, "lorafleet")}
+    policies = (*BASELINES, "lorafleet")
+    margins: list[float] = []
+    bests: list[float] = []
+    spreads: dict[str, list[float]] = {p: [] for p in policies}
     for copy in range(copies):
         run = perturbed(events, copy, drop)
-        hit = {p: simulate(inventory, p, run).hit_ratio * 100 for p in (*BASELINES, "lorafleet")}
+        hit = {p: simulate(inventory, p, run).hit_ratio * 100 for p in policies}
         best = max(hit[b] for b in BASELINES)
         margins.append(hit["lorafleet"] - best)
         bests.append(best)
@@ -72,15 +72,6 @@ def seed_row(inventory: Inventory, events: Sequence[RequestEvent], copies: int, 
         "best_sd": statistics.stdev(bests) if len(bests) > 1 else 0.0,
         "sd": {p: statistics.stdev(v) if len(v) > 1 else 0.0 for p, v in spreads.items()},
     }
-
-
-def generator(which: str, seeds: str | None) -> tuple[dict[str, Callable[[int], Trace | None]], tuple[int, ...]]:
-    if which == "2":
-        if seeds not in (None, "tune", "report"):
-            raise SystemExit("path_noise.py: the second generator has tune and report seeds only")
-        return dict(FAMILIES2), {"tune": TUNE2, "report": REPORT2}[seeds or "report"]
-    holdout = which == "holdout"
-    return suite.traces(None, holdout=holdout), suite.SEEDS[seeds or ("holdout" if holdout else "report")]
 
 
 def main() -> None:
