@@ -1,13 +1,16 @@
 """Mutation testing of the policy and the simulator: which single-point changes to the rules do the tests miss?
 
     python benchmarks/mutation.py [--sample 300] [--seed 1] [--workers 2] [--tests tests/policy] [--only FILE]
+                                  [--paths lorafleet/store ...]
 
 Each mutant changes one operator or constant of the policy, the session or the simulated engines
 (lorafleet/policy/*.py, lorafleet/drive/*.py: `<`↔`<=`, `>`↔`>=`, `==`↔`!=`, `+`↔`-`, `*`↔`/`, `and`↔`or`,
 `True`↔`False`, `not x`→`x`, an integer n→n+1, `min`↔`max`), in a copy of the tree, and runs the tests
 (`-x`, 120 s cap). A mutant is killed when the tests fail or time out. mutmut does the same exhaustively
 (`mutmut run` over these paths) but takes hours on two cores; this samples the same kinds of mutation
-uniformly, seeded, and prints the kill rate and every survivor, which is where a test is missing.
+uniformly, seeded, and prints the kill rate and every survivor, which is where a test is missing. `--paths`
+mutates other files or folders instead (the journal, the memory a restart restores, the log reader), each with
+the tests that cover it (`--tests`).
 """
 
 from __future__ import annotations
@@ -130,6 +133,19 @@ def mutate(source: str, index: int) -> str:
     return ast.unparse(tree)
 
 
+def _python_files(paths: list[Path]) -> set[Path]:
+    found: set[Path] = set()
+    for given in paths:
+        path = (ROOT / given).resolve()
+        if path.is_dir():
+            found.update(path.glob("*.py"))
+        elif path.suffix == ".py" and path.is_file():
+            found.add(path)
+        else:
+            raise SystemExit(f"mutation: {given}: not a Python file or folder under {ROOT}")
+    return found
+
+
 def run_mutant(mutant: Mutant, workdir: Path, tests: list[str]) -> bool:
     """True when the tests kill the mutant."""
     target = workdir / mutant.path.relative_to(ROOT)
@@ -157,9 +173,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tests", nargs="*", default=["tests/policy"])
     parser.add_argument("--only", help="mutate only target files whose path contains this (e.g. placement)")
+    parser.add_argument("--paths", nargs="*", type=Path, help="files or folders to mutate (default: policy, drive)")
     args = parser.parse_args()
+    targets = TARGETS if not args.paths else sorted(_python_files(args.paths))
     everything = []
-    for path in TARGETS:
+    for path in targets:
         if args.only and args.only not in str(path):
             continue
         for i, (_, what, line) in enumerate(points(ast.parse(path.read_text()))):
