@@ -72,6 +72,26 @@ def test_a_batch_that_cannot_commit_drops_only_its_unstorable_rows(tmp_path: Pat
     assert requests == 2 and "could not be stored" in error
 
 
+def test_every_unstorable_row_of_a_batch_is_counted_once_and_the_rest_kept(tmp_path: Path) -> None:
+    """Rollups, action rows and error rows alike: the count dropped is the rows that went, the note says it."""
+    from lorafleet.store.db import ActionRow, open_store
+    from lorafleet.store.journal import Outcomes, commit_or_drop
+
+    def action(adapter: str) -> ActionRow:
+        return ActionRow("2026-11-02T09:00:01.000Z", "daemon", adapter, "h/e0", "loaded", True, 1.0, 1, None)
+
+    with open_store(tmp_path / "s.db") as store:
+        rollups = {("2026-11-02T09:00Z", "t\udc80", "a0", "h/e0"): Outcomes(1, 1)}
+        actions = [action("a1"), action("a\ud800"), action("a2"), action("\udfff")]
+        errors = [("2026-11-02T09:00:02.000Z", "h/e0", "ok"), ("2026-11-02T09:00:03.000Z", "h/e0", "bad \ud800")]
+        dropped = commit_or_drop(store, rollups, [], {}, actions, errors)
+        kept = [a.adapter for a in store.loads()]
+        messages = [m for (m,) in store.db.execute("SELECT message FROM errors ORDER BY id")]
+        (rollup_rows,) = store.db.execute("SELECT COUNT(*) FROM rollups").fetchone()
+    assert dropped == 4 and kept == ["a1", "a2"] and rollup_rows == 0
+    assert messages[0] == "ok" and messages[1].startswith("4 journal rows could not be stored")
+
+
 def test_a_missing_log_is_said_at_start_and_when_it_appears_and_once_without_one_exits_1(
     tmp_path: Path, daemon_process
 ) -> None:

@@ -153,12 +153,19 @@ def _hours_of_traffic(store: store_db.Store, hours: int) -> None:
         commit_progress(store, rollups=rollups, actions=[touch, touch])
 
 
+def _rows(store: store_db.Store) -> int:
+    tables = ("rollups", "actions_minutes", "rollups_hourly", "actions_hourly", "log_minutes", "loads", "errors")
+    return sum(store.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in tables)
+
+
 def test_minute_detail_goes_after_its_retention_and_older_windows_read_the_hourly_rows(tmp_path: Path) -> None:
     since, until = parse_utc_text("2026-11-20T01:00Z"), parse_utc_text("2026-11-20T02:00Z")
     with open_store(tmp_path / "s.db") as store:
         _hours_of_traffic(store, 6)
         before = q.report(store, since, until, "engine", 12)
-        prune(store, "2026-11-01T00:00Z", "2026-11-01T00:00:00.000Z", "2026-11-20T04:00Z")
+        rows = _rows(store)
+        dropped = prune(store, "2026-11-01T00:00Z", "2026-11-01T00:00:00.000Z", "2026-11-20T04:00Z")
+        assert dropped == rows - _rows(store) == 4 * 60 + 4  # four hours' minute rollups and minute action counts
         (first,) = store.db.execute("SELECT MIN(minute) FROM rollups").fetchone()
         assert first == "2026-11-20T04:00Z" and q.detail_since(store) == "2026-11-20T04:00Z"
         assert store.db.execute("SELECT MIN(minute) FROM actions_minutes").fetchone() == ("2026-11-20T04:30Z",)

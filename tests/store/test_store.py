@@ -360,3 +360,36 @@ def test_the_switch_to_write_ahead_logging_is_tried_again_while_another_process_
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         _write_ahead(stuck, wait_s=0.1)  # type: ignore[arg-type]
     assert 2 <= stuck.tries <= 10
+
+
+def test_an_action_row_reads_back_field_for_field(tmp_path: Path) -> None:
+    """Every field of an action row comes back where it was written (`stats loads` and the daemon read them)."""
+    row = ActionRow(
+        "2026-01-01T00:00:01.000Z", "daemon", "a-7", "h/e3", "failed", False, 12.5, 4096, "HTTP 500", "prefetch", True
+    )
+    with open_store(tmp_path / "s.db") as store:
+        store.record_action(row)
+        assert store.loads() == [row]
+        assert store.loads("h/e3") == [row] and store.loads("h/e4") == []
+
+
+def test_actions_since_name_each_new_row_with_whether_its_adapter_is_pinned(tmp_path: Path) -> None:
+    """What a daemon learns of `warm` and `unload`: each row after the one it saw, its engine, adapter, action,
+    outcome, and whether the engine's residency row pins the adapter."""
+    with open_store(tmp_path / "s.db") as store:
+        store.record_action(record("old"))
+        seen = store.last_action_id()
+        store.change_residency("h/e", [("pinned-one", 1, True)])
+        store.record_action(record("pinned-one"))
+        store.record_action(
+            ActionRow("2026-01-01T00:00:02.000Z", "unload", "b", "h/f", "refused", False, None, 1, None)
+        )
+        store.record_action(ActionRow("2026-01-01T00:00:03.000Z", "daemon", "c", "h/e", "loaded", True, 1.0, 1, None))
+        store.record_action(record("x", "h/g"))
+        found = store.actions_since(seen, ["warm", "unload"])
+    assert [(n.engine, n.adapter, n.action, n.ok, n.pinned) for n in found] == [
+        ("h/e", "pinned-one", "loaded", True, True),
+        ("h/f", "b", "refused", False, False),
+        ("h/g", "x", "loaded", True, False),
+    ]
+    assert [n.id for n in found] == [seen + 1, seen + 2, seen + 4]  # the daemon's own row is not news
