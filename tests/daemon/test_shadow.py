@@ -283,3 +283,25 @@ def test_the_experts_runs_read_lines_a_poll_after_their_writing_as_the_daemon_do
         daemon = Daemon(inv, store, DaemonOptions(policy="lorafleet", shadow=True, once=True, poll_s=0.3))
         assert daemon.session.read_after_s == 0.3
         assert daemon.session.core.policy.read_after_s == 0.3  # type: ignore[attr-defined]
+
+
+def test_a_shadow_runs_summary_counts_its_commits_and_no_reconcile(tmp_path: Path, monkeypatch) -> None:
+    """`daemon --json`'s own counts: every journal transaction is a commit, and in shadow mode no engine is read
+    (no reconcile, so no restart or vanished files); every line is counted, but a blank one."""
+    from lorafleet.store import journal
+
+    synth = synthesize("workflows", 1200, 3, tmp_path / "t")
+    with synth.log_path.open("a") as fh:
+        fh.write("\n")  # a blank line is no request, and no line of the summary's
+    commits: list[int] = []
+    real = journal.commit_or_drop
+
+    def counted(*args: object, **kwargs: object) -> int:
+        commits.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("lorafleet.daemon.loop.commit_or_drop", counted)
+    summary = run_shadow(synth.inventory_path, tmp_path / "s.db", "lru", commit_every_lines=500)
+    assert (summary.reconciles, summary.engine_restarts, summary.vanished) == (0, 0, 0)  # type: ignore[attr-defined]
+    assert summary.commits == len(commits) >= 3  # type: ignore[attr-defined]
+    assert summary.lines == summary.requests == 1200  # type: ignore[attr-defined]
