@@ -305,3 +305,31 @@ def test_a_shadow_runs_summary_counts_its_commits_and_no_reconcile(tmp_path: Pat
     assert (summary.reconciles, summary.engine_restarts, summary.vanished) == (0, 0, 0)  # type: ignore[attr-defined]
     assert summary.commits == len(commits) >= 3  # type: ignore[attr-defined]
     assert summary.lines == summary.requests == 1200  # type: ignore[attr-defined]
+
+
+def test_a_shadow_runs_metrics_say_what_its_summary_says(tmp_path: Path) -> None:
+    """The Prometheus series a dashboard reads (requests, engine calls, load times, cold seconds paid and
+    avoided) agree with the run's own counts: each call counted once, seconds as seconds."""
+    synth = synthesize("workflows", 1500, 4, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    with open_store(tmp_path / "s.db") as store:
+        opts = DaemonOptions(policy="lorafleet", shadow=True, once=True, from_start=True, retention_days=3650.0)
+        daemon = Daemon(inv, store, opts)
+        summary = daemon.run()
+    registry = daemon.metrics.registry
+
+    def total(name: str, **labels: str) -> float:
+        found = 0.0
+        for metric in registry.collect():
+            for sample in metric.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    found += sample.value
+        return found
+
+    assert summary.loads > 0 and summary.touches > 0 and summary.cold_ms_avoided > 0
+    assert total("lorafleet_requests_total", mode="shadow") == summary.requests
+    assert total("lorafleet_actions_total", action="load", result="ok") == summary.loads
+    assert total("lorafleet_actions_total", action="touch", result="ok") == summary.touches
+    assert total("lorafleet_load_seconds_count") == summary.loads  # every simulated load answered with its time
+    assert total("lorafleet_cold_seconds_paid_total") == pytest.approx(summary.cold_ms_paid / 1000.0)
+    assert total("lorafleet_cold_seconds_avoided_total") == pytest.approx(summary.cold_ms_avoided / 1000.0)
