@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,16 +155,23 @@ def run_mutant(mutant: Mutant, workdir: Path, tests: list[str]) -> bool:
     original = target.read_text()
     try:
         target.write_text(mutate(original, mutant.index))
+        # Its own process group: a mutant that hangs a test is killed with every process the test started (a
+        # daemon under test left running would follow its log, and take a core, for good).
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
-            result = subprocess.run(
-                [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                cwd=workdir,
-                capture_output=True,
-                timeout=120,
-            )
+            return run.wait(timeout=120) != 0
         except subprocess.TimeoutExpired:
             return True
-        return result.returncode != 0
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
     finally:
         target.write_text(original)
 
