@@ -217,3 +217,70 @@ def test_truncated_while_stopped_is_read_from_its_start(tmp_path: Path) -> None:
         fh.truncate(0)
     append(log, "other\n")
     assert lines_of(LogFollower([str(log)], saved)) == [b"other\n"]
+
+
+def test_a_restart_with_nothing_new_reads_nothing_again(tmp_path: Path) -> None:
+    """The file ends exactly at the checkpoint: not one line read twice (`>=`, not `>`: at `>` the whole file
+    came again, every request counted twice)."""
+    log = tmp_path / "a.log"
+    log.write_text("1\n2\n")
+    saved: dict[str, Checkpoint] = {}
+    first = LogFollower([str(log)], from_start=True)
+    assert last_checkpoints(first, saved) == [b"1\n", b"2\n"]
+    first.close()
+    second = LogFollower([str(log)], saved)
+    assert lines_of(second) == []
+    append(log, "3\n")
+    assert lines_of(second) == [b"3\n"]
+
+
+def test_rotated_while_stopped_and_rewritten_past_the_offset_is_read_from_its_start(tmp_path: Path) -> None:
+    """Copy-truncated, written again past the old offset, then renamed away while lorafleet was stopped: the
+    old file's head no longer matches, so it is read from its start (its size alone would have said resume)."""
+    log = tmp_path / "a.log"
+    log.write_text("1\n")
+    saved: dict[str, Checkpoint] = {}
+    first = LogFollower([str(log)], from_start=True)
+    last_checkpoints(first, saved)
+    first.close()
+    with open(log, "r+") as fh:
+        fh.truncate(0)
+    append(log, "rewritten 1\nrewritten 2\n")
+    os.rename(log, tmp_path / "a.log.1")
+    log.write_text("new\n")
+    second = LogFollower([str(log)], saved)
+    assert lines_of(second) + lines_of(second) == [b"rewritten 1\n", b"rewritten 2\n", b"new\n"]
+
+
+def test_a_blank_line_at_the_start_of_a_read_does_not_stop_the_reading(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("\n1\n")
+    tail = LogFollower([str(log)], from_start=True)
+    assert lines_of(tail) == [b"\n", b"1\n"]  # the blank one is the parser's to skip
+    append(log, "\n2\n")
+    assert lines_of(tail) == [b"\n", b"2\n"]
+
+
+def test_a_last_line_without_newline_is_read_when_its_file_is_rotated_away(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("")
+    tail = LogFollower([str(log)], from_start=True)
+    append(log, "1\nlast")
+    assert lines_of(tail) == [b"1\n"]
+    os.rename(log, tmp_path / "a.log.1")
+    log.write_text("next\n")
+    assert lines_of(tail) + lines_of(tail) == [b"last", b"next\n"]
+
+
+def test_shorter_than_its_checkpoint_with_the_same_head_is_read_from_its_very_start(tmp_path: Path) -> None:
+    """Truncated and written again while stopped, its first bytes the same as before (a gateway's fixed first
+    line): shorter than the offset, so read from byte 0, its first line whole."""
+    head = "x" * 300 + "\n"
+    log = tmp_path / "a.log"
+    log.write_text(head + "1\n2\n")
+    saved: dict[str, Checkpoint] = {}
+    first = LogFollower([str(log)], from_start=True)
+    last_checkpoints(first, saved)
+    first.close()
+    log.write_text(head + "3\n")
+    assert lines_of(LogFollower([str(log)], saved)) == [head.encode(), b"3\n"]
