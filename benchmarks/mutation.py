@@ -140,6 +140,8 @@ def _python_files(paths: list[Path]) -> set[Path]:
     found: set[Path] = set()
     for given in paths:
         path = (ROOT / given).resolve()
+        if not path.is_relative_to(ROOT):
+            raise SystemExit(f"mutation: {given}: outside {ROOT} (mutants are made in copies of this tree)")
         if path.is_dir():
             found.update(path.glob("*.py"))
         elif path.suffix == ".py" and path.is_file():
