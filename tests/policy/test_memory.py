@@ -154,18 +154,25 @@ def test_where_the_gateway_sends_each_adapter_survives_a_restart(tmp_path: Path)
 
 
 class _Boom:
+    """Unpickled, it would create `marker`: a file of the test's own (a fixed path in /tmp, once created by a
+    mutant that let the call through, failed every later run)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
     def __reduce__(self):  # type: ignore[no-untyped-def]
         import os
 
-        return (os.system, ("touch /tmp/lorafleet-memory-pwned",))
+        return (os.system, (f"touch {self.marker}",))
 
 
 def test_a_tampered_memory_cannot_run_code(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    evil = zlib.compress(pickle.dumps((_Boom(), None)))
+    marker = tmp_path / "pwned"
+    evil = zlib.compress(pickle.dumps((_Boom(marker), None)))
     with pytest.raises(MemoryRefusedError, match="cannot be read"):
         thaw(inv, evil, FORMAT, fingerprint(inv), "lorafleet", 0.1)
-    assert not Path("/tmp/lorafleet-memory-pwned").exists()
+    assert not marker.exists()
 
 
 def shadow(inventory: Path, db: Path) -> object:
