@@ -38,6 +38,17 @@ def following(tmp_path: Path) -> tuple[Path, LogFollower]:
     return log, tail
 
 
+def read_then_stopped(tmp_path: Path, text: str) -> tuple[Path, dict[str, Checkpoint]]:
+    """A log holding `text`, read to its end from its start, and the follower stopped: its checkpoints."""
+    log = tmp_path / "a.log"
+    log.write_text(text)
+    saved: dict[str, Checkpoint] = {}
+    first = LogFollower([str(log)], from_start=True)
+    last_checkpoints(first, saved)
+    first.close()
+    return log, saved
+
+
 def test_first_start_reads_from_the_end_unless_from_start(tmp_path: Path) -> None:
     log = tmp_path / "a.log"
     log.write_text("old 1\nold 2\n")
@@ -181,12 +192,7 @@ def test_restart_resumes_at_the_checkpoint(tmp_path: Path) -> None:
 
 
 def test_rotated_while_stopped_reads_the_rest_of_the_old_file_first(tmp_path: Path) -> None:
-    log = tmp_path / "a.log"
-    log.write_text("1\n")
-    saved: dict[str, Checkpoint] = {}
-    first = LogFollower([str(log)], from_start=True)
-    last_checkpoints(first, saved)
-    first.close()
+    log, saved = read_then_stopped(tmp_path, "1\n")
     append(log, "2\n")
     os.rename(log, tmp_path / "a.log.1")
     log.write_text("3\n")
@@ -195,24 +201,14 @@ def test_rotated_while_stopped_reads_the_rest_of_the_old_file_first(tmp_path: Pa
 
 
 def test_a_file_replaced_while_stopped_and_the_old_one_deleted_is_read_from_its_start(tmp_path: Path) -> None:
-    log = tmp_path / "a.log"
-    log.write_text("1\n")
-    saved: dict[str, Checkpoint] = {}
-    first = LogFollower([str(log)], from_start=True)
-    last_checkpoints(first, saved)
-    first.close()
+    log, saved = read_then_stopped(tmp_path, "1\n")
     log.unlink()
     log.write_text("new 1\n")
     assert lines_of(LogFollower([str(log)], saved)) == [b"new 1\n"]
 
 
 def test_truncated_while_stopped_is_read_from_its_start(tmp_path: Path) -> None:
-    log = tmp_path / "a.log"
-    log.write_text("first line\n")
-    saved: dict[str, Checkpoint] = {}
-    first = LogFollower([str(log)], from_start=True)
-    last_checkpoints(first, saved)
-    first.close()
+    log, saved = read_then_stopped(tmp_path, "first line\n")
     with open(log, "r+") as fh:
         fh.truncate(0)
     append(log, "other\n")
@@ -237,12 +233,7 @@ def test_a_restart_with_nothing_new_reads_nothing_again(tmp_path: Path) -> None:
 def test_rotated_while_stopped_and_rewritten_past_the_offset_is_read_from_its_start(tmp_path: Path) -> None:
     """Copy-truncated, written again past the old offset, then renamed away while lorafleet was stopped: the
     old file's head no longer matches, so it is read from its start (its size alone would have said resume)."""
-    log = tmp_path / "a.log"
-    log.write_text("1\n")
-    saved: dict[str, Checkpoint] = {}
-    first = LogFollower([str(log)], from_start=True)
-    last_checkpoints(first, saved)
-    first.close()
+    log, saved = read_then_stopped(tmp_path, "1\n")
     with open(log, "r+") as fh:
         fh.truncate(0)
     append(log, "rewritten 1\nrewritten 2\n")
@@ -262,11 +253,9 @@ def test_a_blank_line_at_the_start_of_a_read_does_not_stop_the_reading(tmp_path:
 
 
 def test_a_last_line_without_newline_is_read_when_its_file_is_rotated_away(tmp_path: Path) -> None:
-    log = tmp_path / "a.log"
-    log.write_text("")
-    tail = LogFollower([str(log)], from_start=True)
-    append(log, "1\nlast")
-    assert lines_of(tail) == [b"1\n"]
+    log, tail = following(tmp_path)
+    append(log, "last")
+    assert lines_of(tail) == []
     os.rename(log, tmp_path / "a.log.1")
     log.write_text("next\n")
     assert lines_of(tail) + lines_of(tail) == [b"last", b"next\n"]
@@ -276,11 +265,6 @@ def test_shorter_than_its_checkpoint_with_the_same_head_is_read_from_its_very_st
     """Truncated and written again while stopped, its first bytes the same as before (a gateway's fixed first
     line): shorter than the offset, so read from byte 0, its first line whole."""
     head = "x" * 300 + "\n"
-    log = tmp_path / "a.log"
-    log.write_text(head + "1\n2\n")
-    saved: dict[str, Checkpoint] = {}
-    first = LogFollower([str(log)], from_start=True)
-    last_checkpoints(first, saved)
-    first.close()
+    log, saved = read_then_stopped(tmp_path, head + "1\n2\n")
     log.write_text(head + "3\n")
     assert lines_of(LogFollower([str(log)], saved)) == [head.encode(), b"3\n"]
