@@ -221,3 +221,21 @@ def test_a_live_log_line_dated_past_tomorrow_is_a_bad_line_not_the_daemons_new_c
     assert stream.parser.tally.bad_reasons == {"time more than a day ahead of this machine's clock": 1}
     replayed, tally = read_events([log], REFERENCE, JSONL)
     assert len(replayed) == 2 and tally.bad_lines == 0
+
+
+def test_a_known_base_with_an_unknown_adapter_is_an_unknown_name_and_the_base_alone_is_a_base_request() -> None:
+    """ "base:adapter" names the adapter; with an adapter the inventory lacks it is an unknown name (reported as
+    such), not a request to the base model — only "base:" with nothing after the colon is."""
+    source = LogSource("x.jsonl", "jsonl", {"time": "ts", "adapter": "model"})
+    parser = LineParser(source, REFERENCE)
+    unknown = parser.parse(json.dumps({"ts": T0, "model": "llama3-8b:not-in-the-inventory"}))
+    base = parser.parse(json.dumps({"ts": T0, "model": "llama3-8b:"}))
+    assert unknown is not None and (unknown.kind, unknown.adapter, unknown.base_model) == (UNKNOWN, None, None)
+    assert base is not None and (base.kind, base.adapter, base.base_model) == (BASE, None, "llama3-8b")
+
+
+def test_a_log_without_times_is_one_request_a_second_in_file_order() -> None:
+    source = LogSource("x.jsonl", "jsonl", {"adapter": "model"})
+    parser = LineParser(source, REFERENCE)
+    events = [parser.parse(json.dumps({"model": name})) for name in ("code-llama3-r64", "medical-qwen-r64", "x")]
+    assert [e.time for e in events if e is not None] == [1.0, 2.0, 3.0]
