@@ -51,26 +51,26 @@ def perturbed(events: Sequence[RequestEvent], copy: int, drop: int) -> list[Requ
     return [e for i, e in enumerate(ordered) if i not in dropped]
 
 
+def _sd(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def seed_row(inventory: Inventory, events: Sequence[RequestEvent], copies: int, drop: int) -> dict[str, Any]:
     policies = (*BASELINES, "lorafleet")
-    margins: list[float] = []
-    bests: list[float] = []
-    spreads: dict[str, list[float]] = {p: [] for p in policies}
+    hits: dict[str, list[float]] = {p: [] for p in policies}  # per policy, its hit ratio on each copy
     for copy in range(copies):
         run = perturbed(events, copy, drop)
-        hit = {p: simulate(inventory, p, run).hit_ratio * 100 for p in policies}
-        best = max(hit[b] for b in BASELINES)
-        margins.append(hit["lorafleet"] - best)
-        bests.append(best)
-        for p, h in hit.items():
-            spreads[p].append(h)
+        for p in policies:
+            hits[p].append(simulate(inventory, p, run).hit_ratio * 100)
+    bests = [max(on_copy) for on_copy in zip(*(hits[b] for b in BASELINES), strict=True)]
+    margins = [ours - best for ours, best in zip(hits["lorafleet"], bests, strict=True)]
     return {
         "margin": margins[0],
         "margin_mean": statistics.mean(margins),
         "margin_low": min(margins),
         "margin_high": max(margins),
-        "best_sd": statistics.stdev(bests) if len(bests) > 1 else 0.0,
-        "sd": {p: statistics.stdev(v) if len(v) > 1 else 0.0 for p, v in spreads.items()},
+        "best_sd": _sd(bests),
+        "sd": {p: _sd(v) for p, v in hits.items()},
     }
 
 
