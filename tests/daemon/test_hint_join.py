@@ -217,3 +217,103 @@ def test_a_hints_id_is_not_read_when_no_gateway_log_carries_one() -> None:
     ingress.offer(b'{"model": "a0", "user": "t"}', {"X-Request-Id": "abc123"}, 1.0)
     (hint,) = ingress.take()
     assert hint.request_id is None
+
+
+def test_the_first_nginx_logs_header_mapping_wins_and_other_formats_map_none() -> None:
+    """A JSON log's `http_*` field is not a header mapping; of two nginx logs mapping a field, the first is taken."""
+    reference = load_inventory(INVENTORIES / "reference.yaml")
+    (nginx,) = [s for s in reference.gateway_logs if s.format == "nginx"]
+    jsonl = dataclasses.replace(nginx, format="jsonl", fields={**nginx.fields, "tenant": "http_x_json_team"})
+    first = dataclasses.replace(nginx, fields={**nginx.fields, "tenant": "http_x_team_name"})
+    second = dataclasses.replace(nginx, fields={**nginx.fields, "tenant": "http_x_other"})
+    headers = hint_headers(dataclasses.replace(reference, gateway_logs=(jsonl, first, second)))
+    assert headers.tenant == "X-Team-Name"
+
+
+def test_an_adapter_name_at_the_length_limit_is_queued() -> None:
+    from lorafleet.logs.reader import MAX_NAME_CHARS
+
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    ingress.offer(json.dumps({"model": "m" * MAX_NAME_CHARS}).encode(), {}, 1.0)
+    ingress.offer(json.dumps({"model": "m" * (MAX_NAME_CHARS + 1)}).encode(), {}, 2.0)
+    assert [len(h.model) for h in ingress.take()] == [MAX_NAME_CHARS]
+    assert ingress.counts["bad"] == 1
+
+
+def test_take_hands_over_at_most_its_limit_and_keeps_the_rest_in_order() -> None:
+    ingress = HintIngress(HintHeaders(), capacity=8)
+    for i in range(3):
+        ingress.offer(json.dumps({"model": f"a{i}"}).encode(), {}, float(i))
+    assert [h.model for h in ingress.take(limit=2)] == ["a0", "a1"]
+    assert [h.model for h in ingress.take(limit=2)] == ["a2"]
+
+
+def test_the_join_windows_edges_belong_to_the_hint() -> None:
+    """A line stamped exactly the skew before its hint, or ending exactly the window after it, is still its
+    line; `expire` at exactly the window keeps the hint open."""
+    join: HintJoin[object] = HintJoin(window_s=60.0)
+    join.add(hinted(100.0), "skewed")
+    assert join.claim(logged(100.0 - JOIN_SKEW_S)) == "skewed"
+    join.add(hinted(100.0), "late")
+    assert join.claim(logged(160.0)) == "late"
+    join.add(hinted(100.0), "keyed")
+    join.add(hinted(100.0, rid="r1"), "by id")
+    assert join.expire(160.0) == 0 and join.open == 2
+    assert join.expire(160.5) == 2 and join.open == 0
+
+
+def test_hints_without_ids_are_bounded_too() -> None:
+    join: HintJoin[object] = HintJoin(limit=3)
+    for i in range(5):
+        join.add(hinted(100.0 + i, adapter=f"a{i}"), i)
+    assert join.expire(104.0) == 2 and join.open == 3
+    assert join.claim(logged(105.0, adapter="a1")) is None and join.claim(logged(105.0, adapter="a2")) == 2
+
+
+def test_expiring_an_old_hint_keeps_a_newer_one_of_the_same_tenant_and_adapter() -> None:
+    """The key's queue outlives its expired head; a key whose hints were all joined is forgotten once its
+    entries expire, without failing on the second of them."""
+    closed: list[object] = []
+    join: HintJoin[object] = HintJoin(window_s=60.0, closed=closed.append)
+    join.add(hinted(100.0), "old")
+    join.add(hinted(150.0), "new")
+    assert join.expire(170.0) == 1 and closed == ["old"]
+    assert join.claim(logged(171.0)) == "new"
+    join.add(hinted(200.0, adapter="b"), "b1")
+    join.add(hinted(201.0, adapter="b"), "b2")
+    assert (join.claim(logged(202.0, adapter="b")), join.claim(logged(203.0, adapter="b"))) == ("b1", "b2")
+    assert join.expire(400.0) == 0 and join.open == 0 and closed == ["old"]
+    assert join.by_key == {}  # nothing kept for keys with nothing open
+
+
+def _exchange(address: str, request: bytes) -> tuple[bytes, bool]:
+    """Send one raw request; the answer's first bytes, and whether the server then closed the connection."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(request)
+        sock.settimeout(2.0)
+        answer = sock.recv(4096)
+        return answer, _closed_within(sock, 1.0)
+
+
+def test_the_endpoint_takes_a_bodyless_get_and_bodies_up_to_its_limit() -> None:
+    """A mirrored GET carries no Content-Length; a body of exactly MAX_BODY_BYTES is read; one byte more is
+    refused and the connection closed (its unread body would be taken as a next request)."""
+    ingress = HintIngress(HintHeaders(), capacity=4)
+    address = ingress.serve("127.0.0.1:0")
+    try:
+        answer, closed = _exchange(address, b"GET /v1 HTTP/1.1\r\nHost: x\r\nX-Lora-Adapter: a3\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 204") and not closed
+        body = json.dumps({"model": "a4"}).encode()
+        body += b" " * (hints.MAX_BODY_BYTES - len(body))
+        head = f"POST /v1 HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        answer, closed = _exchange(address, head + body)
+        assert answer.startswith(b"HTTP/1.1 204") and not closed
+        head = f"POST /v1 HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body) + 1}\r\n\r\n".encode()
+        answer, closed = _exchange(address, head + body[:1000])
+        assert answer.startswith(b"HTTP/1.1 413") and closed
+        time.sleep(0.1)
+        assert [h.model for h in ingress.take()] == ["a3", "a4"]
+        assert ingress.counts["bad"] == 1
+    finally:
+        ingress.close()
