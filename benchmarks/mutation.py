@@ -6,7 +6,9 @@
 Each mutant changes one operator or constant of the policy, the session or the simulated engines
 (lorafleet/policy/*.py, lorafleet/drive/*.py: `<`↔`<=`, `>`↔`>=`, `==`↔`!=`, `+`↔`-`, `*`↔`/`, `and`↔`or`,
 `True`↔`False`, `not x`→`x`, an integer n→n+1, `min`↔`max`), in a copy of the tree, and runs the tests
-(`-x`, 120 s cap). A mutant is killed when the tests fail or time out. mutmut does the same exhaustively
+(`-x`, 120 s cap), once they pass unmutated. A mutant is killed when the tests time out, or fail and fail again
+when the failing test files are rerun alone (a failure that does not come back is reported as flaky: on a loaded
+machine, a timing test's). mutmut does the same exhaustively
 (`mutmut run` over these paths) but takes hours on two cores; this samples the same kinds of mutation
 uniformly, seeded, and prints the kill rate and every survivor, which is where a test is missing. `--paths`
 mutates other files or folders instead (the journal, the memory a restart restores, the log reader), each with
@@ -151,29 +153,61 @@ def _python_files(paths: list[Path]) -> set[Path]:
     return found
 
 
-def run_mutant(mutant: Mutant, workdir: Path, tests: list[str]) -> bool:
-    """True when the tests kill the mutant."""
+def _pytest(workdir: Path, args: list[str], timeout_s: float = 120.0) -> tuple[int | None, str]:
+    """Run pytest in a copy: (exit status, None on a timeout; its output). Its own process group: a mutant that
+    hangs a test is killed with every process the test started (a daemon under test left running would follow
+    its log, and take a core, for good)."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = run.communicate(timeout=timeout_s)
+        return run.returncode, out.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        return None, ""
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+
+
+def _failed_files(output: str) -> list[str]:
+    """The test files pytest's summary names as failed or in error (`FAILED tests/x.py::name - ...`)."""
+    found = []
+    for line in output.splitlines():
+        head, _, rest = line.partition(" ")
+        if head in ("FAILED", "ERROR") and rest.startswith("tests/"):
+            name = rest.split("::")[0].split(" ")[0]
+            if name not in found:
+                found.append(name)
+    return found
+
+
+KILLED, SURVIVED, FLAKY = "killed", "survived", "flaky"
+
+
+def run_mutant(mutant: Mutant, workdir: Path, tests: list[str]) -> str:
+    """KILLED when the tests fail (and fail again on a rerun of the failing file alone) or hang; FLAKY when the
+    failure does not come back, which on a loaded machine is a timing test's, not the mutant's (two workers and
+    a timing test once "killed" every mutant of a sample); else SURVIVED."""
     target = workdir / mutant.path.relative_to(ROOT)
     original = target.read_text()
     try:
         target.write_text(mutate(original, mutant.index))
-        # Its own process group: a mutant that hangs a test is killed with every process the test started (a
-        # daemon under test left running would follow its log, and take a core, for good).
-        run = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-            cwd=workdir,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            return run.wait(timeout=120) != 0
-        except subprocess.TimeoutExpired:
-            return True
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+        status, output = _pytest(workdir, ["-x", *tests])
+        if status is None:
+            return KILLED
+        if status == 0:
+            return SURVIVED
+        files = _failed_files(output)
+        if not files:  # a collection or import error: the mutant broke the module
+            return KILLED
+        again, _ = _pytest(workdir, ["-x", *files])
+        return KILLED if again != 0 else FLAKY
     finally:
         target.write_text(original)
 
@@ -205,26 +239,36 @@ def main() -> None:
     try:
         chunks = [sample[w :: args.workers] for w in range(args.workers)]
 
-        def run_chunk(w: int) -> list[tuple[Mutant, bool]]:
+        def run_chunk(w: int) -> list[tuple[Mutant, str]]:
             return [(m, run_mutant(m, copies[w], args.tests)) for m in chunks[w]]
+
+        status, output = _pytest(copies[0], ["-x", *args.tests], timeout_s=600.0)
+        if status != 0:  # every mutant would count as killed
+            raise SystemExit(f"mutation: the tests fail without any mutant:\n{output[-2000:]}")
 
         with ThreadPoolExecutor(args.workers) as pool:
             results = [r for chunk in pool.map(run_chunk, range(args.workers)) for r in chunk]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    killed = sum(k for _, k in results)
+    killed = sum(k == KILLED for _, k in results)
     print(
         f"{len(everything)} mutation points; sampled {len(results)} (seed {args.seed}); tests: {' '.join(args.tests)}"
     )
     print(f"killed {killed} of {len(results)}: {killed / max(1, len(results)):.1%}")
     by_file: dict[str, list[bool]] = {}
     for m, k in results:
-        by_file.setdefault(str(m.path.relative_to(ROOT)), []).append(k)
+        by_file.setdefault(str(m.path.relative_to(ROOT)), []).append(k == KILLED)
     for name, ks in sorted(by_file.items()):
         print(f"  {name}: {sum(ks)}/{len(ks)}")
+    flaky = [m for m, k in results if k == FLAKY]
+    if flaky:
+        print(f"flaky ({len(flaky)}: the tests failed once, not again on a rerun; counted as survivors):")
+        for m in flaky:
+            code = m.path.read_text().splitlines()[m.line - 1].strip() if m.line else ""
+            print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}  | {code[:90]}")
     print("survivors:")
     for m, k in results:
-        if not k:
+        if k == SURVIVED:
             code = m.path.read_text().splitlines()[m.line - 1].strip() if m.line else ""
             print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}  | {code[:90]}")
 

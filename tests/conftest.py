@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,13 @@ from click.testing import CliRunner, Result
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "inventories"
+
+
+def interruptible() -> None:
+    """A child's `preexec_fn`: Ctrl-C as at a terminal, even when the tests themselves were started in the
+    background (a shell starts a background job with SIGINT ignored, and a child inherits that: a command under
+    test would never see the SIGINT a test sends it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from lorafleet.store.db import open_store
 from lorafleet.store.journal import ActionRow, Outcomes, commit_progress
 from lorafleet.store.stats import window_of
 from lorafleet.times import parse_moment
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interruptible
 
 T0 = "2026-11-20T10:"
 
@@ -225,9 +225,7 @@ def test_watch_refreshes_and_stops_on_sigint(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        # Ctrl-C as at a terminal, even when the tests themselves were started in the background (a shell starts a
-        # background job with SIGINT ignored, and a child inherits that: the command would never see it)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=interruptible,
     )
     time.sleep(2.5)
     proc.send_signal(signal.SIGINT)

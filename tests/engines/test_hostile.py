@@ -15,6 +15,7 @@ import pytest
 
 from lorafleet.engines import EngineRejectedError, EngineUnavailableError, make_client
 from lorafleet.engines.base import _retry_after
+from tests.conftest import interruptible
 from tests.engines.conftest import make_engine
 from tests.engines.hostile import HostileServer
 from tests.engines.test_warm import vllm_entry, write_inventory
@@ -134,6 +135,7 @@ def warm_process(inventory: Path, state: Path) -> subprocess.Popen[str]:
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
 
 

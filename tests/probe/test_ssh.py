@@ -11,6 +11,7 @@ import pytest
 from lorafleet.inventory import load_inventory
 from lorafleet.probe.survey import probe_fleet
 from lorafleet.units import MIB
+from tests.conftest import interruptible
 from tests.sshd_server import Sshd, keygen
 
 
@@ -141,6 +142,7 @@ def test_ctrl_c_during_a_slow_command_exits_at_once_with_the_json_error(ssh_inve
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     time.sleep(2.0)  # connected, `sleep 30` running on the host
     sent = time.monotonic()
