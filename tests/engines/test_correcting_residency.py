@@ -61,3 +61,41 @@ def test_unload_removes_where_registered_and_the_book_forgets(
     dry = run_cli("unload", "r16", "-i", str(inv), "--dry-run")
     rows = [line for line in dry.stdout.splitlines() if "│" in line]
     assert dry.exit_code == 0 and not any("would-unload" in row for row in rows)  # r16 is registered nowhere
+
+
+def test_unpin_on_vllm_releases_the_books_pin_without_calling_the_engine(
+    tmp_path: Path, run_cli, emulators, adapter_dirs, isolated_env: Path
+) -> None:
+    """vLLM holds no pins of its own: an unpin is the book's alone (no unload, no reload); an adapter registered
+    there but never pinned is skipped, not "unpinned"."""
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8", "--pin")[0] == 0
+    assert warm_json(run_cli, inv, "r16")[0] == 0
+    calls = len(e.state.requests)
+    code, results = warm_json(run_cli, inv, "r8", "--unpin")
+    assert code == 0 and results[0]["action"] == "unpinned"
+    code, results = warm_json(run_cli, inv, "r16", "--unpin")
+    assert code == 1 and results[0]["action"] == "skipped" and "r16 is not pinned on h/v" in results[0]["error"]
+    assert [path for _, path, _ in e.state.requests[calls:]] == ["/v1/models", "/v1/models"]  # registries only
+    with open_store(isolated_env) as store:
+        assert {r.adapter: r.pinned for r in store.residency("h/v")} == {"r8": False, "r16": False}
+
+
+def test_unload_dry_run_and_a_failed_unload_say_so_in_their_rows(
+    tmp_path: Path, run_cli, emulators, adapter_dirs
+) -> None:
+    from tests.engine_emulator import Fault
+
+    e = emulators(kind="vllm")
+    inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8")[0] == 0
+    result = run_cli("unload", "r8", "-i", str(inv), "--dry-run", "--json")
+    (row,) = json.loads(result.stdout)["results"]
+    assert result.exit_code == 0 and (row["action"], row["ok"]) == ("would-unload", True)
+    assert "r8" in e.state.registry
+    e.state.faults.append(Fault(status=400, times=1, message="nope", path="/v1/unload_lora_adapter"))
+    result = run_cli("unload", "r8", "-i", str(inv), "--json")
+    (row,) = json.loads(result.stdout)["results"]
+    assert result.exit_code == 1 and (row["action"], row["ok"]) == ("failed", False) and "nope" in row["error"]
+    assert "r8" in e.state.registry

@@ -250,8 +250,12 @@ def test_the_run_deadline_reports_what_is_not_done_instead_of_waiting(
         began = time.monotonic()
         result = run_cli("warm", "r8", "r16", "-i", str(inv), "--deadline", "1")
         assert time.monotonic() - began < 5
+        as_json = run_cli("warm", "r8", "r16", "-i", str(inv), "--deadline", "1", "--json")
     assert result.exit_code == 1
     assert "run deadline of 1s passed" in result.stderr and "cancelled" in result.stdout
+    rows = [(r["adapter"], r["action"], r["ok"], r["primed"]) for r in json.loads(as_json.stdout)["results"]]
+    assert as_json.exit_code == 1
+    assert rows == [("r8", "interrupted", False, False), ("r16", "cancelled", False, False)]  # each once, none ok
 
 
 def test_an_unusable_state_file_is_found_before_any_engine_is_contacted(

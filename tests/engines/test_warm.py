@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_emulator import EngineEmulator, Fault
+from tests.engine_emulator import EngineEmulator, Fault, adapter_mb
 from tests.sshd_server import free_port
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
@@ -205,6 +205,20 @@ def test_replicas_pick_the_least_loaded(tmp_path, run_cli, emulators, adapter_di
     assert code == 0 and [r["engine"] for r in results] == ["h/idle"]
 
 
+def test_replicas_keep_an_adapter_where_it_is_warm_before_the_least_loaded(
+    tmp_path, run_cli, emulators, adapter_dirs
+) -> None:
+    """The placement rule: resident first. r8 warm on the busier engine stays there; no second copy is loaded on
+    the idle one."""
+    busy, idle = emulators(kind="vllm"), emulators(kind="vllm")
+    busy.state.registry.update({"x": "/x", "y": "/y"})
+    inv = write_inventory(tmp_path, [vllm_entry("busy", busy.url), vllm_entry("idle", idle.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8", "--engine", "h/busy")[0] == 0
+    code, results = warm_json(run_cli, inv, "r8", "--replicas", "1")
+    assert code == 0 and [r["engine"] for r in results] == ["h/busy"]
+    assert "/v1/load_lora_adapter" not in [path for path, _ in posts(idle)]
+
+
 def test_transient_500_is_retried(tmp_path, run_cli, emulators, adapter_dirs) -> None:
     e = emulators(kind="vllm")
     e.state.faults.append(Fault(status=503, times=1, retry_after=0, path="/v1/load_lora_adapter"))
@@ -294,6 +308,8 @@ def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emu
     results = {(r.adapter, r.engine): r for r in warm(inv, pairs, WarmOptions(), client_factory=factory)}
     assert results[("r8", "h/good")].action == results[("r16", "h/good")].action == "loaded"
     assert results[("r8", "h/bad")].action == results[("r16", "h/bad")].action == "failed"
+    assert not any(r.ok or r.primed for key, r in results.items() if key[1] == "h/bad")
+    assert not any(path == "/v1/completions" for _, path, _ in good.state.requests)  # no --prime: none sent
     assert "RuntimeError: driver exploded" in (results[("r8", "h/bad")].error or "")
 
 
@@ -308,6 +324,34 @@ def test_dry_run_says_what_it_would_do_and_prime_shows(tmp_path, run_cli, emulat
     assert [r["action"] for r in results] == ["would-re-warm"]
     table = run_cli("warm", "-i", str(inv), "r16", "--prime")
     assert "loaded, primed" in table.stdout
+
+
+def test_a_plain_warm_sends_no_1_token_request_and_its_row_times_the_load(
+    tmp_path, run_cli, emulators, adapter_dirs
+) -> None:
+    """Without --prime a first load is only the load (primed false), on vLLM and SGLang alike; a failed row is
+    neither ok nor primed; the row's ms is the call's wall time."""
+    v = emulators(kind="vllm", load_s_per_mb=2.0)
+    s = emulators(kind="sglang")
+    inv = write_inventory(tmp_path, [vllm_entry("v", v.url), sglang_entry("s", s.url)], adapter_dirs)
+    code, results = warm_json(run_cli, inv, "r8", "r64")
+    assert code == 0 and {(r["action"], r["ok"], r["primed"]) for r in results} == {("loaded", True, False)}
+    assert not any(path == "/v1/completions" for _, path, _ in v.state.requests + s.state.requests)
+    wanted_ms = 1000.0 * adapter_mb(str(adapter_dirs[64])) * 2.0  # the emulator's load time for it
+    (r64,) = [r for r in results if (r["adapter"], r["engine"]) == ("r64", "h/v")]
+    assert wanted_ms <= r64["ms"] < wanted_ms + 2000.0
+    v.state.faults.append(Fault(status=400, times=1, message="nope", path="/v1/load_lora_adapter"))
+    code, results = warm_json(run_cli, inv, "r16", "--engine", "h/v", "--prime")
+    assert code == 1 and (results[0]["action"], results[0]["ok"], results[0]["primed"]) == ("failed", False, False)
+
+
+def test_a_dry_run_on_sglang_says_already_warm_unless_primed(tmp_path, run_cli, emulators, adapter_dirs) -> None:
+    """Registered on SGLang means in host memory: nothing to do, unless --prime would take a GPU slot."""
+    s = emulators(kind="sglang")
+    inv = write_inventory(tmp_path, [sglang_entry("s", s.url)], adapter_dirs)
+    assert warm_json(run_cli, inv, "r8")[0] == 0
+    assert [r["action"] for r in warm_json(run_cli, inv, "r8", "--dry-run")[1]] == ["already-warm"]
+    assert [r["action"] for r in warm_json(run_cli, inv, "r8", "--dry-run", "--prime")[1]] == ["would-re-warm"]
 
 
 def test_primed_means_a_1_token_request_was_sent_even_on_a_vllm_rewarm(
