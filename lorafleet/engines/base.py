@@ -465,13 +465,6 @@ class EngineClient:
         """Adapters with requests in flight, where the engine says so (vLLM's /metrics); none known otherwise."""
         return Activity((), (), None)
 
-    def health(self) -> bool:
-        try:
-            self.request("GET", "/health")
-        except EngineError:
-            return False
-        return True
-
 
 class _DeadlineError(Exception):
     """The call's overall deadline passed while an answer was still arriving."""

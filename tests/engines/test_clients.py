@@ -82,6 +82,51 @@ def test_5xx_and_connect_errors_are_retried_on_the_backoff_list(httpx_mock: HTTP
     assert waits == [0.2, 2.0]  # backoff, then the engine's Retry-After
 
 
+def test_429_is_retried_as_the_engine_asks_and_other_4xx_are_not(httpx_mock: HTTPXMock) -> None:
+    """Too many requests is the engine busy, not the request wrong: it is sent again after its Retry-After."""
+    waits: list[float] = []
+    c = make_client(make_engine("vllm", URL), sleep=waits.append)
+    httpx_mock.add_response(method="POST", status_code=429, headers={"Retry-After": "1"})
+    httpx_mock.add_response(method="POST", text="Success: LoRA adapter 'a' added successfully.")
+    c.load("a", "/p/a")
+    assert waits == [1.0] and len(httpx_mock.get_requests()) == 2
+    httpx_mock.add_response(method="POST", status_code=430, json={"error": {"message": "no"}})
+    with pytest.raises(EngineRejectedError):
+        c.load("a", "/p/a")
+    assert len(httpx_mock.get_requests()) == 3
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_load_whose_answer_timed_out_is_sent_again(httpx_mock: HTTPXMock, kind: str) -> None:
+    """A load is safe to repeat (a repeated one answers "already loaded"): a lost answer is retried, unlike a
+    1-token request, which would run twice."""
+    path = "/v1/load_lora_adapter" if kind == "vllm" else "/load_lora_adapter"
+    httpx_mock.add_exception(httpx.ReadTimeout("slow"), method="POST", url=f"{URL}{path}")
+    httpx_mock.add_response(method="POST", url=f"{URL}{path}", json={"success": True})
+    client(kind).load("a", "/p/a")
+    assert len(httpx_mock.get_requests()) == 2
+
+
+def test_an_answer_is_read_up_to_max_response_bytes_and_refused_past_it(httpx_mock: HTTPXMock) -> None:
+    import dataclasses
+
+    engine = dataclasses.replace(make_engine("vllm", URL), max_response_bytes=100)
+    c = make_client(engine, sleep=NO_WAIT.append)
+    httpx_mock.add_response(url=f"{URL}/v1/models", text='{"data": []}'.ljust(100))
+    assert c.registry() == set()
+    httpx_mock.add_response(url=f"{URL}/v1/models", text='{"data": []}'.ljust(101))
+    with pytest.raises(EngineRejectedError, match="answered more than 100 bytes"):
+        c.registry()
+
+
+def test_one_line_cuts_at_its_limit_with_an_ellipsis() -> None:
+    from lorafleet.engines.base import one_line
+
+    assert one_line("a\n b\t\tc") == "a b c"
+    assert one_line("x" * 10, limit=10) == "x" * 10
+    assert one_line("x" * 11, limit=10) == "x" * 9 + "…"
+
+
 def test_retries_are_bounded(httpx_mock: HTTPXMock) -> None:
     for _ in range(4):
         httpx_mock.add_response(method="POST", status_code=500, json={"error": {"message": "worker died"}})
@@ -128,9 +173,11 @@ def test_registry_is_cards_with_a_parent(httpx_mock: HTTPXMock) -> None:
 
 def test_bearer_key_from_the_environment_and_never_in_repr(httpx_mock: HTTPXMock, monkeypatch) -> None:
     monkeypatch.setenv("TEST_VLLM_KEY", "sk-test-secret")
-    httpx_mock.add_response(url=f"{URL}/health", match_headers={"Authorization": "Bearer sk-test-secret"})
+    httpx_mock.add_response(
+        url=f"{URL}/v1/models", match_headers={"Authorization": "Bearer sk-test-secret"}, json={"data": []}
+    )
     c = client(api_key_env="TEST_VLLM_KEY")
-    assert c.health()
+    assert c.registry() == set()
     assert "sk-test-secret" not in repr(c)
 
 
@@ -152,8 +199,10 @@ def test_a_key_variable_ending_in_a_newline_is_the_key_and_one_with_whitespace_i
     """A secret made from a file (`kubectl create secret --from-file`) ends in a newline: the HTTP library would
     refuse the header with an error quoting the key, which went to the table and the journal."""
     monkeypatch.setenv("TEST_VLLM_KEY", "sk-test-secret\n")
-    httpx_mock.add_response(url=f"{URL}/health", match_headers={"Authorization": "Bearer sk-test-secret"})
-    assert client(api_key_env="TEST_VLLM_KEY").health()
+    httpx_mock.add_response(
+        url=f"{URL}/v1/models", match_headers={"Authorization": "Bearer sk-test-secret"}, json={"data": []}
+    )
+    assert client(api_key_env="TEST_VLLM_KEY").registry() == set()
     monkeypatch.setenv("TEST_VLLM_KEY", "sk-test\tsecret")
     with pytest.raises(MissingApiKeyError) as caught:
         client(api_key_env="TEST_VLLM_KEY")

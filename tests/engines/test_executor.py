@@ -78,6 +78,31 @@ def test_stop_wakes_a_sleeping_worker_and_abandons_queued_items() -> None:
     assert executor.abandoned == [("e", 2), ("e", 3)]
 
 
+def test_an_engine_whose_turn_never_came_abandons_every_item() -> None:
+    """One slot: the second engine waits for it; stopped meanwhile, none of its items started, so all are
+    abandoned — none counted in flight, none lost."""
+    stop = Stop()
+    started = threading.Event()
+
+    @contextmanager
+    def worker(engine: str) -> Iterator[Callable[[int], int]]:
+        def run(item: int) -> int:
+            started.set()
+            stop.sleep(60)
+            return item
+
+        yield run
+
+    threading.Thread(target=lambda: (started.wait(5), stop.set()), daemon=True).start()
+    executor = EngineExecutor[int, int](parallel=1, stop=stop)
+    work = {"first": [1, 4], "second": [2, 3]}
+    executor.run(work, worker, lambda o: None)
+    ((ran, item),) = executor.in_flight.items()  # whichever thread took the slot first
+    waited = "second" if ran == "first" else "first"
+    assert item == work[ran][0]
+    assert sorted(executor.abandoned) == sorted([(ran, work[ran][1])] + [(waited, i) for i in work[waited]])
+
+
 def test_stop_sleep_raises_only_when_set() -> None:
     stop = Stop()
     stop.sleep(0.01)

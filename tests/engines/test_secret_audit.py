@@ -135,7 +135,13 @@ def test_the_key_from_a_file_beside_the_inventory_or_in_systemds_credentials_dir
 
 @pytest.mark.parametrize(
     ("content", "words"),
-    [(None, "cannot be read"), ("", "the key alone, on one line"), (f"{KEY}\nsecond", "the key alone, on one line")],
+    [
+        (None, "cannot be read: No such file or directory"),
+        ("", "the key alone, on one line"),
+        (f"{KEY}\nsecond", "the key alone, on one line"),
+        (KEY + " " * (64 * 1024 - len(KEY)) + "\n", "is over 64 KiB: not a key"),  # one byte over: a key's padding
+        ("\udcff" + KEY, "is not UTF-8 text"),
+    ],
 )
 def test_an_unusable_key_file_is_an_input_error_naming_the_file_not_its_contents(
     tmp_path: Path, run_cli, adapter_dirs, monkeypatch: pytest.MonkeyPatch, content: str | None, words: str
@@ -144,7 +150,7 @@ def test_an_unusable_key_file_is_an_input_error_naming_the_file_not_its_contents
     entry = vllm_entry("v", "http://127.0.0.1:9").replace("}", ", api_key_file: vllm.key}")
     inv = str(write_inventory(tmp_path, [entry], adapter_dirs))
     if content is not None:
-        (tmp_path / "vllm.key").write_text(content)
+        (tmp_path / "vllm.key").write_bytes(content.encode("utf-8", "surrogateescape"))
     result = run_cli("warm", "r8", "-i", inv)
     assert result.exit_code == 2 and words in result.stderr and str(tmp_path / "vllm.key") in result.stderr
     assert not leaked(result.stdout, result.stderr) and "Traceback" not in result.stderr
