@@ -352,3 +352,15 @@ def test_vllm_metrics_are_read_for_the_lora_family_alone() -> None:
         + 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.8e+09\n'
     )
     assert parse_lora_requests_info(text).running == ("a", "b")
+
+
+def test_the_engines_tls_trust_ignores_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Proxies and CA variables alike: what a client trusts is certifi's bundle, not whatever SSL_CERT_FILE names
+    in the daemon's environment."""
+    from lorafleet.engines import base
+
+    monkeypatch.setattr(base, "_TLS", [])
+    monkeypatch.setenv("SSL_CERT_FILE", "/nonexistent/ca.pem")  # trusted, it would fail to load
+    monkeypatch.setenv("SSL_CERT_DIR", "/nonexistent")
+    context = base.verifying_context()
+    assert context.verify_mode.name == "CERT_REQUIRED" and context.get_ca_certs()
