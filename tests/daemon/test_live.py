@@ -136,6 +136,10 @@ def test_an_engine_failing_then_recovering_opens_and_closes_its_breaker(tmp_path
     append(tmp_path / "access.jsonl", log_line("a7"))
     wait_for(lambda: "a7" in engine.state.registry, timeout=10, what="loads again")
     assert daemon.stop()[0] == 0
+    with sqlite3.connect(tmp_path / "state.db") as c:  # each failed call journaled as an error, no ok one
+        errors = c.execute("SELECT source, message FROM errors").fetchall()
+    assert any("HTTP 503: injected failure" in message for _, message in errors)
+    assert all(engine == "h/e0" and ("HTTP 503" in message or "circuit open" in message) for engine, message in errors)
 
 
 def test_sighup_with_a_valid_inventory_adds_and_removes_engines(tmp_path, emulators, daemon_process) -> None:
@@ -153,6 +157,25 @@ def test_sighup_with_a_valid_inventory_adds_and_removes_engines(tmp_path, emulat
     append(tmp_path / "access.jsonl", log_line("a1", engine="h/e1"))
     wait_for(lambda: "a1" in second.state.registry, what="a1 on the new engine", log=daemon.log)
     assert "a1" not in first.state.registry
+    assert daemon.stop()[0] == 0
+
+
+def test_an_engine_back_at_another_address_is_called_there_after_a_reload(tmp_path, emulators, daemon_process) -> None:
+    """Same engine, new settings (a pod rescheduled): its actor is replaced, not left calling the old address."""
+    old, new = emulators(kind="vllm"), emulators(kind="vllm")
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", old.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    append(tmp_path / "access.jsonl", log_line("a0", engine="h/e0"))
+    wait_for(lambda: "a0" in old.state.registry, what="a0 at the old address")
+    write_fleet(tmp_path, [vllm("e0", new.url)], adapters)
+    daemon.signal(signal.SIGHUP)
+    wait_for(lambda: "inventory reloaded" in daemon.log(), what="the reload")
+    calls = len(old.state.requests)
+    append(tmp_path / "access.jsonl", log_line("a1", engine="h/e0"))
+    wait_for(lambda: "a1" in new.state.registry, what="a1 at the new address", log=daemon.log)
+    assert "a1" not in old.state.registry and len(old.state.requests) == calls
     assert daemon.stop()[0] == 0
 
 
