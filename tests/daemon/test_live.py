@@ -247,3 +247,24 @@ def test_the_live_summary_stats_and_the_engines_agree_on_touches_unloads_and_loa
         (unloaded,) = c.execute("SELECT COUNT(*) FROM loads WHERE action = 'unloaded' AND ok").fetchone()
         (loads,) = c.execute("SELECT COUNT(*) FROM loads WHERE action IN ('loaded', 'reloaded') AND ok").fetchone()
     assert unloaded == summary["unloads"] and loads == summary["loads"]
+
+
+def test_a_live_once_run_reconciles_first_and_waits_for_the_calls_in_flight(tmp_path, emulators) -> None:
+    """`--once` live: the engines are read before any action (the summary counts that reconcile), and the run
+    ends only when the loads it sent have answered (up to settle_s), so each is journaled with its outcome."""
+    from lorafleet.daemon.loop import Daemon, DaemonOptions
+    from lorafleet.inventory import load_inventory
+    from lorafleet.store.db import open_store
+    from tests.engine_emulator import adapter_mb
+
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    engine = emulators(kind="vllm", load_s_per_mb=1.5 / adapter_mb(str(adapters[0])))  # a load takes 1.5 s
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url)], adapters)
+    append(tmp_path / "access.jsonl", log_line("a0", ts=time.time() - 10))
+    options = DaemonOptions(policy="lru", once=True, from_start=True, logs=(str(tmp_path / "access.jsonl"),))
+    with open_store(tmp_path / "state.db") as store:
+        summary = Daemon(load_inventory(inv), store, options).run()
+    assert summary.reconciles == 1 and "a0" in engine.state.registry
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        loads = c.execute("SELECT adapter, action FROM loads WHERE source = 'daemon'").fetchall()
+    assert ("a0", "loaded") in loads
