@@ -239,3 +239,51 @@ def test_a_log_without_times_is_one_request_a_second_in_file_order() -> None:
     parser = LineParser(source, REFERENCE)
     events = [parser.parse(json.dumps({"model": name})) for name in ("code-llama3-r64", "medical-qwen-r64", "x")]
     assert [e.time for e in events if e is not None] == [1.0, 2.0, 3.0]
+
+
+def test_an_upstream_names_an_engine_by_its_address_with_the_schemes_default_port() -> None:
+    """An engine at https://host (no port) is host:443 to a log naming its upstream; an http one is host:80; a
+    full URL with a path names the engine at its host and port."""
+    parser = LineParser(JSONL, REFERENCE)
+
+    def engine(upstream: str) -> str | None:
+        event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "upstream": upstream}))
+        assert event is not None
+        return event.engine
+
+    assert engine("runpod-a100-1.proxy.example.net:443") == "runpod-a100-1/vllm-0"
+    assert engine("runpod-a100-1.proxy.example.net:80") is None
+    assert engine("http://10.20.1.15:8000/v1/completions") == "aws-p4d-use1-1/vllm-0"
+    assert parser.tally.unplaced == 1  # the adapter request whose line names no engine of the inventory
+    parser.parse(json.dumps({"ts": T0, "model": "llama3-8b", "upstream": "nowhere:1"}))  # a base request
+    parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64"}))  # no upstream at all
+    assert parser.tally.unplaced == 2
+
+
+def test_a_lines_duration_dates_its_request_at_its_arrival() -> None:
+    """The line is written at the request's end: with its duration the request arrived that much earlier."""
+    source = LogSource("x.jsonl", "jsonl", {"time": "ts", "adapter": "model", "duration_s": "took", "request_id": "id"})
+    parser = LineParser(source, REFERENCE)
+    event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "took": 2.5, "id": "-"}))
+    assert event is not None and (event.time, event.seen, event.request_id) == (T0 - 2.5, T0, None)
+    event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "took": "-", "id": "r1"}))
+    assert event is not None and (event.time, event.seen, event.request_id) == (T0, None, "r1")
+
+
+@pytest.mark.parametrize(
+    ("status", "ok"),
+    [(599, True), (600, False), (100, True), (99, False), ("0" * 29 + "200", True), ("0" * 30 + "200", False)],
+)
+def test_a_status_is_a_number_of_at_most_32_characters_within_its_range(status: object, ok: bool) -> None:
+    parser = LineParser(JSONL, REFERENCE)
+    event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "status": status}))
+    assert (event is not None) == ok
+
+
+@pytest.mark.parametrize("req", ["tenant", ["tenant"], {"tenant": "flat"}, None])
+def test_a_dotted_field_that_meets_no_object_on_its_way_is_absent(req: object) -> None:
+    """`req.tenant.id` over a string, a list or a value that is not an object: no tenant, the request kept."""
+    source = LogSource("x.jsonl", "jsonl", {"time": "ts", "adapter": "model", "tenant": "req.tenant.id"})
+    parser = LineParser(source, REFERENCE)
+    event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "req": req}))
+    assert event is not None and event.adapter == "code-llama3-r64" and event.tenant is None
