@@ -8,6 +8,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.daemon.conftest import log_line, sglang, vllm, wait_for, write_adapters, write_fleet
 from tests.engine_emulator import Fault
 
@@ -142,40 +144,28 @@ def test_an_engine_failing_then_recovering_opens_and_closes_its_breaker(tmp_path
     assert all(engine == "h/e0" and ("HTTP 503" in message or "circuit open" in message) for engine, message in errors)
 
 
-def test_sighup_with_a_valid_inventory_adds_and_removes_engines(tmp_path, emulators, daemon_process) -> None:
+@pytest.mark.parametrize("moved", [False, True], ids=["e0-leaves-e1-joins", "e0-moves"])
+def test_sighup_with_a_valid_inventory_adds_removes_and_moves_engines(
+    tmp_path, emulators, daemon_process, moved: bool
+) -> None:
+    """Engines that leave are retired, new ones start; one with new settings (a pod rescheduled at another
+    address) has its actor replaced, not left calling the old address."""
     first = emulators(kind="vllm")
-    second = emulators(kind="sglang")
+    second = emulators(kind="vllm" if moved else "sglang")
     adapters = write_adapters(tmp_path / "adapters", 2)
     inv = write_fleet(tmp_path, [vllm("e0", first.url)], adapters)
     daemon = daemon_process(inv, tmp_path / "state.db")
     wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
     append(tmp_path / "access.jsonl", log_line("a0", engine="h/e0"))
     wait_for(lambda: "a0" in first.state.registry, what="a0 on the first engine")
-    write_fleet(tmp_path, [sglang("e1", second.url)], adapters)  # e0 leaves, e1 joins
+    entry, key = (vllm("e0", second.url), "h/e0") if moved else (sglang("e1", second.url), "h/e1")
+    write_fleet(tmp_path, [entry], adapters)
     daemon.signal(signal.SIGHUP)
     wait_for(lambda: "inventory reloaded" in daemon.log(), what="the reload")
-    append(tmp_path / "access.jsonl", log_line("a1", engine="h/e1"))
+    calls = len(first.state.requests)
+    append(tmp_path / "access.jsonl", log_line("a1", engine=key))
     wait_for(lambda: "a1" in second.state.registry, what="a1 on the new engine", log=daemon.log)
-    assert "a1" not in first.state.registry
-    assert daemon.stop()[0] == 0
-
-
-def test_an_engine_back_at_another_address_is_called_there_after_a_reload(tmp_path, emulators, daemon_process) -> None:
-    """Same engine, new settings (a pod rescheduled): its actor is replaced, not left calling the old address."""
-    old, new = emulators(kind="vllm"), emulators(kind="vllm")
-    adapters = write_adapters(tmp_path / "adapters", 2)
-    inv = write_fleet(tmp_path, [vllm("e0", old.url)], adapters)
-    daemon = daemon_process(inv, tmp_path / "state.db")
-    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
-    append(tmp_path / "access.jsonl", log_line("a0", engine="h/e0"))
-    wait_for(lambda: "a0" in old.state.registry, what="a0 at the old address")
-    write_fleet(tmp_path, [vllm("e0", new.url)], adapters)
-    daemon.signal(signal.SIGHUP)
-    wait_for(lambda: "inventory reloaded" in daemon.log(), what="the reload")
-    calls = len(old.state.requests)
-    append(tmp_path / "access.jsonl", log_line("a1", engine="h/e0"))
-    wait_for(lambda: "a1" in new.state.registry, what="a1 at the new address", log=daemon.log)
-    assert "a1" not in old.state.registry and len(old.state.requests) == calls
+    assert "a1" not in first.state.registry and len(first.state.requests) == calls
     assert daemon.stop()[0] == 0
 
 

@@ -54,20 +54,27 @@ def test_a_failing_item_is_an_outcome_and_a_worker_that_cannot_start_fails_its_i
     assert isinstance(by[("dead", 7)].error, ConnectionError) and isinstance(by[("dead", 8)].error, ConnectionError)
 
 
-def test_stop_wakes_a_sleeping_worker_and_abandons_queued_items() -> None:
-    stop = Stop()
+def _sleeping_worker_stopped_once_it_runs(stop: Stop) -> Callable[[str], Iterator[Callable[[int], int]]]:
+    """A worker whose items sleep (a retry backoff, which a stop must wake at once); `stop` is set as soon as the
+    first item runs."""
     started = threading.Event()
 
     @contextmanager
     def worker(engine: str) -> Iterator[Callable[[int], int]]:
         def run(item: int) -> int:
             started.set()
-            stop.sleep(60)  # a retry backoff: must wake at once
+            stop.sleep(60)
             return item
 
         yield run
 
     threading.Thread(target=lambda: (started.wait(5), stop.set()), daemon=True).start()
+    return worker  # type: ignore[return-value]
+
+
+def test_stop_wakes_a_sleeping_worker_and_abandons_queued_items() -> None:
+    stop = Stop()
+    worker = _sleeping_worker_stopped_once_it_runs(stop)
     executor = EngineExecutor[int, int](stop=stop)
     outcomes: list[Outcome[int, int]] = []
     began = time.monotonic()
@@ -82,18 +89,7 @@ def test_an_engine_whose_turn_never_came_abandons_every_item() -> None:
     """One slot: the second engine waits for it; stopped meanwhile, none of its items started, so all are
     abandoned — none counted in flight, none lost."""
     stop = Stop()
-    started = threading.Event()
-
-    @contextmanager
-    def worker(engine: str) -> Iterator[Callable[[int], int]]:
-        def run(item: int) -> int:
-            started.set()
-            stop.sleep(60)
-            return item
-
-        yield run
-
-    threading.Thread(target=lambda: (started.wait(5), stop.set()), daemon=True).start()
+    worker = _sleeping_worker_stopped_once_it_runs(stop)
     executor = EngineExecutor[int, int](parallel=1, stop=stop)
     work = {"first": [1, 4], "second": [2, 3]}
     executor.run(work, worker, lambda o: None)
