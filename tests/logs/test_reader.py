@@ -287,3 +287,34 @@ def test_a_dotted_field_that_meets_no_object_on_its_way_is_absent(req: object) -
     parser = LineParser(source, REFERENCE)
     event = parser.parse(json.dumps({"ts": T0, "model": "code-llama3-r64", "req": req}))
     assert event is not None and event.adapter == "code-llama3-r64" and event.tenant is None
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_an_over_long_line_in_a_file_is_one_bad_line_and_the_lines_around_it_are_whole(
+    tmp_path: Path, compressed: bool
+) -> None:
+    """A line past 64 KiB is read in capped pieces and skipped to its newline: one bad line, never a piece taken
+    for a line of its own; a line of exactly 64 KiB with its newline is read whole."""
+    import gzip
+
+    from lorafleet.logs.reader import MAX_LINE_BYTES
+
+    def line(ts: int, model: str, pad: int = 0) -> bytes:
+        text = json.dumps({"ts": ts, "model": model, "pad": ""})[:-2] + "x" * pad + '"}\n'
+        return text.encode()
+
+    exact = line(30, "sql-llama3-r16")
+    exact = line(30, "sql-llama3-r16", MAX_LINE_BYTES - len(exact))
+    assert len(exact) == MAX_LINE_BYTES
+    data = line(10, "code-llama3-r64") + line(20, "legal-qwen-r32", 3 * MAX_LINE_BYTES) + exact + line(40, "x")
+    data += line(50, "code-llama3-r64").rstrip(b"\n")  # the last line, unterminated: still a line
+    log = tmp_path / "access.jsonl"
+    log.write_bytes(gzip.compress(data) if compressed else data)
+    events, tally = read_events([log], REFERENCE)
+    assert [(e.time, e.adapter) for e in events] == [
+        (10, "code-llama3-r64"),
+        (30, "sql-llama3-r16"),
+        (40, None),
+        (50, "code-llama3-r64"),
+    ]
+    assert (tally.lines, tally.bad_lines, tally.bad_reasons) == (5, 1, {"over-long line": 1})
