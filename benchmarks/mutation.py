@@ -212,6 +212,12 @@ def run_mutant(mutant: Mutant, workdir: Path, tests: list[str]) -> str:
         target.write_text(original)
 
 
+def _shown(mutant: Mutant) -> str:
+    """A mutant as a report line: where, what, and its source line."""
+    code = mutant.path.read_text().splitlines()[mutant.line - 1].strip() if mutant.line else ""
+    return f"  {mutant.path.relative_to(ROOT)}:{mutant.line} {mutant.what}  | {code[:90]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sample", type=int, default=300)
@@ -264,13 +270,11 @@ def main() -> None:
     if flaky:
         print(f"flaky ({len(flaky)}: the tests failed once, not again on a rerun; counted as survivors):")
         for m in flaky:
-            code = m.path.read_text().splitlines()[m.line - 1].strip() if m.line else ""
-            print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}  | {code[:90]}")
+            print(_shown(m))
     print("survivors:")
     for m, k in results:
         if k == SURVIVED:
-            code = m.path.read_text().splitlines()[m.line - 1].strip() if m.line else ""
-            print(f"  {m.path.relative_to(ROOT)}:{m.line} {m.what}  | {code[:90]}")
+            print(_shown(m))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ def posts(emulator: EngineEmulator) -> list[tuple[str, dict | None]]:
     return [(path, body) for method, path, body in emulator.state.requests if method == "POST"]
 
 
+def pings(*emulators: EngineEmulator) -> int:
+    """1-token requests the engines were sent (a prime, or a re-warm: the same endpoint on vLLM and SGLang)."""
+    return sum(path == "/v1/completions" for e in emulators for _, path, _ in e.state.requests)
+
+
 def test_load_then_rewarm_by_a_1_token_request(tmp_path, run_cli, emulators, adapter_dirs) -> None:
     e = emulators(kind="vllm")
     inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
@@ -309,7 +314,7 @@ def test_a_broken_client_fails_its_rows_without_hanging_the_others(tmp_path, emu
     assert results[("r8", "h/good")].action == results[("r16", "h/good")].action == "loaded"
     assert results[("r8", "h/bad")].action == results[("r16", "h/bad")].action == "failed"
     assert not any(r.ok or r.primed for key, r in results.items() if key[1] == "h/bad")
-    assert not any(path == "/v1/completions" for _, path, _ in good.state.requests)  # no --prime: none sent
+    assert pings(good) == 0  # no --prime: none sent
     assert "RuntimeError: driver exploded" in (results[("r8", "h/bad")].error or "")
 
 
@@ -336,7 +341,7 @@ def test_a_plain_warm_sends_no_1_token_request_and_its_row_times_the_load(
     inv = write_inventory(tmp_path, [vllm_entry("v", v.url), sglang_entry("s", s.url)], adapter_dirs)
     code, results = warm_json(run_cli, inv, "r8", "r64")
     assert code == 0 and {(r["action"], r["ok"], r["primed"]) for r in results} == {("loaded", True, False)}
-    assert not any(path == "/v1/completions" for _, path, _ in v.state.requests + s.state.requests)
+    assert pings(v, s) == 0
     wanted_ms = 1000.0 * adapter_mb(str(adapter_dirs[64])) * 2.0  # the emulator's load time for it
     (r64,) = [r for r in results if (r["adapter"], r["engine"]) == ("r64", "h/v")]
     assert wanted_ms <= r64["ms"] < wanted_ms + 2000.0
@@ -360,13 +365,12 @@ def test_primed_means_a_1_token_request_was_sent_even_on_a_vllm_rewarm(
     e = emulators(kind="vllm")
     inv = write_inventory(tmp_path, [vllm_entry("v", e.url)], adapter_dirs)
     warm_json(run_cli, inv, "r8")
-    pings = lambda: sum(path == "/v1/completions" for _, path, _ in e.state.requests)  # noqa: E731
-    before = pings()
+    before = pings(e)
     code, results = warm_json(run_cli, inv, "r8", "--prime")  # registered: the re-warm is the 1-token request
     assert code == 0 and (results[0]["action"], results[0]["primed"]) == ("reloaded", True)
-    assert pings() == before + 1
+    assert pings(e) == before + 1
     code, results = warm_json(run_cli, inv, "r8")  # without --prime alike: a re-warm on vLLM is that request
-    assert (results[0]["primed"], pings()) == (True, before + 2)
+    assert (results[0]["primed"], pings(e)) == (True, before + 2)
 
 
 def test_warm_plan_warms_the_placements_and_pins_what_the_plan_pins(tmp_path, run_cli, emulators, adapter_dirs) -> None:

@@ -242,8 +242,8 @@ def test_a_log_without_times_is_one_request_a_second_in_file_order() -> None:
 
 
 def test_an_upstream_names_an_engine_by_its_address_with_the_schemes_default_port() -> None:
-    """An engine at https://host (no port) is host:443 to a log naming its upstream; an http one is host:80; a
-    full URL with a path names the engine at its host and port."""
+    """An engine at https://host (no port) is host:443 to a log naming its upstream; a full URL with a path names
+    the engine at its host and port."""
     parser = LineParser(JSONL, REFERENCE)
 
     def engine(upstream: str) -> str | None:
