@@ -78,12 +78,9 @@ def read_adapters(
             message = f"duplicate adapter id {adapter_id!r} (first at {out[adapter_id].source})"
             c.add(m, "id", join(path, "id"), message)
             continue
-        base = base_models.get(got["base_model"])
-        if base is None:
-            known = ", ".join(sorted(base_models)) or "none defined"
-            message = f"{got['base_model']!r} is not a base model in this inventory (known: {known})"
-            c.add(m, "base_model", join(path, "base_model"), message)
+        if not c.base_model(m, path, got["base_model"], base_models):
             continue
+        base = base_models[got["base_model"]]
         for j, tenant in enumerate(got.get("tenants", [])):
             if tenants is not None and tenant not in tenants:
                 c.add(m["tenants"], j, f"{path}.tenants[{j}]", f"{tenant!r} is not a tenant in this inventory")

@@ -261,10 +261,7 @@ def make_engine(
     ones get the endpoint's."""
     tuning = inherit(settings, {k: v for k, v in got.items() if k in schema.TUNING.names})
     ok = True
-    if got["base_model"] not in base_models:
-        known = ", ".join(sorted(base_models)) or "none defined"
-        message = f"{got['base_model']!r} is not a base model in this inventory (known: {known})"
-        c.add(m, "base_model", join(path, "base_model"), message)
+    if not c.base_model(m, path, got["base_model"], base_models):
         ok = False
     slots = _slots(c, m, path, got, settings, tuning)
     if not ok or slots is None:

@@ -257,3 +257,22 @@ def test_verbose_output_to_a_file_is_one_utc_stamped_line_per_record(tmp_path) -
         subprocess.run(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "COLUMNS": "80"}, check=True)
     (line,) = [x for x in log.read_text().splitlines() if long_name in x]  # not wrapped at 80 columns
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO inventory ", line)
+
+
+def test_check_sums_hosts_gpus_and_engines_per_provider(run_cli, write_yaml) -> None:
+    """A host's GPUs add to its provider's count (a host that does not say adds none)."""
+    engine = "{name: e, kind: vllm, url: 'http://127.0.0.1:1', base_model: m}"
+    inv = write_yaml(
+        "fleet: f\nbase_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        f"hosts:\n  - {{name: a1, provider: aws, gpus: 2, engines: [{engine}]}}\n"
+        "  - {name: a2, provider: aws, gpus: 4}\n  - {name: a3, provider: aws}\n"
+        f"  - {{name: g1, provider: gcp, gpus: 8, engines: [{engine}]}}\n"
+    )
+    shown = json.loads(run_cli("inventory", "check", "--json", "-i", str(inv)).stdout)
+    assert [(p["provider"], p["hosts"], p["gpus"], p["engines"]) for p in shown["providers"]] == [
+        ("aws", 3, 6, 1),
+        ("gcp", 1, 8, 1),
+    ]
+    text = run_cli("inventory", "check", "-i", str(inv)).stdout
+    assert "4 hosts, 14 GPUs, 2 engines" in text
+    assert re.search(r"aws +3 hosts +6 GPUs +1 engine", text) and re.search(r"gcp +1 host +8 GPUs +1 engine", text)

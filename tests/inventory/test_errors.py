@@ -252,6 +252,42 @@ CASES = [
         "hosts[0].engines[0]",
         "missing required key 'url'",
     ),
+    *(  # every other key an engine, an adapter, a host or a base model cannot go without
+        (f"missing-{where}-{key}", edit(old, new), line, path, f"missing required key '{key}'")
+        for where, key, old, new, line, path in (
+            ("engine", "name", "      - name: e1\n        kind", "      - kind", 9, "hosts[0].engines[0]"),
+            ("engine", "kind", "        kind: vllm\n", "", 9, "hosts[0].engines[0]"),
+            ("engine", "base_model", "        base_model: m1\n", "", 9, "hosts[0].engines[0]"),
+            ("adapter", "id", "  - id: a1\n    base_model", "  - base_model", 15, "adapters[0]"),
+            ("adapter", "base_model", "    base_model: m1\n    path", "    path", 15, "adapters[0]"),
+            ("adapter", "path", "    path: /a/a1\n", "", 15, "adapters[0]"),
+            ("host", "name", "  - name: h1\n    provider", "  - provider", 5, "hosts[0]"),
+            ("base-model", "hidden_size", "{hidden_size: 4096, ", "{", 3, "base_models.m1"),
+        )
+    ),
+    ("version", "version: 2\n" + BASE, 1, "version", "unsupported inventory version 2 (supported: 1)"),
+    ("not-a-mapping", "- fleet: t\n", 1, "", "expected a mapping of sections at the top, got a list"),
+    (
+        "engine-null",
+        edit("      - name: e1\n", "      - ~\n      - name: e1\n"),
+        9,
+        "hosts[0].engines[0]",
+        "expected a mapping, got nothing (null)",
+    ),
+    (
+        "base-model-unknown",
+        edit("        base_model: m1", "        base_model: m2"),
+        12,
+        "hosts[0].engines[0].base_model",
+        "'m2' is not a base model in this inventory (known: m1)",
+    ),
+    (
+        "no-base-models",
+        BASE.replace("  m1: {", "  # m1: {"),
+        12,
+        "hosts[0].engines[0].base_model",
+        "'m1' is not a base model in this inventory (known: none defined)",
+    ),
     ("yaml-syntax", edit("  t1: {pinned: [a1]}", "  t1: {pinned: [a1}"), 20, "", "invalid YAML"),
     ("top-level-typo", edit("tenants:", "tenant:"), 19, "tenant", "did you mean 'tenants'"),
     (
@@ -407,3 +443,68 @@ def test_aliases_that_copy_past_any_inventory_are_refused_at_once(write_yaml, ru
     result = run_cli("inventory", "check", "-i", str(inv))
     assert result.exit_code == 2
     assert result.stderr == f"error: {inv}: its aliases copy more than 1,000,000 values: not an inventory\n"
+
+
+# a section added to BASE: its head, its keys (one flow mapping), the path and line a missing key is reported at
+SECTIONS = {
+    "group": ("groups:\n  g: ", ["provider: aws", "hosts: {h2: {}}"], "groups.g", 22),
+    "log": (
+        "gateway:\n  logs:\n    - ",
+        ["path: /l.jsonl", "format: jsonl", "fields: {adapter: model}"],
+        "gateway.logs[0]",
+        23,
+    ),
+    "discovery": ("discovery: ", ["context: c", "groups: []"], "discovery", 21),
+    "discovery-group": (
+        "discovery:\n  groups:\n    - ",
+        ["name: g", "selector: {app: vllm}", "port: 8000", "kind: vllm", "base_model: m1"],
+        "discovery.groups[0]",
+        23,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("group", "hosts"),
+        *(("log", k) for k in ("path", "format", "fields")),
+        ("discovery", "groups"),
+        *(("discovery-group", k) for k in ("name", "selector", "port", "kind", "base_model")),
+    ],
+)
+def test_a_section_without_a_key_it_needs_names_the_key_and_where(write_yaml, section: str, key: str) -> None:
+    head, keys, path, line = SECTIONS[section]
+    load_inventory(write_yaml(BASE + head + "{" + ", ".join(keys) + "}\n"))  # whole, it loads
+    without = [k for k in keys if not k.startswith(f"{key}:")]
+    assert len(without) == len(keys) - 1
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(write_yaml(BASE + head + "{" + ", ".join(without) + "}\n"))
+    assert [(p.line, p.path, p.message) for p in caught.value.problems] == [
+        (line, path, f"missing required key '{key}'")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("VLLM_API_KEY", False),
+        ("A" * 23, False),
+        ("A" * 24, True),  # a name this long is more likely a pasted key
+        ("abcdefghijklmn1", False),
+        ("abcdefghijklmno1", True),  # 16 characters mixing lower case and digits: a key's look
+        ("abcdefghijklmnop", False),
+        ("ABCDEFGHIJKLMNO1", False),
+    ],
+)
+def test_an_api_key_env_that_looks_like_the_key_itself_is_refused_without_echoing_it(
+    write_yaml, name: str, refused: bool
+) -> None:
+    text = edit("        max_loras: 2", f"        max_loras: 2\n        api_key_env: {name}")
+    if not refused:
+        assert load_inventory(write_yaml(text)).engines[0].api_key_env == name
+        return
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(write_yaml(text))
+    (problem,) = caught.value.problems
+    assert "not an environment variable name" in problem.message and name not in problem.message

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lorafleet.errors import InventoryError
 from lorafleet.inventory import load_inventory
 from lorafleet.inventory.ranges import expand_hostname
 from tests.conftest import INVENTORIES
@@ -124,3 +125,45 @@ def test_host_ranges(pattern: str, expected: list[str]) -> None:
 def test_bad_host_ranges(pattern: str) -> None:
     with pytest.raises(ValueError):
         expand_hostname(pattern)
+
+
+def test_a_folder_merges_sections_equal_defaults_agree_and_each_value_keeps_its_file_and_line(tmp_path: Path) -> None:
+    """Mappings merge key by key across files (base models, tenants), gateway logs concatenate, a default set
+    alike in two files is no conflict, and a value from the second file is still located in that file."""
+    models = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+    (tmp_path / "a.yaml").write_text(
+        "defaults:\n  disk_gbps: 5\nbase_models:\n" + models + "hosts:\n  - {name: h, provider: aws, engines: "
+        "[{name: e, kind: vllm, url: 'http://h:1', base_model: m}]}\n"
+        "gateway:\n  logs:\n    - {path: /l/a.jsonl, format: jsonl, fields: {adapter: model}}\n"
+    )
+    (tmp_path / "b.yaml").write_text(
+        "defaults:\n  disk_gbps: 5\nbase_models:\n  n: {hidden_size: 64, intermediate_size: 128, num_layers: 2,"
+        " num_attention_heads: 4}\ngateway:\n  logs:\n    - {path: /l/b.jsonl, format: jsonl, fields: {adapter: model}}\n"
+    )
+    inv = load_inventory(tmp_path)
+    assert sorted(inv.base_models) == ["m", "n"]
+    assert [s.path for s in inv.gateway_logs] == ["/l/a.jsonl", "/l/b.jsonl"]
+    assert inv.hosts[0].engines[0].load.disk_gbps == 5
+
+    (tmp_path / "b.yaml").write_text(
+        "base_models:\n\n\n  n: {hidden_size: -1, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "  o: 5\n"
+    )
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(tmp_path)
+    assert [(Path(p.file).name, p.line, p.path) for p in caught.value.problems] == [
+        ("b.yaml", 4, "base_models.n.hidden_size"),
+        ("b.yaml", 5, "base_models.o"),
+    ]
+
+    (tmp_path / "b.yaml").write_text("defaults:\n  disk_gbps: 6\n")
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(tmp_path)
+    (problem,) = caught.value.problems
+    assert (Path(problem.file).name, problem.line, problem.path) == ("b.yaml", 2, "defaults.disk_gbps")
+    assert "conflicts with the one defined at" in problem.message and "a.yaml:2" in problem.message
+
+
+def test_version_1_is_this_format(write_yaml) -> None:
+    inv = load_inventory(write_yaml((INVENTORIES / "demo.yaml").read_text().replace("fleet:", "version: 1\nfleet:", 1)))
+    assert inv.engines
