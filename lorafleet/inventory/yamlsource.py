@@ -161,7 +161,7 @@ class _Builder:
             except ValueError as exc:
                 self.problems.append(Problem(self.file, line, path, f"unreadable key ({str(exc).split(':')[0]})"))
                 continue
-            if not isinstance(key, (str, int, float, bool)) or key is None:
+            if not isinstance(key, (str, int, float, bool)):  # a list, a mapping, a null
                 self.problems.append(Problem(self.file, line, path, "mapping keys must be plain names"))
                 continue
             if key in own:
@@ -203,9 +203,10 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
             problems.append(Problem(file, number, "", "tab in indentation; YAML indents with spaces only"))
     if problems:
         return None, problems
-    loader = (C_LOADER or yaml.SafeLoader)(text)
+    loader = None
     with paused():  # a big inventory is hundreds of thousands of new, long-lived objects: nothing to collect
         try:
+            loader = (C_LOADER or yaml.SafeLoader)(text)  # PyYAML's own reader checks every character here
             node = loader.get_single_node()
             if node is None:
                 return None, [Problem(file, None, "", "the file is empty")]
@@ -218,10 +219,11 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
                 what = f"{exc.problem} ({exc.context})"
             return None, [Problem(file, line, "", f"invalid YAML: {what}")]
         except yaml.reader.ReaderError as exc:  # a character YAML does not allow: its line, in one line
-            if isinstance(exc.character, str):  # PyYAML's reader: a position in characters
-                code, line = ord(exc.character), text.count("\n", 0, exc.position) + 1
-            else:  # libyaml's: the character's code, its position in the UTF-8 bytes
-                code, line = exc.character, text.encode("utf-8", "replace").count(b"\n", 0, exc.position) + 1
+            code = ord(exc.character) if isinstance(exc.character, str) else exc.character
+            if C_LOADER is None:  # PyYAML's own reader: a position in characters
+                line = text.count("\n", 0, exc.position) + 1
+            else:  # libyaml's: a position in the UTF-8 bytes
+                line = text.encode("utf-8", "replace").count(b"\n", 0, exc.position) + 1
             return None, [Problem(file, line, "", f"invalid YAML: character {code:#06x}: {exc.reason}")]
         except yaml.YAMLError as exc:
             return None, [Problem(file, None, "", f"invalid YAML: {exc}")]
@@ -230,4 +232,5 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem
                 Problem(file, None, "", f"its aliases copy more than {MAX_ALIASED_VALUES:,} values: not an inventory")
             ]
         finally:
-            loader.dispose()
+            if loader is not None:
+                loader.dispose()

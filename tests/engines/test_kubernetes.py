@@ -216,9 +216,13 @@ def test_endpoints_the_api_should_never_send_are_no_engines_and_the_rest_are_ser
     tmp_path: Path, kube: FakeKube
 ) -> None:
     """What the API sends is data: a port outside 1-65535, an address that is no IP address (a URL, an
-    object), a pod name that is no Kubernetes name (a forged log line) or a part of the wrong shape is skipped —
+    object) or none, a pod name that is no Kubernetes name (a forged log line) or a part of the wrong shape is skipped —
     the daemon went down on such a slice before — and the well-formed pods of the same group are engines."""
     bad_port = endpoint_slice("p-99999", [("vllm-9", "10.0.0.9")], 99999)
+    past_ports = endpoint_slice("p-65536", [("vllm-3", "10.0.0.3")], 65536)
+    last_port = endpoint_slice("p-65535", [("vllm-2", "10.0.0.2")], 65535)
+    first_port = endpoint_slice("p-1", [("vllm-11", "10.0.0.11")], 1)
+    no_port = endpoint_slice("p-0", [("vllm-12", "10.0.0.12")], 0)
     bad_parts = endpoint_slice("parts", [("vllm-5", "10.0.0.5")], 8000)
     bad_parts["endpoints"] = [
         {"addresses": ["10.0.0.6:80/#"], "targetRef": {"kind": "Pod", "name": "vllm-6"}},
@@ -226,22 +230,31 @@ def test_endpoints_the_api_should_never_send_are_no_engines_and_the_rest_are_ser
         {"addresses": ["10.0.0.8"], "targetRef": {"kind": "Pod", "name": "p1\n2026-01-01 ERROR forged"}},
         {"addresses": ["10.0.0.4"], "conditions": [1], "targetRef": "vllm-4"},
         "not an endpoint",
+        {"addresses": [], "targetRef": {"kind": "Pod", "name": "vllm-10"}},
         {"addresses": ["10.0.0.5"], "conditions": {"ready": True}, "targetRef": {"kind": "Pod", "name": "vllm-5"}},
     ]
-    kube.put(bad_port)
-    kube.put(bad_parts)
+    for bad in (bad_port, past_ports, last_port, first_port, no_port, bad_parts):
+        kube.put(bad)
     kube.put(endpoint_slice("ok", [("vllm-0", "10.0.0.1"), ("vllm-1", "fd00::1")], 8000))
     inv = inventory(tmp_path, kube)
     found = discover_once(inv)
     assert [(e.name, e.url) for e in found["pool"]] == [
         ("vllm-0", "http://10.0.0.1:8000"),
         ("vllm-1", "http://[fd00::1]:8000"),
+        ("vllm-11", "http://10.0.0.11:1"),
+        ("vllm-2", "http://10.0.0.2:65535"),
         ("vllm-5", "http://10.0.0.5:8000"),
     ]
     discovery = Discovery()
     discovery.configure(inv)
     try:
-        assert set(engines(discovery, inv)) == {"pool/vllm-0", "pool/vllm-1", "pool/vllm-5"}
+        assert set(engines(discovery, inv)) == {
+            "pool/vllm-0",
+            "pool/vllm-1",
+            "pool/vllm-11",
+            "pool/vllm-2",
+            "pool/vllm-5",
+        }
     finally:
         discovery.close()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet.errors import InventoryError
-from lorafleet.inventory import load_inventory
+from lorafleet.inventory import load_inventory, yamlsource
 
 BASE = """\
 fleet: t
@@ -199,6 +199,13 @@ CASES = [
         14,
         "hosts[0].engines[0].api_key_env",
         "not an environment variable name",
+    ),
+    (
+        "host-name-invalid",
+        edit("  - name: h1", "  - name: h[1:2]-"),
+        5,
+        "hosts[0].name",
+        "'h1-' is not a valid host name",
     ),
     ("range-reversed", edit("  - name: h1", "  - name: h[5:1]"), 5, "hosts[0].name", "5 is greater than 1"),
     ("range-malformed", edit("  - name: h1", "  - name: h[1-4]"), 5, "hosts[0].name", "expected [FIRST:LAST]"),
@@ -508,3 +515,36 @@ def test_an_api_key_env_that_looks_like_the_key_itself_is_refused_without_echoin
         load_inventory(write_yaml(text))
     (problem,) = caught.value.problems
     assert "not an environment variable name" in problem.message and name not in problem.message
+
+
+@pytest.mark.parametrize("selector", ["{}", "[app]", "''"])
+def test_a_discovery_selector_that_selects_nothing_in_particular_is_refused(write_yaml, selector: str) -> None:
+    """An empty selector would match every endpoint slice of the namespace: every pod would be an engine."""
+    group = f"{{name: g, selector: {selector}, port: 8000, kind: vllm, base_model: m1}}"
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(write_yaml(BASE + f"discovery:\n  groups:\n    - {group}\n"))
+    assert [(p.line, p.path) for p in caught.value.problems] == [(23, "discovery.groups[0].selector")]
+    assert caught.value.problems[0].message.startswith("expected a mapping of labels or a selector string, got ")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["libyaml", "pure-python"])
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("fleet: t\nhosts:\n  - name: h\x01\n", 3, "invalid YAML: character 0x0001"),
+        ("fleet: t\n# " + "é" * 100 + "\nhosts: []\n\n\n\nx: a\x01\n", 7, "invalid YAML: character 0x0001"),
+        ("fleet: t\n? [a, b]\n: 1\n", 2, "mapping keys must be plain names"),
+        ("fleet: t\n~: 1\n", 2, "mapping keys must be plain names"),
+        ("fleet: t\n\nfleet: u\n", 3, "duplicate key (first defined on line 1)"),
+    ],
+)
+def test_either_yaml_reader_locates_what_it_cannot_take(
+    write_yaml, monkeypatch, fast: bool, text: str, line: int, words: str
+) -> None:
+    """libyaml and PyYAML's own reader (where libyaml is not installed) count positions differently."""
+    if not fast:
+        monkeypatch.setattr(yamlsource, "C_LOADER", None)
+    elif yamlsource.C_LOADER is None:
+        pytest.skip("PyYAML built without libyaml here")
+    _, problems = yamlsource.load_yaml(write_yaml(text))
+    assert [(p.line, words in p.message) for p in problems] == [(line, True)], problems

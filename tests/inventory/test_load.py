@@ -120,7 +120,8 @@ def test_host_ranges(pattern: str, expected: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "pattern", ["n[3:1]", "n[1-3]", "n[1:3", "n]", "n[0:99999]", "r[1:200]-n[1:200]", "n[0:999999999999999]"]
+    "pattern",
+    ["n[3:1]", "n[1-3]", "n[1:3", "n]", "r[1:2]x]y[3:4]", "n[0:99999]", "r[1:200]-n[1:200]", "n[0:999999999999999]"],
 )
 def test_bad_host_ranges(pattern: str) -> None:
     with pytest.raises(ValueError):
@@ -128,7 +129,7 @@ def test_bad_host_ranges(pattern: str) -> None:
 
 
 def test_a_folder_merges_sections_equal_defaults_agree_and_each_value_keeps_its_file_and_line(tmp_path: Path) -> None:
-    """Mappings merge key by key across files (base models, tenants), gateway logs concatenate, a default set
+    """Mappings merge key by key across files (base models here), gateway logs concatenate, a default set
     alike in two files is no conflict, and a value from the second file is still located in that file."""
     models = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
     (tmp_path / "a.yaml").write_text(
@@ -138,7 +139,8 @@ def test_a_folder_merges_sections_equal_defaults_agree_and_each_value_keeps_its_
     )
     (tmp_path / "b.yaml").write_text(
         "defaults:\n  disk_gbps: 5\nbase_models:\n  n: {hidden_size: 64, intermediate_size: 128, num_layers: 2,"
-        " num_attention_heads: 4}\ngateway:\n  logs:\n    - {path: /l/b.jsonl, format: jsonl, fields: {adapter: model}}\n"
+        " num_attention_heads: 4}\ngateway:\n  logs:\n"
+        "    - {path: /l/b.jsonl, format: jsonl, fields: {adapter: model}}\n"
     )
     inv = load_inventory(tmp_path)
     assert sorted(inv.base_models) == ["m", "n"]
@@ -167,3 +169,11 @@ def test_a_folder_merges_sections_equal_defaults_agree_and_each_value_keeps_its_
 def test_version_1_is_this_format(write_yaml) -> None:
     inv = load_inventory(write_yaml((INVENTORIES / "demo.yaml").read_text().replace("fleet:", "version: 1\nfleet:", 1)))
     assert inv.engines
+
+
+def test_empty_sections_an_admin_left_in_a_template_are_nothing_not_errors(write_yaml) -> None:
+    """`gateway:`, `tenants:` and a tenant with nothing under it are written as YAML nulls."""
+    models = "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+    inv = load_inventory(write_yaml(models + "gateway:\ntenants:\n"))
+    assert (inv.gateway_logs, inv.tenants) == ((), {})
+    assert list(load_inventory(write_yaml(models + "tenants:\n  t:\n")).tenants) == ["t"]
