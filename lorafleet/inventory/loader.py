@@ -69,7 +69,7 @@ def _load(path: str | Path) -> Inventory:
     checker = Checker()
     docs: list[LDict] = []
     for file in files:
-        doc, found = load_yaml(file, str(file))
+        doc, found = load_yaml(file)
         checker.problems.extend(found)
         if doc is None:
             continue

@@ -181,9 +181,9 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def load_yaml(path: Path, display: str | None = None) -> tuple[Any, list[Problem]]:
+def load_yaml(path: Path) -> tuple[Any, list[Problem]]:
     """Parse one YAML file into line-aware values; problems are returned, never raised."""
-    file = display or str(path)
+    file = str(path)
     problems: list[Problem] = []
     try:
         if is_device(path):  # /dev/zero: read until memory ends

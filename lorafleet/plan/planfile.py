@@ -49,7 +49,7 @@ def write_plan(path: Path, text: str, force: bool) -> None:
 def read_plan(path: str | Path, inventory: Inventory) -> PlannedResidency:
     """A plan file, checked against this inventory: every problem with its file and line, exit 2."""
     path = Path(path)
-    doc, problems = load_yaml(path, str(path))
+    doc, problems = load_yaml(path)
     c = Checker()
     c.problems = problems
     placements: list[Placement] = []

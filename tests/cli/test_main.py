@@ -263,7 +263,8 @@ def test_check_sums_hosts_gpus_and_engines_per_provider(run_cli, write_yaml) -> 
     """A host's GPUs add to its provider's count (a host that does not say adds none)."""
     engine = "{name: e, kind: vllm, url: 'http://127.0.0.1:1', base_model: m}"
     inv = write_yaml(
-        "fleet: f\nbase_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+        "fleet: f\nbase_models:\n"
+        "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
         f"hosts:\n  - {{name: a1, provider: aws, gpus: 2, engines: [{engine}]}}\n"
         "  - {name: a2, provider: aws, gpus: 4}\n  - {name: a3, provider: aws}\n"
         f"  - {{name: g1, provider: gcp, gpus: 8, engines: [{engine}]}}\n"

@@ -207,6 +207,13 @@ CASES = [
         "hosts[0].name",
         "'h1-' is not a valid host name",
     ),
+    (
+        "load-fixed-negative",
+        edit("        max_loras: 2", "        max_loras: 2\n        load_fixed_ms: -0.5"),
+        14,
+        "hosts[0].engines[0].load_fixed_ms",
+        "must not be negative, got -0.5",
+    ),
     ("range-reversed", edit("  - name: h1", "  - name: h[5:1]"), 5, "hosts[0].name", "5 is greater than 1"),
     ("range-malformed", edit("  - name: h1", "  - name: h[1-4]"), 5, "hosts[0].name", "expected [FIRST:LAST]"),
     (

@@ -177,3 +177,9 @@ def test_empty_sections_an_admin_left_in_a_template_are_nothing_not_errors(write
     inv = load_inventory(write_yaml(models + "gateway:\ntenants:\n"))
     assert (inv.gateway_logs, inv.tenants) == ((), {})
     assert list(load_inventory(write_yaml(models + "tenants:\n  t:\n")).tenants) == ["t"]
+
+
+def test_a_load_with_no_fixed_cost_is_allowed(write_yaml) -> None:
+    text = (INVENTORIES / "demo.yaml").read_text()
+    inv = load_inventory(write_yaml(text.replace("\n  load_fixed_ms: 15\n", "\n  load_fixed_ms: 0\n", 1)))
+    assert {e.load.load_fixed_ms for e in inv.engines} == {0.0}

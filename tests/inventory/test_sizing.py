@@ -84,6 +84,9 @@ _NEG = b'{"w": {"dtype": "F32", "shape": [-1, 2]}}'
         (len(_Q4).to_bytes(8, "little") + _Q4, "unknown dtype 'Q4'"),
         (len(_NEG).to_bytes(8, "little") + _NEG, "malformed shape"),
         (_header('{"w": {"dtype": ["BF16"], "shape": [2]}}'), "unknown dtype"),
+        (_header('{"w": {"dtype": "F32"}}'), "has no dtype or shape"),
+        (_header('{"w": {"shape": [2]}}'), "has no dtype or shape"),
+        (_header('{"w": [2]}'), "has no dtype or shape"),
         (_header('{"w": {"dtype": "F32", "shape": [true, 2]}}'), "malformed shape"),
         (_header('{"w": {"dtype": "F32", "shape": [1e300]}}'), "malformed shape"),
         (_header('{"w": {"dtype": "F32", "shape": [4294967296, 4294967296]}}'), "more than a pebibyte"),
@@ -146,3 +149,35 @@ def test_a_rank_of_true_is_no_rank(tmp_path: Path) -> None:
     write_peft_adapter(tmp_path / "a", rank=8, modules={"q_proj": (64, 64)}, layers=1, dtype="F32")
     (tmp_path / "a" / "adapter_config.json").write_text('{"r": true, "target_modules": ["q_proj"]}')
     assert measure_adapter(tmp_path / "a").rank is None
+
+
+# Bytes per element of every dtype the safetensors format defines (huggingface/safetensors, `Dtype`).
+SPEC_BYTES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+    "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("dtype", "size"), sorted(SPEC_BYTES.items()))
+def test_each_dtype_counts_its_bytes_and_an_empty_dimension_none(tmp_path: Path, dtype: str, size: int) -> None:
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(
+        _header(
+            f'{{"__metadata__": {{"format": "pt"}}, "w": {{"dtype": "{dtype}", "shape": [3, 5]}},'
+            f' "e": {{"dtype": "{dtype}", "shape": [0, 7]}}}}'
+        )
+    )
+    assert read_safetensors_bytes(path) == 15 * size
+
+
+def test_the_adapters_own_weights_file_is_measured_else_the_first_safetensors(tmp_path: Path) -> None:
+    """PEFT writes adapter_model.safetensors; a folder without it is measured by its first .safetensors."""
+    write_peft_adapter(tmp_path / "a", rank=8, modules={"q_proj": (64, 64)}, layers=1, dtype="F32")
+    (tmp_path / "a" / "0-other.safetensors").write_bytes(_header('{"w": {"dtype": "F32", "shape": [1]}}'))
+    assert measure_adapter(tmp_path / "a").size_bytes == 8 * (64 + 64) * 4
+    (tmp_path / "a" / "adapter_model.safetensors").unlink()
+    measured = measure_adapter(tmp_path / "a")
+    assert (measured.size_bytes, Path(measured.weights_file).name) == (4, "0-other.safetensors")
+    (tmp_path / "a" / "0-other.safetensors").unlink()
+    with pytest.raises(SizingError, match=r"no \.safetensors weights"):
+        measure_adapter(tmp_path / "a")
