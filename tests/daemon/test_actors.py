@@ -145,3 +145,73 @@ def test_a_reconcile_refused_by_a_full_queue_does_not_stop_later_ones(tmp_path: 
         actor.inbox.get_nowait()
     actor.submit(Work(RECONCILE))
     assert actor.inbox.qsize() == 1
+
+
+def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulators) -> None:
+    """The engine's own faults (5xx, no connection) open its breaker, and a reconcile, the probe, closes it; an
+    answer about one adapter (its files missing) backs off that adapter alone, the engine being up; an unload of
+    what the engine does not hold has what it wanted, a touch of it did not happen; a prefetch of what is already
+    registered sends the 1-token request that brings it back to the cache, a demand load does not (the request
+    that asked for it did)."""
+    from lorafleet.daemon.actors import RECONCILE, REFUSED, EngineActor, Work
+    from lorafleet.daemon.breaker import CircuitBreaker
+    from lorafleet.drive.session import LOADED, NOT_REGISTERED, RELOADED, UNLOADED, Call
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+    from lorafleet.policy.core import DEMAND, LOAD, PREFETCH, TOUCH, UNLOAD
+    from tests.engine_emulator import Fault
+
+    emulator = emulators(kind="vllm")
+    folders = write_adapters(tmp_path / "a", 3)
+    inv = load_inventory(write_fleet(tmp_path, [vllm("e0", emulator.url)], folders))
+    engine = inv.engines[0]
+    outbox: queue.Queue = queue.Queue()
+    stop = Stop()
+    actor = EngineActor(engine, make_client, outbox, stop, lambda key, names: [], CircuitBreaker(failures_to_open=2))
+    actor.start()
+
+    def do(action: str, adapter: str | None = None, reason: str = PREFETCH, path: str | None = None):
+        call = None if adapter is None else Call(action, engine.key, adapter, reason)
+        if path is None and adapter is not None:
+            path = str(folders[int(adapter[1:])]) if adapter[1:].isdigit() else str(tmp_path / "gone")
+        actor.submit(Work(action, call, path))
+        return outbox.get(timeout=10)
+
+    def completions() -> int:
+        return sum(p == "/v1/completions" for _, p, _ in emulator.state.requests)
+
+    try:
+        done = do(LOAD, "a0")
+        assert (done.ok, done.action) == (True, LOADED)
+        done = do(LOAD, "a0", PREFETCH)
+        assert (done.ok, done.action, completions()) == (True, RELOADED, 1)
+        done = do(LOAD, "a0", DEMAND)
+        assert (done.ok, done.action, completions()) == (True, RELOADED, 1)
+
+        done = do(UNLOAD, "a1")  # not registered: the unload's wanted state holds
+        assert (done.ok, done.action, done.error) == (True, NOT_REGISTERED, None)
+        done = do(TOUCH, "a1")  # not registered: no touch happened
+        assert (done.ok, done.action) == (False, NOT_REGISTERED) and done.error
+
+        done = do(LOAD, "ax")  # its files are missing: the engine says so (404) and is up
+        assert (done.ok, done.action) == (False, "failed") and actor.breaker.state == "closed"
+        sent = len(emulator.state.requests)
+        done = do(LOAD, "ax")
+        assert (done.ok, done.action) == (False, REFUSED) and "ax backing off" in done.error
+        assert len(emulator.state.requests) == sent
+        assert (do(LOAD, "a1").ok, do(UNLOAD, "a1").action) == (True, UNLOADED)  # the others are served
+
+        emulator.state.faults.append(Fault(status=500, times=10**6, message="boom", path="/v1/load_lora_adapter"))
+        assert [do(LOAD, "a2").action for _ in range(2)] == ["failed", "failed"]  # each after the client's retries
+        emulator.state.faults.clear()
+        sent = len(emulator.state.requests)
+        done = do(LOAD, "a2")  # two engine faults: its circuit is open, nothing is sent
+        assert (done.action, done.error) == (REFUSED, f"{engine.key}: circuit open after repeated failures")
+        assert len(emulator.state.requests) == sent
+        done = do(RECONCILE)  # the probe goes through an open circuit and, answered, closes it
+        assert done.ok and done.registry == frozenset({"a0"}) and actor.breaker.state == "closed"
+        assert do(LOAD, "a2").action == LOADED
+    finally:
+        stop.set()
+        actor.wake()
+        actor.thread.join(5)
