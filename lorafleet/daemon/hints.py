@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
 
-from lorafleet.daemon.listening import serve_in_thread
+from lorafleet.daemon.listening import close_served, serve_in_thread
 from lorafleet.daemon.metrics import HINT_OUTCOMES
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import MAX_NAME_CHARS
@@ -163,10 +163,8 @@ class HintIngress:
         return bound
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        close_served(self.server)
+        self.server = None
 
 
 def _handler(ingress: HintIngress) -> type[BaseHTTPRequestHandler]:

@@ -26,4 +26,11 @@ def serve_in_thread(
     return server, f"{host}:{server.server_address[1]}"
 
 
-__all__ = ["serve_in_thread"]
+def close_served(server: Any) -> None:
+    """Stop a server `serve_in_thread` started and close its socket (None: nothing is served)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+__all__ = ["close_served", "serve_in_thread"]

@@ -22,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, make_wsgi_app
 
 from lorafleet import __version__
-from lorafleet.daemon.listening import serve_in_thread
+from lorafleet.daemon.listening import close_served, serve_in_thread
 
 log = logging.getLogger("lorafleet.daemon")
 
@@ -203,10 +203,8 @@ class DaemonMetrics:
         return bound
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        close_served(self.server)
+        self.server = None
 
 
 def metric_names() -> list[str]:
