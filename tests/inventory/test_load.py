@@ -183,3 +183,22 @@ def test_a_load_with_no_fixed_cost_is_allowed(write_yaml) -> None:
     text = (INVENTORIES / "demo.yaml").read_text()
     inv = load_inventory(write_yaml(text.replace("\n  load_fixed_ms: 15\n", "\n  load_fixed_ms: 0\n", 1)))
     assert {e.load.load_fixed_ms for e in inv.engines} == {0.0}
+
+
+def test_the_load_time_model_reads_from_disk_then_copies_and_a_warm_adapter_pays_the_copy_only() -> None:
+    """As the reference inventory's defaults say: fixed overhead + size / disk rate + size / host-to-device rate."""
+    from lorafleet.inventory.model import LoadModel
+
+    load = LoadModel(load_fixed_ms=15.0, disk_gbps=3.0, h2d_gbps=25.0)
+    size = 300_000_000  # 300 MB: 100 ms from disk at 3 GB/s, 12 ms to the GPU at 25 GB/s
+    assert load.copy_ms(size) == pytest.approx(12.0)
+    assert load.cold_ms(size) == pytest.approx(15.0 + 100.0 + 12.0)
+
+
+def test_the_last_port_number_is_a_port(write_yaml) -> None:
+    text = (INVENTORIES / "demo.yaml").read_text()
+    host = text.index("\n  - name: ")
+    inv = load_inventory(
+        write_yaml(text[:host] + text[host:].replace("\n    provider:", "\n    ssh: {port: 65535}\n    provider:", 1))
+    )
+    assert inv.hosts[0].ssh.port == 65535

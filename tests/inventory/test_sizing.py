@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lorafleet.errors import InventoryError
 from lorafleet.inventory import load_inventory
 from lorafleet.inventory.model import BaseModel
 from lorafleet.inventory.sizing import (
@@ -181,3 +182,30 @@ def test_the_adapters_own_weights_file_is_measured_else_the_first_safetensors(tm
     (tmp_path / "a" / "0-other.safetensors").unlink()
     with pytest.raises(SizingError, match=r"no \.safetensors weights"):
         measure_adapter(tmp_path / "a")
+
+
+def test_target_modules_written_in_the_inventory_win_over_adapter_config(tmp_path: Path, write_yaml) -> None:
+    write_peft_adapter(tmp_path / "qv", rank=8, modules={"q_proj": (64, 64), "v_proj": (64, 16)}, layers=2)
+    models = "base_models:\n  tiny: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
+    inv = load_inventory(
+        write_yaml(
+            models + "adapters:\n"
+            "  - {id: read, base_model: tiny, path: /e/qv, files: qv}\n"
+            "  - {id: said, base_model: tiny, path: /e/qv, files: qv, target_modules: [q_proj]}\n"
+        )
+    )
+    assert inv.adapters["read"].target_modules == ("q_proj", "v_proj")
+    assert inv.adapters["said"].target_modules == ("q_proj",)
+    assert inv.adapters["said"].size_bytes == inv.adapters["read"].size_bytes  # the bytes are measured either way
+
+
+def test_a_head_size_that_does_not_divide_needs_head_dim(write_yaml) -> None:
+    model = "base_models:\n  odd: {hidden_size: 100, intermediate_size: 128, num_layers: 2, num_attention_heads: 3%s}\n"
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(write_yaml(model % ""))
+    (problem,) = caught.value.problems
+    assert (problem.path, problem.message) == (
+        "base_models.odd.hidden_size",
+        "hidden_size (100) is not divisible by num_attention_heads (3); give head_dim",
+    )
+    assert load_inventory(write_yaml(model % ", head_dim: 32")).base_models["odd"].head_dim == 32
