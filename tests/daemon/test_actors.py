@@ -3,6 +3,7 @@ registry reads share a few slots over the fleet, and every engine client shares 
 
 from __future__ import annotations
 
+import os
 import queue
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def test_a_retired_idle_actor_ends_at_once_and_a_stopped_one_when_woken(tmp_path
         actor = EngineActor(inv.engines[0], no_client, outbox, stop, lambda key, names: [])
         actor.start()
         actor.submit(Work(RECONCILE))
-        assert outbox.get(timeout=5).error == "no key"  # answered: the actor is back waiting on its queue
+        answer = outbox.get(timeout=5)
+        assert (answer.ok, answer.action, answer.error) == (False, "failed", "no key")  # answered: waiting again
         actors.append(actor)
     retired, stopped = actors
     retired.retire()
@@ -140,7 +142,8 @@ def test_a_reconcile_refused_by_a_full_queue_does_not_stop_later_ones(tmp_path: 
     actor.submit(Work("touch"))  # the 512th is taken
     assert actor.inbox.qsize() == 512 and outbox.empty()
     actor.submit(Work(RECONCILE))  # the 513th is refused at once
-    assert outbox.get_nowait().action == REFUSED and actor.inbox.qsize() == 512
+    refused = outbox.get_nowait()
+    assert (refused.ok, refused.action) == (False, REFUSED) and actor.inbox.qsize() == 512
     while not actor.inbox.empty():
         actor.inbox.get_nowait()
     actor.submit(Work(RECONCILE))
@@ -167,7 +170,12 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
     engine = inv.engines[0]
     outbox: queue.Queue = queue.Queue()
     stop = Stop()
-    actor = EngineActor(engine, make_client, outbox, stop, lambda key, names: [], CircuitBreaker(failures_to_open=2))
+    gone: set[str] = set()  # adapters whose files the test says are gone; else a path that does not exist is
+
+    def files_gone(key: str, names: dict[str, str]) -> list[str]:
+        return sorted(n for n, p in names.items() if n in gone or not os.path.exists(p))
+
+    actor = EngineActor(engine, make_client, outbox, stop, files_gone, CircuitBreaker(failures_to_open=2))
     actor.start()
 
     def do(action: str, adapter: str | None = None, reason: str = PREFETCH, path: str | None = None):
@@ -182,7 +190,7 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
 
     try:
         done = do(LOAD, "a0")
-        assert (done.ok, done.action) == (True, LOADED)
+        assert (done.ok, done.action) == (True, LOADED) and 0 <= done.ms < 10_000
         done = do(LOAD, "a0", PREFETCH)
         assert (done.ok, done.action, completions()) == (True, RELOADED, 1)
         done = do(LOAD, "a0", DEMAND)
@@ -202,15 +210,80 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
         assert (do(LOAD, "a1").ok, do(UNLOAD, "a1").action) == (True, UNLOADED)  # the others are served
 
         emulator.state.faults.append(Fault(status=500, times=10**6, message="boom", path="/v1/load_lora_adapter"))
-        assert [do(LOAD, "a2").action for _ in range(2)] == ["failed", "failed"]  # each after the client's retries
+        failed = [do(LOAD, "a2") for _ in range(2)]  # each after the client's retries
+        assert [(d.ok, d.action) for d in failed] == [(False, "failed")] * 2 and all("boom" in d.error for d in failed)
         emulator.state.faults.clear()
         sent = len(emulator.state.requests)
         done = do(LOAD, "a2")  # two engine faults: its circuit is open, nothing is sent
-        assert (done.action, done.error) == (REFUSED, f"{engine.key}: circuit open after repeated failures")
+        assert (done.ok, done.action, done.error) == (
+            False,
+            REFUSED,
+            f"{engine.key}: circuit open after repeated failures",
+        )
         assert len(emulator.state.requests) == sent
         done = do(RECONCILE)  # the probe goes through an open circuit and, answered, closes it
         assert done.ok and done.registry == frozenset({"a0"}) and actor.breaker.state == "closed"
         assert do(LOAD, "a2").action == LOADED
+
+        done = do(RECONCILE)  # a second reconcile is answered too: the first one's mark went when it ran
+        assert emulator.state.gpu.keys() == {"a1", "a2"}  # a1, unloaded, keeps its slot (vLLM's known defect)
+        assert (done.registry, done.running, done.vanished, done.back) == (frozenset({"a0", "a2"}), ("a2",), (), ())
+        gone.add("a2")  # a2's files vanish: unregistered at once, then neither registered nor running to the book
+        watch = (("a1", str(folders[1])), ("ax", str(tmp_path / "gone")))
+        actor.submit(Work(RECONCILE, watch=watch))
+        done = outbox.get(timeout=10)
+        assert (done.ok, done.vanished, done.registry, done.running) == (True, ("a2",), frozenset({"a0"}), ())
+        assert "a2" not in emulator.state.registry
+        assert done.back == ("a1",)  # of the adapters watched, those whose files are there again
+
+        emulator.state.faults.append(Fault(status=0, hang_s=5.0, path="/v1/load_lora_adapter"))
+        actor.submit(Work(LOAD, Call(LOAD, engine.key, "a1", PREFETCH), str(folders[1])))
+        wait_for(lambda: actor.busy_since is not None, what="the load to be sent")
+        stop.set()  # the daemon stops while the engine has not answered
+        done = outbox.get(timeout=3)
+        assert (done.ok, done.action, done.error) == (False, "failed", "stopped while in flight")
+    finally:
+        stop.set()
+        actor.wake()
+        actor.thread.join(5)
+
+
+def test_an_unexpected_error_is_an_engine_failure_and_the_actor_goes_on(tmp_path: Path, emulators) -> None:
+    """Never let one engine's surprise end its thread: the call fails, counted against the engine's breaker."""
+    from lorafleet.daemon.actors import EngineActor, Work
+    from lorafleet.drive.session import LOADED, Call
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+    from lorafleet.policy.core import LOAD, PREFETCH
+
+    emulator = emulators(kind="vllm")
+    folders = write_adapters(tmp_path / "a", 2)
+    engine = load_inventory(write_fleet(tmp_path, [vllm("e0", emulator.url)], folders)).engines[0]
+    surprises = [RuntimeError("surprise")]
+
+    def client_factory(engine):
+        client = make_client(engine)
+        real = client.load
+
+        def load(*args, **kwargs):
+            if surprises:
+                raise surprises.pop()
+            return real(*args, **kwargs)
+
+        client.load = load
+        return client
+
+    outbox: queue.Queue = queue.Queue()
+    stop = Stop()
+    actor = EngineActor(engine, client_factory, outbox, stop, lambda key, names: [])
+    actor.start()
+    try:
+        for i, expected in enumerate(((False, "failed"), (True, LOADED))):
+            actor.submit(Work(LOAD, Call(LOAD, engine.key, f"a{i}", PREFETCH), str(folders[i])))
+            done = outbox.get(timeout=10)
+            assert (done.ok, done.action) == expected
+            if not done.ok:
+                assert done.error == f"{engine.key}: RuntimeError: surprise" and actor.breaker.failures == 1
     finally:
         stop.set()
         actor.wake()

@@ -72,6 +72,12 @@ def test_a_standby_takes_over_when_the_holder_lets_go_and_a_stop_ends_its_wait(t
     got[0].release()
 
 
+def test_a_state_file_in_a_folder_not_made_yet_gets_its_folder(tmp_path: Path) -> None:
+    lock = StateLock(tmp_path / "new" / "deeper" / "s.db")
+    assert lock.try_take() and (tmp_path / "new" / "deeper" / "s.db.lock").is_file()
+    lock.release()
+
+
 def test_a_lock_or_state_file_that_cannot_be_made_is_an_input_error_that_holds_nothing(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match=re.escape(f"cannot make the state file's lock {tmp_path}/file/s.db.lock:")):

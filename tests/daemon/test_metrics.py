@@ -71,6 +71,10 @@ def test_every_engine_series_is_there_at_zero_and_every_series_has_the_mode(serv
         "lorafleet_resident_bytes",
     ):
         assert at(got, name, engine="e0") == 0, name
+    from lorafleet import __version__
+
+    (build,) = [labels for name, labels in got if name == "lorafleet_build_info"]
+    assert dict(build)["version"] == __version__ and got[("lorafleet_build_info", build)] == 1
     names = {name for name, _ in got}
     assert not any(name.endswith("_created") for name in names)
     assert names <= set(metric_names())  # the documented names, nothing else
