@@ -273,7 +273,10 @@ class SshConnection:
                     drained = True
                 if len(out) + len(err) > MAX_OUTPUT_BYTES:
                     raise ProbeError("command-failed", f"{command.split()[0]}: output larger than 4 MiB")
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                # The exit status can come before the last of the output (the command has exited, sshd has not yet
+                # sent all it read from its pipes): the end is the channel's EOF, after its last byte, as for ssh.
+                ended = (channel.eof_received or channel.closed) and channel.exit_status_ready()
+                if ended and not channel.recv_ready() and not channel.recv_stderr_ready():
                     break
                 if time.monotonic() > deadline:
                     raise ProbeError(

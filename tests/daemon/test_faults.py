@@ -391,24 +391,6 @@ def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_
     assert failed == 0
 
 
-def test_a_local_files_check_speaks_only_for_engines_on_this_machine(tmp_path: Path, write_yaml) -> None:
-    from lorafleet.inventory import load_inventory
-    from lorafleet.probe.files import FileChecker, runs_here
-
-    inv = load_inventory(write_yaml(
-        "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
-        "hosts:\n  - name: h\n    provider: onprem\n    connection: local\n    engines:\n"
-        "      - {name: here, kind: vllm, url: 'http://127.0.0.1:9', base_model: m}\n"
-        "      - {name: away, kind: vllm, url: 'http://10.20.30.40:8000', base_model: m}\n"
-    ))  # fmt: skip
-    assert runs_here("http://localhost:1") and runs_here("http://127.0.0.1:2") and not runs_here("http://10.0.0.5")
-    checker = FileChecker(inv)
-    gone = {"a": str(tmp_path / "nowhere")}
-    assert checker.missing("h/here", gone) == ["a"]
-    assert checker.missing("h/away", gone) == []  # this machine's disk says nothing of another's
-    checker.close()
-
-
 def test_twenty_kills_with_both_rotations_and_a_standby_takeover_lose_and_repeat_nothing(
     tmp_path: Path, daemon_process
 ) -> None:

@@ -34,6 +34,10 @@ def test_zero_gpus(text: str) -> None:
         ("0, GPU-x, H100, 1e400, 1, 0, Disabled", "memory.total '1e400' is not a finite number"),  # (unreachable)
         (f"0, GPU-x, H100, 1{'0' * 300}, 1, 0, Disabled", r"memory.total '1000.*' is more memory than any GPU"),
         (f"{'9' * 300}, GPU-x, H100, 1, 1, 0, Disabled", "GPU index '9999.*' is not a small whole number"),
+        ("1000000, GPU-x, H100, 1, 1, 0, Disabled", "GPU index '1000000' is not a small whole number"),
+        ("0, GPU-x, H100, [oops, 1, 0, Disabled", r"memory.total '\[oops' is not a number of MiB"),
+        ("0, GPU-x, H100, 1073741825, 1, 0, Disabled", "memory.total '1073741825' is more memory than any GPU"),
+        ("0, GPU-x, H100, 1, 1, 0, Disabled\n\n1, GPU-y, H100, 1, -0.5, 0, Disabled", "^line 3: memory.used '-0.5' is"),
     ],
 )
 def test_garbage_is_a_parse_error(text: str, words: str) -> None:
@@ -46,3 +50,10 @@ def test_query_command() -> None:
         "/opt/nv/nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free,mig.mode.current "
         "--format=csv,noheader,nounits"
     )
+
+
+def test_the_edges_of_what_a_gpu_can_say() -> None:
+    """No memory used, a pebibyte of it (the most taken), a six-digit index, a placeholder in brackets."""
+    (gpu,) = parse_nvidia_smi("999999, [N/A], [Unknown Error], 1073741824, 0, 1073741824, [N/A]")
+    assert (gpu.index, gpu.uuid, gpu.name, gpu.mig) == (999999, None, None, None)
+    assert (gpu.total_bytes, gpu.used_bytes, gpu.free_bytes) == (2**50, 0, 2**50)

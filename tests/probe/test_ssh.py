@@ -120,6 +120,17 @@ def test_remote_command_failures(ssh_inventory, run_cli, smi: str, status: str, 
     assert code == 1 and hosts["h"]["status"] == status and words in hosts["h"]["error"]
 
 
+def test_output_past_4_mib_is_refused_not_read_on(ssh_inventory, run_cli) -> None:
+    """A command gone wrong on a host could print without end: at most 4 MiB is read (stdout and stderr). Read
+    to its end: the exit status can come before the last of the output (this test read a part and parsed it, one
+    run in two, while the loop ended at the exit status)."""
+    at, past = (f'"yes | head -c {n}; true"' for n in (4 * 2**20, 4 * 2**20 + 1))
+    inv = ssh_inventory([{"name": "at", "nvidia_smi": at}, {"name": "past", "nvidia_smi": past}])
+    code, hosts = vram_json(run_cli, inv)
+    assert code == 1 and hosts["at"]["status"] == "parse-error"  # read whole, then not nvidia-smi's output
+    assert (hosts["past"]["status"], hosts["past"]["error"]) == ("command-failed", "yes: output larger than 4 MiB")
+
+
 def test_host_without_gpus_is_ok(ssh_inventory, run_cli) -> None:
     code, hosts = vram_json(run_cli, ssh_inventory([{"name": "cpu-only", "nvidia_smi": "no-gpu-nvidia-smi"}]))
     assert code == 0 and hosts["cpu-only"]["gpus"] == []
@@ -180,6 +191,43 @@ def test_a_jump_list_is_taken_in_openssh_order(tmp_path: Path) -> None:
     target = resolve_target("t", SshSettings(jump="a,u@b:2222", config=str(tmp_path / "none")))
     assert target.jump is not None and (target.jump.alias, target.jump.user, target.jump.port) == ("b", "u", 2222)
     assert target.jump.jump is not None and target.jump.jump.alias == "a" and target.jump.jump.jump is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("u@[fd00::1]:2222", ("fd00::1", "u", 2222)),
+        ("[fd00::1]", ("fd00::1", "me", 22)),
+        ("[fd00::1]:ssh", ("fd00::1", "me", 22)),
+        ("bastion:2200", ("bastion", "me", 2200)),
+        ("ops@bastion", ("bastion", "ops", 22)),
+    ],
+)
+def test_a_jump_is_read_as_openssh_writes_it(tmp_path: Path, spec: str, want: tuple[str, str, int]) -> None:
+    from lorafleet.inventory.model import SshSettings
+    from lorafleet.probe.ssh import resolve_target
+
+    jump = resolve_target("t", SshSettings(user="me", jump=spec, config=str(tmp_path / "none"))).jump
+    assert jump is not None and (jump.alias, jump.user, jump.port) == want
+
+
+def test_a_jump_chain_has_at_most_five_hops_and_a_password_is_never_shown(tmp_path: Path, monkeypatch) -> None:
+    from lorafleet.inventory.model import SshSettings
+    from lorafleet.probe.snapshot import ProbeError
+    from lorafleet.probe.ssh import resolve_target
+
+    none = str(tmp_path / "none")
+    target = resolve_target("t", SshSettings(jump="h1,h2,h3,h4,h5", config=none))
+    hops = []
+    while target.jump is not None:
+        target = target.jump
+        hops.append(target.alias)
+    assert hops == ["h5", "h4", "h3", "h2", "h1"]
+    with pytest.raises(ProbeError, match="jump chain to h1 is longer than 5 hops"):
+        resolve_target("t", SshSettings(jump="h1,h2,h3,h4,h5,h6", config=none))
+    monkeypatch.setenv("SSH_PW", "hunter2-secret")
+    target = resolve_target("t", SshSettings(password_env="SSH_PW", config=none))
+    assert target.password == "hunter2-secret" and "hunter2" not in repr(target) + str(target)
 
 
 def test_jump_by_address_and_dead_target_behind_it(ssh_inventory, run_cli, sshd: Sshd, closed_port) -> None:
