@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import time
 from pathlib import Path
 
 from lorafleet.stopping import Stop
@@ -288,3 +289,33 @@ def test_an_unexpected_error_is_an_engine_failure_and_the_actor_goes_on(tmp_path
         stop.set()
         actor.wake()
         actor.thread.join(5)
+
+
+def test_a_reconcile_waiting_for_a_slot_ends_when_its_engine_leaves_or_the_daemon_stops(tmp_path: Path) -> None:
+    """Waiting for one of the fleet's reconcile slots wakes on the engine's retirement as on the daemon's stop:
+    the registry read was never sent, and says so."""
+    import threading
+
+    from lorafleet.daemon.actors import RECONCILE, EngineActor, Work
+    from lorafleet.engines import make_client
+    from lorafleet.inventory import load_inventory
+
+    inv = load_inventory(write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], write_adapters(tmp_path / "a", 1)))
+    for end in ("retire", "stop"):
+        outbox: queue.Queue = queue.Queue()
+        stop = Stop()
+        no_slot = threading.Semaphore(0)  # every slot taken elsewhere
+        actor = EngineActor(inv.engines[0], make_client, outbox, stop, lambda key, names: [], reconciles=no_slot)
+        actor.start()
+        actor.submit(Work(RECONCILE))
+        time.sleep(0.3)
+        assert outbox.empty()  # waiting for a slot
+        if end == "retire":
+            actor.retire()
+        else:
+            stop.set()
+        done = outbox.get(timeout=5)
+        assert (done.ok, done.action, done.error) == (False, "failed", "stopped before it was sent"), end
+        actor.wake()
+        actor.thread.join(5)
+        assert not actor.thread.is_alive()
