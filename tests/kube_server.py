@@ -90,6 +90,7 @@ class FakeKube:
         self.epoch = 0  # bumped by expire(): open watches end with an ERROR 410
         self.http_gone = False
         self.requests: list[str] = []  # "list NS SELECTOR" / "watch NS RV" / "denied"
+        self.forbidden: set[str] = set()  # namespaces this token has no Role in: 403, as RBAC answers
         self.closing = False
         self.server = _Server(self)
         self.ca: Path | None = None
@@ -268,6 +269,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         namespace, selector = found.group(1), query.get("labelSelector", "")
+        if namespace in kube.forbidden:
+            kube.requests.append("forbidden")
+            message = (
+                'endpointslices.discovery.k8s.io is forbidden: User "system:serviceaccount:x:lorafleet" cannot list '
+                f'resource "endpointslices" in API group "discovery.k8s.io" in the namespace "{namespace}"'
+            )
+            self._json(403, {"kind": "Status", "code": 403, "reason": "Forbidden", "message": message})
+            return
         if query.get("watch") not in ("1", "true"):
             kube.requests.append(f"list {namespace} {selector}")
             self._json(200, kube.list(namespace, selector, int(query.get("limit", 0)), int(query.get("continue", 0))))

@@ -234,6 +234,10 @@ class SliceApi:
         token = self.access.bearer()
         return {"Authorization": f"Bearer {token}"} if token else {}
 
+    def namespace_of(self, group: EngineGroup) -> str:
+        """Where a group's slices are: its own namespace, else the context's (or the service account's)."""
+        return group.namespace or self.access.namespace
+
     def list(self, namespace: str, selector: str) -> tuple[list[dict[str, Any]], str]:
         """Every matching slice (page by page) and the list's resourceVersion, to watch from."""
         items: list[dict[str, Any]] = []
@@ -372,7 +376,7 @@ class GroupWatch:
     ) -> None:
         self.group = group
         self.api = api
-        self.namespace = group.namespace or api.access.namespace
+        self.namespace = api.namespace_of(group)
         self.publish = publish
         self.stop = threading.Event()
         self.listed = threading.Event()  # set after the first list, ok or not
@@ -524,7 +528,7 @@ def discover_once(
     try:
         out = {}
         for group in inventory.discovery:
-            items, _ = api.list(group.namespace or api.access.namespace, group.selector)
+            items, _ = api.list(api.namespace_of(group), group.selector)
             out[group.name] = tuple(slice_engines(group, items))
         return out
     except GoneError as exc:

@@ -113,6 +113,31 @@ def test_pods_coming_going_and_relabelled_are_the_engines_after_each_event(tmp_p
         discovery.close()
 
 
+def test_a_reload_that_names_another_cluster_watches_that_one(tmp_path: Path, kube: FakeKube) -> None:
+    """The kubeconfig changed (another cluster, another context): the groups' watches move to its API, and a
+    group without a namespace takes the context's."""
+    kube.put(endpoint_slice("a", [("vllm-0", "10.0.0.1")], 8000))
+    other = FakeKube()
+    try:
+        other.put(endpoint_slice("a", [("vllm-9", "10.0.0.9")], 8000), namespace="east")
+        inv = inventory(tmp_path, kube)
+        discovery = Discovery()
+        discovery.configure(inv)
+        try:
+            assert set(engines(discovery, inv)) == {"pool/vllm-0"}
+            other.kubeconfig(tmp_path / "other-kubeconfig", namespace="east")
+            text = INVENTORY.replace("kubeconfig: kubeconfig", "kubeconfig: other-kubeconfig")
+            (tmp_path / "inv.yaml").write_text(text.replace("namespace: inference, ", "", 1))
+            moved = load_inventory(tmp_path / "inv.yaml")
+            after_one_event(discovery, lambda: discovery.configure(moved))
+            assert set(engines(discovery, moved)) == {"pool/vllm-9"} and other.count("list") == 2
+        finally:
+            discovery.close()
+        assert [e.name for e in discover_once(moved)["pool"]] == ["vllm-9"]  # the one-off list alike
+    finally:
+        other.stop()
+
+
 @pytest.mark.parametrize("http", [False, True], ids=["error-event", "http-410"])
 def test_a_410_lists_again_and_loses_or_doubles_nothing(
     tmp_path: Path, kube: FakeKube, http: bool, caplog: pytest.LogCaptureFixture
@@ -174,6 +199,27 @@ def test_a_refused_token_is_an_error_that_never_shows_it(tmp_path: Path, kube: F
         discover_once(inv)
     assert "401" in raised.value.message and "wrong-token" not in raised.value.message
     assert "wrong-token" not in repr(api_access(inv.kube))
+
+
+def test_a_namespace_without_the_role_is_an_error_that_says_what_to_grant(tmp_path: Path, kube: FakeKube) -> None:
+    inv = inventory(tmp_path, kube)
+    kube.forbidden.add("inference")
+    with pytest.raises(KubeError) as raised:
+        discover_once(inv)
+    assert raised.value.message.startswith("the API answered 403 to listing endpointslices in 'inference': grant ")
+
+
+def test_proxy_variables_are_not_followed_to_the_api(tmp_path: Path, kube: FakeKube, monkeypatch) -> None:
+    """As for the engines: a proxy set for other traffic must not carry the API's token, nor stand in its way."""
+    from tests.sshd_server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, dead)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    kube.put(endpoint_slice("ok", [("vllm-0", "10.0.0.1")], 8000))
+    assert [e.name for e in discover_once(inventory(tmp_path, kube))["pool"]] == ["vllm-0"]
 
 
 def test_in_cluster_access_verifies_tls_with_the_service_accounts_ca(tmp_path: Path) -> None:
@@ -304,11 +350,11 @@ class _Stop:
         return self.is_set()
 
 
-class _HostileApi:
+class _HostileApi(SliceApi):
     """Lists fine, then each watch sends an event of the wrong shape (then, once, a thing no code expects)."""
 
     def __init__(self) -> None:
-        self.access = ApiAccess(server="http://127.0.0.1:9", namespace="inference", verify=False)
+        super().__init__(ApiAccess(server="http://127.0.0.1:9", namespace="inference", verify=False))
         self.lists = 0
 
     def list(self, namespace: str, selector: str) -> tuple[list[dict[str, object]], str]:
