@@ -35,7 +35,6 @@ class HostVram:
     status: str
     error: str | None = None
     gpus: tuple[GpuInfo, ...] = field(default=())
-    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -54,15 +53,13 @@ def probe_remote(host: Host, pool: SshPool, jump_settings: JumpSettings) -> list
 
 
 def probe_host(host: Host, pool: SshPool, jump_settings: JumpSettings) -> HostVram:
-    started = time.monotonic()
     try:
         gpus = nvml.read_local_gpus() if host.connection == "local" else probe_remote(host, pool, jump_settings)
-        return HostVram(host.name, host.provider, "ok", None, tuple(gpus), time.monotonic() - started)
+        return HostVram(host.name, host.provider, "ok", None, tuple(gpus))
     except ProbeError as exc:
-        return HostVram(host.name, host.provider, exc.status, exc.message, (), time.monotonic() - started)
+        return HostVram(host.name, host.provider, exc.status, exc.message)
     except Exception as exc:  # a host must never take the run down with it
-        message = f"{type(exc).__name__}: {exc}"
-        return HostVram(host.name, host.provider, "unreachable", message, (), time.monotonic() - started)
+        return HostVram(host.name, host.provider, "unreachable", f"{type(exc).__name__}: {exc}")
 
 
 def probe_fleet(

@@ -55,11 +55,11 @@ def test_all_ok_exits_zero_and_renders_a_table(ssh_inventory, run_cli) -> None:
 def test_wrong_client_key_is_auth_failed(ssh_inventory, run_cli, sshd: Sshd) -> None:
     code, hosts = vram_json(run_cli, ssh_inventory(key=sshd.other_key))
     assert code == 1 and hosts["gpu-1"]["status"] == "auth-failed"
-    assert "authentication failed" in hosts["gpu-1"]["error"]
+    assert hosts["gpu-1"]["error"].endswith(f": authentication failed ({sshd.other_key})")  # the key it tried
 
 
 def test_unknown_host_key_refused_then_accepted_with_flag(ssh_inventory, run_cli, tmp_path: Path) -> None:
-    known = tmp_path / "empty_known_hosts"
+    known = tmp_path / "ssh" / "known_hosts"  # its folder made on accepting, private as OpenSSH's ~/.ssh
     inv = ssh_inventory(known_hosts=known)
     code, hosts = vram_json(run_cli, inv)
     assert code == 1 and hosts["gpu-1"]["status"] == "host-key-unknown"
@@ -68,7 +68,7 @@ def test_unknown_host_key_refused_then_accepted_with_flag(ssh_inventory, run_cli
 
     code, hosts = vram_json(run_cli, inv, "--accept-new-host-keys")
     assert code == 0 and hosts["gpu-1"]["status"] == "ok"
-    assert "ssh-ed25519" in known.read_text()
+    assert "ssh-ed25519" in known.read_text() and known.parent.stat().st_mode & 0o777 == 0o700
 
     code, hosts = vram_json(run_cli, inv)  # recorded: now known without the flag
     assert code == 0
