@@ -6,10 +6,25 @@ from __future__ import annotations
 import os
 import queue
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from lorafleet.daemon.actors import EngineActor
 from lorafleet.stopping import Stop
 from tests.daemon.conftest import daemon_in_thread, vllm, wait_for, write_adapters, write_fleet
+
+
+@contextmanager
+def started(actor: EngineActor) -> Iterator[EngineActor]:
+    """The actor's thread running for the block; after it, the daemon's stop, a wake, and the thread joined."""
+    actor.start()
+    try:
+        yield actor
+    finally:
+        actor.stop.set()
+        actor.wake()
+        actor.thread.join(5)
 
 
 def test_a_retired_idle_actor_ends_at_once_and_a_stopped_one_when_woken(tmp_path: Path) -> None:
@@ -177,7 +192,6 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
         return sorted(n for n, p in names.items() if n in gone or not os.path.exists(p))
 
     actor = EngineActor(engine, make_client, outbox, stop, files_gone, CircuitBreaker(failures_to_open=2))
-    actor.start()
 
     def do(action: str, adapter: str | None = None, reason: str = PREFETCH, path: str | None = None):
         call = None if adapter is None else Call(action, engine.key, adapter, reason)
@@ -189,7 +203,7 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
     def completions() -> int:
         return sum(p == "/v1/completions" for _, p, _ in emulator.state.requests)
 
-    try:
+    with started(actor):
         done = do(LOAD, "a0")
         assert (done.ok, done.action) == (True, LOADED) and 0 <= done.ms < 10_000
         done = do(LOAD, "a0", PREFETCH)
@@ -243,10 +257,6 @@ def test_an_actor_sorts_each_answer_by_whose_fault_it_is(tmp_path: Path, emulato
         stop.set()  # the daemon stops while the engine has not answered
         done = outbox.get(timeout=3)
         assert (done.ok, done.action, done.error) == (False, "failed", "stopped while in flight")
-    finally:
-        stop.set()
-        actor.wake()
-        actor.thread.join(5)
 
 
 def test_an_unexpected_error_is_an_engine_failure_and_the_actor_goes_on(tmp_path: Path, emulators) -> None:
@@ -277,18 +287,13 @@ def test_an_unexpected_error_is_an_engine_failure_and_the_actor_goes_on(tmp_path
     outbox: queue.Queue = queue.Queue()
     stop = Stop()
     actor = EngineActor(engine, client_factory, outbox, stop, lambda key, names: [])
-    actor.start()
-    try:
+    with started(actor):
         for i, expected in enumerate(((False, "failed"), (True, LOADED))):
             actor.submit(Work(LOAD, Call(LOAD, engine.key, f"a{i}", PREFETCH), str(folders[i])))
             done = outbox.get(timeout=10)
             assert (done.ok, done.action) == expected
             if not done.ok:
                 assert done.error == f"{engine.key}: RuntimeError: surprise" and actor.breaker.failures == 1
-    finally:
-        stop.set()
-        actor.wake()
-        actor.thread.join(5)
 
 
 def test_a_reconcile_waiting_for_a_slot_ends_when_its_engine_leaves_or_the_daemon_stops(tmp_path: Path) -> None:
