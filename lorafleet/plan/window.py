@@ -23,24 +23,26 @@ class Demand:
     covered_s: float = 0.0
 
 
+def window_of(events: Sequence[RequestEvent], window_s: float) -> list[RequestEvent]:
+    """The events of the last `window_s` seconds of the logs, ending at the newest line of any kind: the one window
+    the plan places by, its tenants are judged on and the sizing curve replays."""
+    end = max((e.time for e in events), default=0.0)
+    return [e for e in events if e.time >= end - window_s]
+
+
 def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Demand:
-    """The last `window_s` seconds of the events (ending at the newest one)."""
-    adapter_events = [e for e in events if e.kind == ADAPTER and e.adapter is not None]
+    """The adapter requests of `window_of` the events; the rates are over the time the window's lines span (at
+    least a minute), base-model lines included: a quiet stretch of adapters is demand too."""
+    window = window_of(events, window_s)
+    adapter_events = [e for e in window if e.kind == ADAPTER and e.adapter is not None]
     if not adapter_events:
         return Demand(window_s, {}, {}, {}, 0)
-    end = max(e.time for e in adapter_events)
-    start = end - window_s
+    first, end = min(e.time for e in window), max(e.time for e in window)
     counts: dict[str, int] = {}
     minutes: dict[tuple[str, int], int] = {}
     tenants: dict[str, set[str]] = {}
-    used = 0
-    first = end
     for e in adapter_events:
-        if e.time < start:
-            continue
         assert e.adapter is not None
-        used += 1
-        first = min(first, e.time)
         counts[e.adapter] = counts.get(e.adapter, 0) + 1
         key = (e.adapter, int(e.time // 60))
         minutes[key] = minutes.get(key, 0) + 1
@@ -55,7 +57,7 @@ def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Deman
         {a: n / span for a, n in counts.items()},
         peaks,
         {a: tuple(sorted(t)) for a, t in tenants.items()},
-        used,
+        len(adapter_events),
         end - first,
     )
 

@@ -148,6 +148,23 @@ def test_demand_over_the_window_and_per_tenant_warm_share(tmp_path: Path) -> Non
     assert tenant_hit_ratios(planned, window) == {"x": 1.0, "y": 0.0}
 
 
+def test_the_window_ends_at_the_logs_last_line_of_any_kind_for_the_demand_and_the_tenants_alike() -> None:
+    """One window for all the plan reads: a log whose last hours are base-model lines plans on those hours (no
+    adapter demand), not on the last adapter requests; and the rates are over the time the lines span."""
+    from lorafleet.plan.window import demand_from_events, window_of
+    from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
+
+    old = [RequestEvent(float(i), ADAPTER, "a0", tenant="x") for i in range(10)]
+    tail = [RequestEvent(5000.0, BASE, None, tenant="x")]
+    assert window_of(old + tail, 3600.0) == tail
+    quiet = demand_from_events(old + tail, window_s=3600.0)
+    assert quiet.requests == 0 and quiet.rates == {}
+    minute = [RequestEvent(float(i), ADAPTER, "a0") for i in range(60)] + [RequestEvent(599.0, BASE, None)]
+    spread = demand_from_events(minute, window_s=3600.0)
+    assert spread.requests == 60 and spread.rates == {"a0": 0.1}  # 60 requests over the 600 s the lines span
+    assert spread.covered_s == 599.0
+
+
 def test_each_tenants_expected_hit_ratio_counts_its_own_requests(tmp_path: Path) -> None:
     """Two tenants share an adapter: each is judged by its own requests, not by an even split of the adapter's."""
     from lorafleet.plan.window import tenant_hit_ratios
