@@ -21,7 +21,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lorafleet.collector import settle, unsettle
@@ -39,6 +39,7 @@ from lorafleet.errors import InputError, OperationError
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.inventory.model import Engine, Inventory, with_discovered
 from lorafleet.logs.reader import MAX_NAME_CHARS, NameResolver
+from lorafleet.logs.records import LogTally
 from lorafleet.logs.stream import EventBatch, LogStream
 from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import TOUCH_BUDGET, PolicyCore
@@ -333,7 +334,10 @@ class Daemon:
                     self._drain(wait_s=0.05)
         if self.alone is not None:
             self.alone.finish()
-        self.summary.unknown_names = _merged(stream.unknown_names for stream in self.streams)
+        seen = LogTally()
+        for stream in self.streams:
+            seen.merge(stream.tally)
+        self.summary.unknown_names = seen.unknown_names
         self.stop.set()
         self.metrics.stopped()
         self.discovery.close()
@@ -701,14 +705,6 @@ def _some(names: list[str], shown: int = 10) -> str:
 def _same(engine: Engine | None, running: Engine) -> bool:
     """Whether an actor still serves this engine: the same settings (where it was written down aside)."""
     return engine is not None and dataclasses.replace(engine, source=running.source) == running
-
-
-def _merged(counts: Iterable[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for part in counts:
-        for name, n in part.items():
-            out[name] = out.get(name, 0) + n
-    return out
 
 
 __all__ = ["Daemon", "DaemonOptions"]

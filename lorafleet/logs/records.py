@@ -7,6 +7,8 @@ from typing import Any
 
 from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
 
+MAX_UNKNOWN_NAMES = 1000
+
 
 @dataclass
 class LogTally:
@@ -33,9 +35,14 @@ class LogTally:
             self.base_requests += 1
         else:
             self.unknown_requests += 1
-            if raw_name is not None and len(self.unknown_names) < 1000:
-                key = raw_name[:200]
-                self.unknown_names[key] = self.unknown_names.get(key, 0) + 1
+            if raw_name is not None:
+                self._unknown(raw_name[:200], 1)
+
+    def _unknown(self, name: str, times: int) -> None:
+        """Count a name the inventory does not know: the first thousand names, so a log of random names cannot
+        grow the tally without bound, however many logs are merged into it."""
+        if name in self.unknown_names or len(self.unknown_names) < MAX_UNKNOWN_NAMES:
+            self.unknown_names[name] = self.unknown_names.get(name, 0) + times
 
     def merge(self, other: LogTally) -> None:
         self.lines += other.lines
@@ -48,7 +55,7 @@ class LogTally:
         for k, v in other.bad_reasons.items():
             self.bad_reasons[k] = self.bad_reasons.get(k, 0) + v
         for k, v in other.unknown_names.items():
-            self.unknown_names[k] = self.unknown_names.get(k, 0) + v
+            self._unknown(k, v)
 
 
 def storable(*values: Any) -> bool:

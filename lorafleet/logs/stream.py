@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from lorafleet.inventory.model import Inventory
 from lorafleet.logs.follow import Checkpoint, LogFollower
 from lorafleet.logs.reader import LineParser, NameResolver, source_for
+from lorafleet.logs.records import LogTally
 from lorafleet.policy.events import RequestEvent
 
 
@@ -44,9 +45,9 @@ class LogStream:
         self.parser = LineParser(source_for(self.pattern, inventory), inventory, resolver, not_after=_a_day_ahead)
 
     @property
-    def unknown_names(self) -> dict[str, int]:
-        """The names read that the inventory does not know, with how often (the first thousand names)."""
-        return self.parser.tally.unknown_names
+    def tally(self) -> LogTally:
+        """What this stream's lines held since its parser was made (the names it did not know among them)."""
+        return self.parser.tally
 
     def poll(self) -> list[EventBatch]:
         """What was written since the last poll, one batch per file read."""

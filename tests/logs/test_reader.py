@@ -234,6 +234,22 @@ def test_a_known_base_with_an_unknown_adapter_is_an_unknown_name_and_the_base_al
     assert base is not None and (base.kind, base.adapter, base.base_model) == (BASE, None, "llama3-8b")
 
 
+def test_unknown_names_keep_counting_past_the_first_thousand_and_a_merge_keeps_the_cap() -> None:
+    """The tally keeps the first thousand unknown names, so random names cannot grow it; a name already kept goes
+    on counting (the summary shows the most frequent), and merging the tallies of many logs keeps the cap."""
+    from lorafleet.logs.records import MAX_UNKNOWN_NAMES, LogTally
+
+    source = LogSource("x.jsonl", "jsonl", {"time": "ts", "adapter": "model"})
+    parser = LineParser(source, REFERENCE)
+    for name in ["typo-adapter"] + [f"junk-{i}" for i in range(MAX_UNKNOWN_NAMES + 5)] + ["typo-adapter"] * 3:
+        parser.parse(json.dumps({"ts": T0, "model": name}))
+    names = parser.tally.unknown_names
+    assert len(names) == MAX_UNKNOWN_NAMES and names["typo-adapter"] == 4 and "junk-999" not in names
+    other = LogTally(unknown_names={f"else-{i}": 1 for i in range(MAX_UNKNOWN_NAMES)} | {"typo-adapter": 2})
+    parser.tally.merge(other)
+    assert len(parser.tally.unknown_names) == MAX_UNKNOWN_NAMES and parser.tally.unknown_names["typo-adapter"] == 6
+
+
 def test_a_log_without_times_is_one_request_a_second_in_file_order() -> None:
     source = LogSource("x.jsonl", "jsonl", {"adapter": "model"})
     parser = LineParser(source, REFERENCE)
