@@ -9,7 +9,7 @@ from typing import Any
 
 from lorafleet.errors import Location
 from lorafleet.inventory import schema, sizing
-from lorafleet.inventory.fields import NAME_RE, Checker, as_list, describe, join
+from lorafleet.inventory.fields import NAME_RE, Checker, as_list, describe, join, quoted
 from lorafleet.inventory.model import DTYPE_ALIASES, Adapter, BaseModel, Tenant
 from lorafleet.inventory.yamlsource import LDict, where
 
@@ -75,7 +75,7 @@ def read_adapters(
             continue
         adapter_id = got["id"]
         if adapter_id in out:
-            message = f"duplicate adapter id {adapter_id!r} (first at {out[adapter_id].source})"
+            message = f"duplicate adapter id {quoted(adapter_id)} (first at {out[adapter_id].source})"
             c.add(m, "id", join(path, "id"), message)
             continue
         if not c.base_model(m, path, got["base_model"], base_models):
@@ -83,7 +83,7 @@ def read_adapters(
         base = base_models[got["base_model"]]
         for j, tenant in enumerate(got.get("tenants", [])):
             if tenants is not None and tenant not in tenants:
-                c.add(m["tenants"], j, f"{path}.tenants[{j}]", f"{tenant!r} is not a tenant in this inventory")
+                c.add(m["tenants"], j, f"{path}.tenants[{j}]", f"{quoted(tenant)} is not a tenant in this inventory")
         sized = _size(c, m, path, got, base)
         if sized is None:
             continue
@@ -191,4 +191,4 @@ def _workflows(c: Checker, m: LDict, path: str, adapters: set[str]) -> list[tupl
 def unknown_adapter(adapter_id: str, adapters: set[str]) -> str:
     close = difflib.get_close_matches(adapter_id, sorted(adapters), n=1)
     tip = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{adapter_id!r} is not an adapter in this inventory{tip}"
+    return f"{quoted(adapter_id)} is not an adapter in this inventory{tip}"

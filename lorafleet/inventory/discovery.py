@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet.inventory import schema
-from lorafleet.inventory.fields import Checker, as_list, describe, join
+from lorafleet.inventory.fields import Checker, as_list, describe, join, quoted
 from lorafleet.inventory.hosts import Spot, make_engine
 from lorafleet.inventory.model import BaseModel, Engine, EngineGroup, KubeAccess
 from lorafleet.inventory.yamlsource import LDict, where
@@ -40,7 +40,7 @@ def read_discovery(
         try:
             path = Path(kubeconfig).expanduser()
         except RuntimeError:  # ~user of a user this machine does not have
-            c.add(m, "kubeconfig", "discovery.kubeconfig", f"{kubeconfig!r}: no such user's home folder here")
+            c.add(m, "kubeconfig", "discovery.kubeconfig", f"{quoted(kubeconfig)}: no such user's home folder here")
             path = Path(kubeconfig)
         file, _ = where(m, "kubeconfig")
         if not path.is_absolute() and file:
@@ -61,7 +61,7 @@ def read_discovery(
             continue
         if group.name in seen or group.name in host_names:
             other = "another discovery group" if group.name in seen else "a host"
-            c.add(raw[i], "name", f"discovery.groups[{i}].name", f"{group.name!r} is already the name of {other}")
+            c.add(raw[i], "name", f"discovery.groups[{i}].name", f"{quoted(group.name)} is already the name of {other}")
             continue
         seen.add(group.name)
         groups.append(group)
@@ -107,10 +107,10 @@ def _selector(c: Checker, m: LDict, path: str) -> str | None:
     for key, label in value.items():
         text = "" if label is None else str(label) if not isinstance(label, bool) else str(label).lower()
         if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
-            c.add(value, key, join(spot, key), f"{key!r} is not a Kubernetes label key")
+            c.add(value, key, join(spot, key), f"{quoted(key)} is not a Kubernetes label key")
             return None
         if isinstance(label, (dict, list)) or not LABEL_VALUE_RE.match(text):
-            c.add(value, key, join(spot, key), f"{text!r} is not a Kubernetes label value")
+            c.add(value, key, join(spot, key), f"{quoted(text)} is not a Kubernetes label value")
             return None
         parts.append(f"{key}={text}")
     return ",".join(parts)

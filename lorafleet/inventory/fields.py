@@ -24,7 +24,23 @@ class Invalid:
 INVALID = Invalid()
 
 
-def describe(value: Any) -> str:
+MAX_SHOWN_CHARS = 60
+
+
+def quoted(value: Any) -> str:
+    """A value read from a file as an error shows it: quoted, and cut to MAX_SHOWN_CHARS characters with its
+    length said — an error is one readable line, whatever the file held."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= MAX_SHOWN_CHARS:
+        return repr(value)
+    return f"{text[:MAX_SHOWN_CHARS]!r}… ({len(text):,} characters)"
+
+
+def describe(value: Any, show_text: bool = True) -> str:
+    """What a value is, for "expected X, got Y". `show_text=False` for a whole document: a file given by mistake
+    (a credentials file as the inventory) is plain text, and none of it is echoed."""
+    if isinstance(value, str) and not show_text:
+        return f"plain text of {len(value):,} characters (not shown)"
     if value is None:
         return "nothing (null)"
     if isinstance(value, bool):
@@ -35,7 +51,7 @@ def describe(value: Any) -> str:
         return "a list"
     if isinstance(value, (int, float)):
         return f"a number ({value})"
-    return f"{value!r}"
+    return quoted(value)
 
 
 class Checker:
@@ -97,7 +113,7 @@ class Checker:
             self.add(m, key, p, f"expected a non-empty string, got {describe(value)}")
             return INVALID
         if pattern is not None and not pattern.match(value):
-            self.add(m, key, p, f"{value!r} is not {what or 'valid'}")
+            self.add(m, key, p, f"{quoted(value)} is not {what or 'valid'}")
             return INVALID
         return value
 
@@ -141,7 +157,7 @@ class Checker:
         if value not in choices:
             close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
             tip = f"; did you mean {close[0]!r}?" if close else ""
-            self.add(m, key, join(path, key), f"unknown {what} {value!r} (known: {', '.join(choices)}){tip}")
+            self.add(m, key, join(path, key), f"unknown {what} {quoted(value)} (known: {', '.join(choices)}){tip}")
             return INVALID
         return value
 
@@ -151,7 +167,7 @@ class Checker:
         if name in base_models:
             return True
         known = ", ".join(sorted(base_models)) or "none defined"
-        message = f"{name!r} is not a base model in this inventory (known: {known})"
+        message = f"{quoted(name)} is not a base model in this inventory (known: {known})"
         self.add(m, "base_model", join(path, "base_model"), message)
         return False
 

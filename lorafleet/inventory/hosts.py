@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from lorafleet.errors import Location, Problem
 from lorafleet.inventory import schema
-from lorafleet.inventory.fields import INVALID, Checker, as_list, describe, join
+from lorafleet.inventory.fields import INVALID, Checker, as_list, describe, join, quoted
 from lorafleet.inventory.model import PROVIDERS, BaseModel, Engine, Host, LoadModel, SshSettings
 from lorafleet.inventory.ranges import expand_hostname
 from lorafleet.inventory.yamlsource import LDict, where
@@ -86,7 +86,9 @@ def read_hosts(c: Checker, doc: LDict, defaults: dict[str, Any], base_models: di
     for host in hosts:
         if host.name in seen:
             c.problems.append(
-                Problem.at(host.source, f"hosts: duplicate host name {host.name!r} (also defined at {seen[host.name]})")
+                Problem.at(
+                    host.source, f"hosts: duplicate host name {quoted(host.name)} (also defined at {seen[host.name]})"
+                )
             )
         else:
             seen[host.name] = host.source
@@ -164,7 +166,7 @@ def _expand(c: Checker, spec: HostSpec, base_models: dict[str, BaseModel]) -> li
         return []
     bad = [n for n in names if not HOSTNAME_RE.match(n)]
     if bad:
-        c.add(spot.container, spot.key, spot.path, f"{bad[0]!r} is not a valid host name")
+        c.add(spot.container, spot.key, spot.path, f"{quoted(bad[0])} is not a valid host name")
         return []
     if "provider" not in settings:
         message = f"host has no provider (set provider: one of {', '.join(PROVIDERS)})"
@@ -173,7 +175,7 @@ def _expand(c: Checker, spec: HostSpec, base_models: dict[str, BaseModel]) -> li
         _engines(c, spec, names[0], names[0], base_models)  # still read: every mistake shows in one run
         return []
     if address is not None and len(names) > 1 and "{host}" not in address:
-        message = f"address {address!r} would be shared by {len(names)} hosts; use {{host}}"
+        message = f"address {quoted(address)} would be shared by {len(names)} hosts; use {{host}}"
         c.add(spot.container, spot.key, spot.path, message)
         return []
     defaults = schema.SETTINGS.defaults()
@@ -217,7 +219,8 @@ def _engines(c: Checker, spec: HostSpec, host: str, address: str, base_models: d
     seen: set[str] = set()
     for e in engines:
         if e.name in seen:
-            c.problems.append(Problem.at(e.source, f"engines: duplicate engine name {e.name!r} on host {host!r}"))
+            message = f"engines: duplicate engine name {quoted(e.name)} on host {quoted(host)}"
+            c.problems.append(Problem.at(e.source, message))
         seen.add(e.name)
     return engines
 
@@ -347,7 +350,7 @@ def _render_url(c: Checker, m: LDict, path: str, template: str, host: str, addre
     try:
         names = {fname for _, fname, _, _ in string.Formatter().parse(template) if fname is not None}
     except ValueError:
-        c.add(m, "url", spot, f"{template!r} has unbalanced braces")
+        c.add(m, "url", spot, f"{quoted(template)} has unbalanced braces")
         return None
     unknown = names - {"host", "name"}
     if unknown:
@@ -367,9 +370,9 @@ def _render_url(c: Checker, m: LDict, path: str, template: str, host: str, addre
     try:
         parts.port  # noqa: B018 - raises on an invalid port
     except ValueError:
-        c.add(m, "url", spot, f"{url!r} has an invalid port")
+        c.add(m, "url", spot, f"{quoted(url)} has an invalid port")
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        c.add(m, "url", spot, f"{url!r} is not an http:// or https:// URL with a host")
+        c.add(m, "url", spot, f"{quoted(url)} is not an http:// or https:// URL with a host")
         return None
     return url.rstrip("/")

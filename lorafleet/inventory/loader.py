@@ -16,7 +16,7 @@ from lorafleet.errors import InputError, InventoryError, Problem
 from lorafleet.inventory import schema
 from lorafleet.inventory.adapters import declared_adapters, read_adapters, read_base_models, read_tenants
 from lorafleet.inventory.discovery import read_discovery
-from lorafleet.inventory.fields import INVALID, Checker, describe
+from lorafleet.inventory.fields import INVALID, Checker, describe, quoted
 from lorafleet.inventory.gateway import read_gateway
 from lorafleet.inventory.hosts import Spot, read_hosts, read_settings
 from lorafleet.inventory.merge import merge_documents
@@ -74,7 +74,7 @@ def _load(path: str | Path) -> Inventory:
         if doc is None:
             continue
         if not isinstance(doc, LDict):
-            message = f"expected a mapping of sections at the top, got {describe(doc)}"
+            message = f"expected a mapping of sections at the top, got {describe(doc, show_text=False)}"
             checker.problems.append(Problem(str(file), 1, "", message))
             continue
         docs.append(doc)
@@ -95,7 +95,7 @@ def _load(path: str | Path) -> Inventory:
 def resolve(c: Checker, doc: LDict, files: list[str]) -> Inventory:
     schema.TOP.check_keys(c, doc, "")
     if "version" in doc and doc["version"] != 1:
-        c.add(doc, "version", "version", f"unsupported inventory version {doc['version']!r} (supported: 1)")
+        c.add(doc, "version", "version", f"unsupported inventory version {quoted(doc['version'])} (supported: 1)")
     fleet = c.string(doc, "fleet", "") if "fleet" in doc else None
     defaults = read_settings(c, doc.get("defaults"), Spot(doc, "defaults", "defaults"), schema.SETTINGS)
     base_models = read_base_models(c, doc)

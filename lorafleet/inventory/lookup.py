@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Sequence
 
 from lorafleet.errors import InputError
+from lorafleet.inventory.fields import quoted
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 
 
@@ -22,7 +23,7 @@ def resolve_adapters(inventory: Inventory, names: Sequence[str]) -> list[Adapter
         adapter = inventory.adapters.get(name)
         if adapter is None:
             raise InputError(
-                f"{name!r} is not an adapter in the inventory{did_you_mean(name, list(inventory.adapters))}"
+                f"{quoted(name)} is not an adapter in the inventory{did_you_mean(name, list(inventory.adapters))}"
             )
         adapters.append(adapter)
     return adapters
@@ -35,6 +36,6 @@ def resolve_engines(inventory: Inventory, keys: Sequence[str]) -> list[Engine]:
         engine = inventory.engine(key)
         if engine is None:
             tip = did_you_mean(key, [e.key for e in inventory.engines]) or " (engines are named HOST/ENGINE)"
-            raise InputError(f"{key!r} is not an engine in the inventory{tip}")
+            raise InputError(f"{quoted(key)} is not an engine in the inventory{tip}")
         engines.append(engine)
     return engines

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
-from lorafleet.inventory.fields import ENV_RE, INVALID, NAME_RE, Checker, join
+from lorafleet.inventory.fields import ENV_RE, INVALID, NAME_RE, Checker, join, quoted
 from lorafleet.inventory.model import CONNECTIONS, DTYPE_ALIASES, DTYPE_BYTES, PROVIDERS
 from lorafleet.inventory.yamlsource import LDict
 from lorafleet.kinds import ENGINE_KINDS, slot_keys
@@ -181,7 +181,7 @@ def proxy_url() -> Reader:
             c.add(m, key, join(path, key), f"{secret}; the URL is not shown")
             return INVALID
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            c.add(m, key, join(path, key), f"{value!r} is not an http:// or https:// URL with a host")
+            c.add(m, key, join(path, key), f"{quoted(value)} is not an http:// or https:// URL with a host")
             return INVALID
         return value
 

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from lorafleet.errors import InputError, InventoryError, Problem
-from lorafleet.inventory.fields import INVALID, Checker, describe
+from lorafleet.inventory.fields import INVALID, Checker, describe, quoted
 from lorafleet.inventory.model import Inventory
 from lorafleet.inventory.yamlsource import LDict, LList, load_yaml
 from lorafleet.plan.window import Demand
@@ -56,14 +56,15 @@ def read_plan(path: str | Path, inventory: Inventory) -> PlannedResidency:
     unplaced: list[tuple[str, str]] = []
     ratio = 0.0
     if doc is not None and not isinstance(doc, LDict):
-        c.problems.append(Problem(str(path), 1, "", f"expected a plan (a mapping), got {describe(doc)}"))
+        message = f"expected a plan (a mapping), got {describe(doc, show_text=False)}"
+        c.problems.append(Problem(str(path), 1, "", message))
     elif isinstance(doc, LDict):
         c.keys(doc, "", ("version", "fleet", "created", "window_s", "expected_hit_ratio", "engines", "unplaced"))
         if doc.get("version") != PLAN_VERSION:
-            message = f"unknown plan version {doc.get('version')!r} (this lorafleet reads version {PLAN_VERSION})"
+            message = f"unknown plan version {quoted(doc.get('version'))} (this lorafleet reads version {PLAN_VERSION})"
             c.add(doc, "version" if "version" in doc else None, "version", message)
         elif inventory.fleet is not None and doc.get("fleet") not in (None, inventory.fleet):
-            c.add(doc, "fleet", "fleet", f"written for fleet {doc.get('fleet')!r}, not {inventory.fleet!r}")
+            c.add(doc, "fleet", "fleet", f"written for fleet {quoted(doc.get('fleet'))}, not {quoted(inventory.fleet)}")
         else:
             if "expected_hit_ratio" in doc:
                 got = c.number(doc, "expected_hit_ratio", "", positive=False, maximum=1.0)
@@ -85,7 +86,7 @@ def _placements(c: Checker, doc: LDict, inventory: Inventory) -> list[Placement]
     for key, rows in (engines or {}).items():
         path = f"engines.{key}"
         if inventory.engine(str(key)) is None:
-            c.add(engines, key, path, f"{key!r} is not an engine of this inventory (written for another fleet?)")
+            c.add(engines, key, path, f"{quoted(key)} is not an engine of this inventory (written for another fleet?)")
             continue
         if not isinstance(rows, LList):
             c.add(engines, key, path, f"expected a list of adapters, got {describe(rows)}")
@@ -100,7 +101,7 @@ def _placements(c: Checker, doc: LDict, inventory: Inventory) -> list[Placement]
                     m,
                     "adapter" if "adapter" in m else None,
                     f"{path}[{i}].adapter",
-                    f"{adapter!r} is not an adapter of this inventory",
+                    f"{quoted(adapter)} is not an adapter of this inventory",
                 )
                 continue
             pinned = m.get("pinned", False)

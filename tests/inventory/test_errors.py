@@ -555,3 +555,31 @@ def test_either_yaml_reader_locates_what_it_cannot_take(
         pytest.skip("PyYAML built without libyaml here")
     _, problems = yamlsource.load_yaml(write_yaml(text))
     assert [(p.line, words in p.message) for p in problems] == [(line, True)], problems
+
+
+def test_a_file_of_plain_text_given_as_the_inventory_or_a_plan_is_refused_without_echoing_it(
+    write_yaml, run_cli
+) -> None:
+    """`-i .env` by mistake: the file parses as one YAML string, and none of it reaches the terminal."""
+    secret = "OPENAI_API_KEY=sk-proj-0123456789abcdef\nDB_PASSWORD=hunter2\n"
+    path = write_yaml(secret, "dot.env")
+    result = run_cli("inventory", "check", "-i", str(path))
+    assert result.exit_code == 2
+    assert "expected a mapping of sections at the top, got plain text of 59 characters (not shown)" in result.stderr
+    assert "sk-proj" not in result.stderr + result.stdout and "hunter2" not in result.stderr + result.stdout
+    inventory = write_yaml(BASE, "inv.yaml")
+    planned = run_cli("plan", "-i", str(inventory), "--log", str(path), "--diff", str(path))
+    assert planned.exit_code != 0 and "sk-proj" not in planned.stderr + planned.stdout
+
+
+def test_a_long_value_is_shown_cut_with_its_length_and_the_error_stays_one_readable_line(write_yaml) -> None:
+    text = edit("    provider: aws", "    provider: " + "x" * 3000)
+    with pytest.raises(InventoryError) as caught:
+        load_inventory(write_yaml(text))
+    (problem,) = caught.value.problems
+    assert problem.message.startswith("unknown provider '" + "x" * 60 + "'… (3,000 characters) (known: aws, ")
+    assert len(problem.message) < 300
+    short = edit("    provider: aws", "    provider: " + "x" * 60)
+    with pytest.raises(InventoryError) as whole:
+        load_inventory(write_yaml(short))
+    assert whole.value.problems[0].message.startswith("unknown provider '" + "x" * 60 + "' (known: ")
