@@ -21,7 +21,7 @@ from lorafleet.cli.options import (
     settings,
     touch_budget_option,
 )
-from lorafleet.cli.render import Column, Report, console, print_json
+from lorafleet.cli.render import NAME_CHARS, Column, Report, console, print_json, safe_str
 from lorafleet.cli.signals import stop_and_reload_on_signals
 from lorafleet.drive.policies import ONLINE_POLICIES  # the command loads only when run: start-up stays light
 from lorafleet.times import utc_text
@@ -303,7 +303,7 @@ def render_summary(data: dict[str, Any]) -> None:
     out.print(report.table)
     out.print(report.legend() + ".", style="dim")
     if data["unknown_names"]:
-        names = ", ".join(f"{safe_name(n)} ({c:,})" for n, c in data["unknown_names"].items())
+        names = ", ".join(f"{safe_str(n, NAME_CHARS)} ({c:,})" for n, c in data["unknown_names"].items())
         out.print(f"names not in the inventory (never loaded): {names}", highlight=False)
     if not data["lines"]:
         out.print(
@@ -312,9 +312,3 @@ def render_summary(data: dict[str, Any]) -> None:
             highlight=False,
         )
     out.print(f"journal: {data['state']} (lorafleet stats reads it)", highlight=False)
-
-
-def safe_name(name: str) -> str:
-    """A name read from a log, shown as data: control characters dropped, shortened."""
-    cleaned = "".join(ch for ch in name if ch.isprintable())
-    return cleaned if len(cleaned) <= 40 else cleaned[:39] + "~"

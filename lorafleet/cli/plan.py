@@ -12,7 +12,7 @@ from lorafleet.actions.warm import warm as run_warm
 from lorafleet.cli import shapes
 from lorafleet.cli.acting import act_and_report, deadline_option
 from lorafleet.cli.options import SPAN, Finite, count, global_options, json_option, settings
-from lorafleet.cli.render import Column, Report, console, print_json
+from lorafleet.cli.render import NAME_CHARS, Column, Report, console, print_json, safe_str
 from lorafleet.inventory.model import Inventory
 from lorafleet.plan.flags import FlagAdvice
 from lorafleet.plan.report import PlanReport, PlanRequest, Sizing, make_plan
@@ -117,7 +117,8 @@ def render_plan(inv: Inventory, report: PlanReport, wide: bool, out: str | None)
     o.print(_adapters_table(report, wide).table)
     if report.tenants:
         ranked = sorted(report.tenants.items(), key=lambda kv: (kv[1], kv[0]))[:8]
-        o.print(f"expected hit ratio per tenant (lowest first): {', '.join(f'{t} {r:.0%}' for t, r in ranked)}")
+        shares = ", ".join(f"{safe_str(t, NAME_CHARS)} {r:.0%}" for t, r in ranked)
+        o.print(f"expected hit ratio per tenant (lowest first): {shares}")
     for adapter, reason in report.planned.unplaced:
         o.print(f"unplaced: {adapter}: {reason}")
     if report.flags:

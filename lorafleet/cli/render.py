@@ -27,16 +27,28 @@ class _Console(Console):
 def console(stderr: bool = False) -> Console:
     """A console on the current stdout/stderr (looked up now, so test runners that swap them work)."""
     width = None if (sys.stderr if stderr else sys.stdout).isatty() else int(os.environ.get("COLUMNS", "160"))
-    return _Console(file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False)
+    # No markup: a string printed or put in a cell is shown as it is, so a name from a log ("[/bold]") is text, not
+    # a tag rich would refuse (MarkupError) or apply; styles are given as `style=` and `Text`.
+    return _Console(
+        file=sys.stderr if stderr else sys.stdout, width=width, highlight=False, soft_wrap=False, markup=False
+    )
 
 
 _BREAKS = re.compile(r"[\t\n]+")
+NAME_CHARS = 40  # a name read from a log (a tenant, an unknown adapter) shown inline: this long at most
+
+
+def safe_str(text: str, limit: int | None = None) -> str:
+    """Untrusted text (an engine's message, a log field, a name) as it may be shown: on one line (a newline would
+    split a table's row in two), control and bidirectional characters removed; cut to `limit` characters (its last
+    one `~`) where given."""
+    shown = UNSHOWN.sub("", _BREAKS.sub(" ", text))
+    return shown if limit is None or len(shown) <= limit else shown[: limit - 1] + "~"
 
 
 def safe(text: str, style: str = "") -> Text:
-    """Untrusted text (an engine's message, a log field, a name) for a table cell: on one line (a newline would
-    split the row in two), control and bidirectional characters removed, and never read as rich markup."""
-    return Text(UNSHOWN.sub("", _BREAKS.sub(" ", text)), style=style)
+    """`safe_str` for a table cell, never read as rich markup."""
+    return Text(safe_str(text), style=style)
 
 
 def print_json(data: Any) -> None:

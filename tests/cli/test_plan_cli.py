@@ -155,3 +155,18 @@ def test_the_flags_give_the_slots_the_sizing_recommends(run_cli) -> None:
     assert "Launch flags for the recommended 4 slots per engine" in text and "? when not given" in text
     alone = json.loads(run_cli("plan", "-i", DEMO, "--log", LOG, "--recommend-flags", "--json").stdout)
     assert alone["flags_slots"] is None and alone["flags"][0]["flags"]["--max-cpu-loras"] == 2  # the plan as it is
+
+
+def test_tenant_names_from_the_log_are_shown_as_text(run_cli, tmp_path: Path) -> None:
+    """A tenant is whatever the log says: rich markup in it is neither applied nor refused (a closing tag once
+    made `plan` an internal error), and a control or bidirectional character never reaches the terminal."""
+    rows = [json.loads(line) for line in Path(LOG).read_text().splitlines()[:200]]
+    for i, row in enumerate(rows):
+        row["tenant_id"] = ("[/bold]", "\x1b[31mred\u202e", "[bold]x")[i % 3]
+    log = tmp_path / "hostile.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = run_cli("plan", "-i", DEMO, "--log", str(log), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("expected hit ratio per tenant")]
+    assert "[/bold] " in line and "[31mred " in line and "[bold]x " in line
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout

@@ -229,6 +229,16 @@ def test_unknown_adapters_are_counted_and_named_and_the_engines_alone_figure_is_
     assert stats["log"] == {"lines": 303, "bad": 0, "unknown": 3}
     again = run_cli(*args, "--metrics-addr", "off", "--retention", "3650d", env={"COLUMNS": "120"})
     assert "no new log lines" in again.stdout  # the checkpoint: nothing read twice
+    # In the summary's text, a name is text: rich markup in it is neither applied nor refused, a control or a
+    # bidirectional override never reaches the terminal, and a long one is cut.
+    with open(synth.log_path, "a") as fh:
+        for name in ("[/bold]", "\x1b[31mred\u202e", "x" * 100):
+            fh.write(json.dumps({**line, "model": name}) + "\n")
+    text = run_cli(*args, "--metrics-addr", "off", "--retention", "3650d")
+    assert text.exit_code == 0, text.stderr
+    shown = text.stdout.replace("\n", "")
+    assert all(f"{name} (1)" in shown for name in ("[/bold]", "[31mred", "x" * 39 + "~"))
+    assert "\x1b" not in text.stdout and "\u202e" not in text.stdout
 
 
 def test_the_clock_follows_a_lines_writing_not_its_requests_arrival(tmp_path: Path) -> None:
