@@ -63,10 +63,13 @@ class _Planner:
             self.put(adapter, key, True)
 
     def place_once(self, adapter: str) -> None:
+        """An adapter not placed yet, unpinned: a pin the pin limit refused is placed here too, where there is
+        room, and is then no longer unplaced."""
         key = self.first_engine(adapter)
         if key is None:
             self.unplaced[adapter] = self._why_unplaced(adapter, "budget")
         else:
+            self.unplaced.pop(adapter, None)
             self.put(adapter, key, False)
 
     def make_room_by_moving(self) -> None:

@@ -55,8 +55,11 @@ def test_budgets_never_exceeded_and_pins_placed_first(
     rates = {a: rng.random() * 10 for a in inv.adapters}
     planned = plan_residency(inv, rates, ["a0"] if pinned else [], max_replicas=3)
     check_budgets(inv, planned)
-    if pinned and "a0" not in dict(planned.unplaced):
+    book = ResidencyBook.from_inventory(inv)
+    if pinned and any(pin_limit(state) > 0 for state in book.engines.values()):  # every engine serves a0 (rank 8)
         assert planned.placements[0].adapter == "a0" and planned.placements[0].pinned
+    else:  # no pin fits (one GPU slot on vLLM): a0 is placed as any adapter is, unpinned
+        assert not any(p.pinned for p in planned.placements)
     assert plan_residency(inv, rates, ["a0"] if pinned else [], max_replicas=3) == planned  # deterministic
 
 
@@ -279,3 +282,101 @@ def test_no_demand_at_all_plans_nothing_expected(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=2)
     assert plan_residency(inv, {}).expected_hit_ratio == 1.0  # nothing asked, nothing missed
     assert plan_residency(inv, {"a0": 0.0, "a1": 0.0}).expected_hit_ratio == 1.0
+
+
+# --- what moves, copies and pins leave; the launch flags and the sizing's fleets --------------------------------
+def test_a_move_aside_gives_back_one_slot_so_no_copy_overfills_the_engine_it_left(tmp_path: Path) -> None:
+    # a0 (rank 8, busiest) takes e0 (wide, first in pool order); a1 (rank 64) fits only e0, so a0 moves aside to
+    # e1 (narrow). a0 then earns a copy (50 > the mean 33.7), but neither engine has room left for one.
+    engines = [
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1},
+        {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1, "max_lora_rank": 16},
+    ]
+    inv = make_inventory(tmp_path, adapters=3, ranks=[8, 64, 64], engines=engines)
+    planned = plan_residency(inv, {"a0": 100.0, "a1": 1.0, "a2": 0.0}, max_replicas=2)
+    assert sorted((p.adapter, p.engine) for p in planned.placements) == [("a0", "h/e1"), ("a1", "h/e0")]
+    assert [a for a, _ in planned.unplaced] == ["a2"]
+
+
+def test_copies_are_never_pinned_and_pins_stop_at_the_pin_limit_exactly(tmp_path: Path) -> None:
+    engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}] * 2
+    inv = make_inventory(tmp_path, adapters=6, engines=engines)
+    copied = plan_residency(inv, {"a0": 100.0}, max_replicas=2)
+    assert sorted((p.engine, p.pinned) for p in copied.placements if p.adapter == "a0") == [
+        ("h/e0", False),
+        ("h/e1", False),
+    ]
+    three = [{"kind": "vllm", "max_loras": 3, "max_cpu_loras": 4}] * 2
+    inv = make_inventory(tmp_path, adapters=6, engines=three, name="three.yaml")
+    limit = pin_limit(ResidencyBook.from_inventory(inv)["h/e0"])  # vLLM leaves a GPU slot unpinned: 2 here
+    assert limit == 2
+    pins = [f"a{i}" for i in range(2 * limit + 1)]
+    pinned = plan_residency(inv, {}, pins=pins)
+    assert sum(p.pinned for p in pinned.placements) == 2 * limit
+    # A pin past the limit is placed once, unpinned, where there is room: not reported unplaced, not copied.
+    assert [p.pinned for p in pinned.placements if p.adapter == pins[-1]] == [False]
+    assert pinned.unplaced == ()
+    full = make_inventory(tmp_path, adapters=3, engines=engines[:1], name="full.yaml")  # 4 slots, 1 pin
+    crowded = plan_residency(full, {"a1": 5.0, "a2": 4.0}, pins=["a0", "a1", "a2"], max_replicas=1)
+    assert sorted((p.adapter, p.pinned) for p in crowded.placements) == [("a0", True), ("a1", False), ("a2", False)]
+    assert crowded.unplaced == ()
+
+
+def test_the_launch_flags_hold_the_plans_adapters_in_host_memory_and_the_engines_own_gpu_slots(tmp_path: Path) -> None:
+    from lorafleet.inventory import sizing
+    from lorafleet.plan.flags import recommend_flags
+    from lorafleet.policy.placement import Placement, PlannedResidency
+    from lorafleet.units import GIB
+
+    engines = [
+        {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 8},
+        {"kind": "sglang", "max_loras_per_batch": 3, "max_loaded_loras": 8, "max_lora_rank": 24},
+    ]
+    inv = make_inventory(tmp_path, adapters=5, ranks=[8, 16, 24], engines=engines)
+    plan = PlannedResidency(tuple(Placement(f"a{i}", "h/e0", False) for i in range(5)), (), 1.0)
+    vllm, sglang = recommend_flags(inv, plan, None)
+    # Five planned adapters in host memory, the engine's own two GPU slots, rank 24 rounded up to vLLM's 32.
+    assert vllm.flags == {"--max-loras": 2, "--max-cpu-loras": 5, "--max-lora-rank": 32}
+    # Nothing planned: its GPU slots, and its own max_lora_rank (SGLang takes any rank; a power of two here).
+    assert sglang.flags == {"--max-loras-per-batch": 3, "--max-loaded-loras": 3, "--max-lora-rank": 32}
+    assert vllm.fits is None and vllm.free_bytes is None
+    assert vllm.reserved_bytes == 2 * sizing.estimate_bytes(inv.base_models["m"], 32, sizing.KNOWN_MODULES)
+    sized, _ = recommend_flags(inv, plan, None, slots=8)
+    assert sized.flags["--max-cpu-loras"] == 8 and sized.flags["--max-loras"] == 2
+    exact = (vllm.reserved_bytes + 0.5) / GIB  # free memory of exactly what the slots reserve: it fits
+    assert recommend_flags(inv, plan, exact)[0].fits is True
+    assert recommend_flags(inv, plan, (vllm.reserved_bytes - 1024) / GIB)[0].fits is False
+
+
+def test_the_sizing_fleets_cap_gpu_slots_to_the_host_slots_and_stop_at_the_adapter_count(tmp_path: Path) -> None:
+    from lorafleet.plan.flags import sizing_points, with_slots
+
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 3}])
+    one = with_slots(inv, 1)
+    assert [(e.gpu_slots, e.host_slots) for e in one.engines] == [(1, 1)]
+    assert [(e.gpu_slots, e.host_slots) for e in with_slots(inv, 8).engines] == [(2, 8)]
+    seen: list[int] = []
+    points = sizing_points(inv, (1, 2, 4, 8), lambda fleet: seen.append(fleet.engines[0].host_slots) or 0.5)
+    assert seen == [1, 2, 4] and points == [(1, 0.5), (2, 0.5), (4, 0.5)]  # 8 slots for 4 adapters add nothing
+
+
+def test_plan_reads_the_logs_named_or_says_which_is_missing_and_writes_into_new_folders(tmp_path: Path) -> None:
+    import json
+
+    from lorafleet.errors import InputError
+    from lorafleet.plan.planfile import write_plan
+    from lorafleet.plan.report import demand_for
+
+    inv = make_inventory(tmp_path, adapters=2)  # no gateway.logs in it
+    log = tmp_path / "access.jsonl"
+    log.write_text("".join(json.dumps({"ts": 1.8e9 + i, "model": "a0"}) + "\n" for i in range(3)))
+    demand, events = demand_for(inv, (str(log),), 3600.0)
+    assert demand.requests == 3 and len(events) == 3
+    with pytest.raises(InputError, match="no access log to plan from"):
+        demand_for(inv, (), 3600.0)
+    missing = tmp_path / "gone.jsonl"
+    with pytest.raises(InputError, match=f"^access log {missing} not found$"):
+        demand_for(inv, (str(log), str(missing)), 3600.0)
+    deep = tmp_path / "plans" / "2026" / "plan.yaml"
+    write_plan(deep, "version: 1\n", force=False)
+    assert deep.read_text() == "version: 1\n"
