@@ -241,6 +241,26 @@ def test_unknown_adapters_are_counted_and_named_and_the_engines_alone_figure_is_
     assert "\x1b" not in text.stdout and "\u202e" not in text.stdout
 
 
+def test_a_log_read_in_many_batches_counts_each_line_once(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """The follower reads at most 256 KiB at a time: each batch's lines, bad lines and unknown names are its own,
+    not the stream's running totals, in the summary and in the journal's log counts alike."""
+    synth = synthesize("zipf", 4000, 3, tmp_path / "t")
+    rows = synth.log_path.read_text().splitlines()
+    for at in (10, len(rows) // 2, len(rows) - 10):  # an unknown name and a bad line in the first batch and later
+        rows[at] = json.dumps({**json.loads(rows[at]), "model": "not-an-adapter"})
+        rows[at + 1] = "{not json"
+    text = "\n".join(rows) + "\n"
+    assert len(text) > 3 * 256 * 1024 / 2  # two batches at least
+    synth.log_path.write_text(text)
+    db = str(tmp_path / "s.db")
+    args = ("daemon", "-i", str(synth.inventory_path), "--state", db, "--shadow", "--once", "--from-start")
+    data = json.loads(run_cli(*args, "--metrics-addr", "off", "--retention", "3650d", "--json").stdout)
+    assert (data["lines"], data["bad_lines"], data["unknown_requests"]) == (4000, 3, 3)
+    stats = json.loads(run_cli("stats", "-i", str(synth.inventory_path), "--state", db, "--since", "3650d",
+                               "--no-replay", "--json").stdout)  # fmt: skip
+    assert stats["log"] == {"lines": 4000, "bad": 3, "unknown": 3}
+
+
 def test_the_clock_follows_a_lines_writing_not_its_requests_arrival(tmp_path: Path) -> None:
     """A line is written at its request's end: the daemon's clock (its wakeups, timed prefetches) is the newest
     line's writing, not the arrival `duration_s` before it — else every wakeup comes a generation late."""

@@ -34,10 +34,15 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
         (int(T0 * 1000), T0),  # epoch milliseconds
         (str(T0), T0),
         ("29/Nov/2026:13:00:00 +0100", T0),  # nginx $time_local
+        ("10/Oct/2000:13:55:36 -0700", 971211336.0),  # nginx's own example: seconds, minutes, a western offset
+        ("06/Dec/2026:09:07:05 +0530", 1796528225.0),
+        (0, 0.0),  # the epoch itself is a time
+        ("1970-01-01T00:00:00Z", 0.0),
     ],
 )
 def test_time_formats(value: object, expected: float) -> None:
-    assert parse_time(value) == pytest.approx(expected)
+    # Exact to the microsecond: approx's default relative tolerance is half an hour at today's epoch.
+    assert parse_time(value) == pytest.approx(expected, rel=0, abs=1e-6)
 
 
 @pytest.mark.parametrize("value", ["yesterday", "", None, True, -5, "32/Foo/2026:00:00:00 +0000"])
@@ -151,7 +156,7 @@ def test_nginx_log_format_with_real_lines() -> None:
         "aws-p4d-use1-1/vllm-0",
         T0,
     )
-    assert first.time == pytest.approx(T0 - 0.412)
+    assert first.time == pytest.approx(T0 - 0.412, rel=0, abs=1e-6)
     assert second is not None and (second.adapter, second.engine) == ("sql-llama3-r16", "gcp-a3-usc1-1/vllm-0")
     assert dash is None and parser.tally.bad_reasons == {"missing adapter field": 1}
     assert quoted is not None and quoted.kind == UNKNOWN
@@ -166,6 +171,19 @@ def test_nginx_format_compiles_iso_times_and_msec() -> None:
         "msec": "1764417600.123",
         "http_x_model": "a",
         "time_iso8601": "2026-11-29T12:00:00+00:00",
+    }
+
+
+def test_nginx_values_are_unescaped_and_a_quoted_field_may_hold_two_variables() -> None:
+    """nginx writes a quote inside a quoted value as \\x22 (and a backslash as \\x5C); a quoted field with two
+    variables ("$request_method $request_uri") is two plain values, not one quoted one."""
+    fmt = NginxFormat('"$request_method $request_uri" "$http_x_model" [$time_local $msec]')
+    assert fmt.parse('"POST /v1/x" "say \\x22hi\\x22 \\x5Cx41" [29/Nov/2026:13:00:00 +0100 1764417600.5]') == {
+        "request_method": "POST",
+        "request_uri": "/v1/x",
+        "http_x_model": 'say "hi" \\x41',
+        "time_local": "29/Nov/2026:13:00:00",
+        "msec": "+0100 1764417600.5",
     }
 
 
@@ -248,6 +266,25 @@ def test_unknown_names_keep_counting_past_the_first_thousand_and_a_merge_keeps_t
     other = LogTally(unknown_names={f"else-{i}": 1 for i in range(MAX_UNKNOWN_NAMES)} | {"typo-adapter": 2})
     parser.tally.merge(other)
     assert len(parser.tally.unknown_names) == MAX_UNKNOWN_NAMES and parser.tally.unknown_names["typo-adapter"] == 6
+
+
+def test_a_tally_counts_each_request_by_kind_and_a_merge_sums_every_count() -> None:
+    from lorafleet.logs.records import LogTally
+    from lorafleet.policy.events import RequestEvent
+
+    one = LogTally()
+    for kind in (ADAPTER, ADAPTER, BASE, UNKNOWN):
+        one.count(RequestEvent(T0, kind, "a" if kind == ADAPTER else None), None if kind != UNKNOWN else "x")
+    one.lines, one.timed, one.unplaced = 5, 2, 1
+    one.bad("not JSON")
+    assert (one.adapter_requests, one.base_requests, one.unknown_requests, one.unknown_names) == (2, 1, 1, {"x": 1})
+    two = LogTally(lines=7, adapter_requests=3, base_requests=4, unknown_requests=5, timed=6, unplaced=2)
+    two.bad("not JSON")
+    two.bad("unparseable time")
+    one.merge(two)
+    assert (one.lines, one.adapter_requests, one.base_requests, one.unknown_requests) == (12, 5, 5, 6)
+    assert (one.bad_lines, one.timed, one.unplaced) == (3, 8, 3)
+    assert one.bad_reasons == {"not JSON": 2, "unparseable time": 1}
 
 
 def test_a_log_without_times_is_one_request_a_second_in_file_order() -> None:
