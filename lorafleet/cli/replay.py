@@ -26,9 +26,8 @@ def parse_policies(value: str) -> list[str]:
     names = [p.strip() for p in value.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICY_NAMES]
     if unknown or not names:
-        raise click.BadParameter(
-            f"unknown policy {unknown[0] if unknown else value!r} (known: {', '.join(POLICY_NAMES)})"
-        )
+        what = f"unknown policy {unknown[0]!r}" if unknown else "no policy named"
+        raise click.BadParameter(f"{what} (known: {', '.join(POLICY_NAMES)})")
     return list(dict.fromkeys(names))
 
 
@@ -42,6 +41,7 @@ def parse_policies(value: str) -> list[str]:
     default=",".join(POLICY_NAMES),
     show_default=True,
     shell_complete=complete_policies,
+    callback=lambda _ctx, _param, value: parse_policies(value),
     help="Comma-separated policies to compare.",
 )
 @click.option(
@@ -73,7 +73,7 @@ def parse_policies(value: str) -> list[str]:
 def replay(
     as_json: bool,
     logs: tuple[str, ...],
-    policies: str,
+    policies: list[str],
     log_format: str | None,
     wide: bool,
     plan_file: str | None,
@@ -86,7 +86,7 @@ def replay(
     its duration, where the log gives one); the table shows what each would give at the inventory's budgets.
     Nothing is contacted: no engine, no host.
     """
-    names = parse_policies(policies)
+    names = policies
     modes = VISIBILITY if visibility == "both" else (visibility,)
     inv = settings().load_inventory()
     source: LogSource | None = DEFAULT_JSONL if log_format == "jsonl" else None

@@ -75,7 +75,9 @@ def test_replay_errors_are_one_line(run_cli, tmp_path: Path) -> None:
     result = run_cli("replay", str(empty), "-i", DEMO)
     assert result.exit_code == 2 and result.stderr.startswith("error: no adapter requests in")
     result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--policy", "lru,mru")
-    assert result.exit_code == 2 and "unknown policy 'mru'" in result.stderr
+    assert result.exit_code == 2 and "Invalid value for '--policy': unknown policy 'mru'" in result.stderr
+    result = run_cli("replay", DEMO_LOG, "-i", DEMO, "--policy", " , ")
+    assert result.exit_code == 2 and "Invalid value for '--policy': no policy named (known: lru, " in result.stderr
     result = run_cli("replay", str(tmp_path / "missing.jsonl"), "-i", DEMO)
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
