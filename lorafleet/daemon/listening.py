@@ -23,7 +23,8 @@ def serve_in_thread(
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"{option} {address}: cannot serve there: {reason}", hint=hint) from exc
     threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
-    return server, f"{host}:{server.server_address[1]}"
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address in a URL or HOST:PORT is bracketed
+    return server, f"{shown}:{server.server_address[1]}"
 
 
 def close_served(server: Any) -> None:

@@ -5,6 +5,7 @@ a real Prometheus, is in test_prometheus.py."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -121,3 +122,19 @@ def test_ready_follows_the_loop_and_healthz_the_process(served) -> None:
     metrics.stopped()
     assert get(url + "/ready") == (503, "not running\n")
     assert get(url + "/healthz") == (200, "ok\n")
+
+
+def test_an_ipv6_address_is_served_and_given_back_bracketed_as_a_url_needs_it() -> None:
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine (a container without IPv6)")
+    metrics = DaemonMetrics(mode="shadow")
+    try:
+        address = metrics.serve("[::1]:0")
+        assert address.startswith("[::1]:") and not address.endswith(":0")
+        assert get(f"http://{address}/healthz")[0] == 200
+    finally:
+        metrics.close()
