@@ -47,7 +47,7 @@ from lorafleet.inventory.model import Inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.measures import nearest_rank
 from lorafleet.policy.core import HIT, LATE, MISS, TOUCH_BUDGET, PolicyCore
-from lorafleet.policy.events import ADAPTER, BASE, RequestEvent
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.times import FOLLOW_POLL_S
 
@@ -69,8 +69,6 @@ class PolicyResult(Counts):
 
     policy: str = ""
     visibility: str = LOG
-    base_requests: int = 0
-    unknown_requests: int = 0
     cold_ms: list[float] = field(default_factory=list, repr=False)  # every served request's wait
     budget_violations: int = 0
     loader_busy_ms: float = 0.0
@@ -161,10 +159,6 @@ class Simulation:
                 if until is not None and served is not None and event.adapter is not None:
                     session.runs(served, event.adapter)
                     heapq.heappush(running, (until, index, served, event.adapter))
-            elif event.kind == BASE:
-                result.base_requests += 1
-            else:
-                result.unknown_requests += 1
         session.finish()  # what is loading completes; later wakeups serve no request
         sim = session.sim
         assert sim is not None
@@ -199,10 +193,6 @@ class Simulation:
         for index, event in enumerate(self.events):
             if event.kind == ADAPTER:
                 fleet.add(event)
-            elif event.kind == BASE:
-                result.base_requests += 1
-            else:
-                result.unknown_requests += 1
             if index % SETTLE_EVERY == SETTLE_EVERY - 1:  # run as far as every later arrival
                 fleet.run(event.time, before=True)
                 _settle(index, progress)

@@ -170,3 +170,44 @@ def test_tenant_names_from_the_log_are_shown_as_text(run_cli, tmp_path: Path) ->
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("expected hit ratio per tenant")]
     assert "[/bold] " in line and "[31mred " in line and "[bold]x " in line
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+
+
+def test_the_sizing_chart_marks_the_recommended_count_and_says_when_none_reaches_the_target(run_cli) -> None:
+    """One bar per slot count, 40 characters at 100%; the mark on the fewest slots that reach the target alone;
+    a target no count reaches (the 4-slot replay is 99.95%: the first requests are cold) said in a line."""
+    args = ("plan", "-i", DEMO, "--log", LOG, "--target-hit-ratio")
+    text = run_cli(*args, "0.9", env={"COLUMNS": "120"}).stdout
+    bars = [line for line in text.splitlines() if " slots " in line and "█" in line]
+    assert [line.split()[0] for line in bars] == ["1", "2", "4"]
+    assert [line.count("█") for line in bars] == [15, 30, 40]  # 38.3%, 74.5%, 99.95% of 40
+    assert [line.endswith("← target") for line in bars] == [False, False, True]
+    assert "recommended: 4 slots per engine (max_cpu_loras / max_loaded_loras = 4)" in text
+    none = run_cli(*args, "1", env={"COLUMNS": "120"}).stdout
+    assert "← target" not in none and "no slot count up to 4 reaches 100%" in none
+
+
+def test_the_tables_show_each_adapters_copies_and_at_most_three_adapters_an_engine_unless_wide(
+    run_cli, tmp_path: Path
+) -> None:
+    data = json.loads(run_cli("plan", "-i", DEMO, "--log", LOG, "--json").stdout)
+    copies: dict[str, int] = {}
+    for engine in data["engines"]:
+        for adapter in engine["adapters"]:
+            copies[adapter] = copies.get(adapter, 0) + 1
+    text = run_cli("plan", "-i", DEMO, "--log", LOG, env={"COLUMNS": "120"}).stdout
+    shown = {
+        cells[0]: int(cells[3])
+        for line in text.splitlines()
+        if len(cells := [c.strip() for c in line.split("│")]) == 4 and cells[3].isdigit()
+    }
+    assert shown == {a: copies.get(a, 0) for a in shown} and len(shown) == 6 and 0 in shown.values()
+    # An engine holding four: three named and "+1", all four with --wide.
+    (tmp_path / "demo.yaml").write_text(Path(DEMO).read_text().replace("max_cpu_loras: 2", "max_cpu_loras: 4"))
+    args = ("plan", "-i", str(tmp_path / "demo.yaml"), "--log", LOG)
+    held = json.loads(run_cli(*args, "--json").stdout)["engines"][0]
+    assert held["engine"] == "localhost/vllm-0" and len(held["adapters"]) == 4
+    row = next(line for line in run_cli(*args, env={"COLUMNS": "200"}).stdout.splitlines() if "vllm-0" in line)
+    assert row.rstrip().endswith("+1") and row.count(",") == 2
+    wide = run_cli(*args, "--wide", env={"COLUMNS": "200"})
+    row = next(line for line in wide.stdout.splitlines() if line.startswith("localhost/vllm-0"))
+    assert row.count(",") == 3 and "+" not in row.split("│")[-1]

@@ -252,3 +252,37 @@ def test_replay_says_how_many_requests_name_no_engine_of_a_fleet_of_several(run_
     log.write_text("".join(json.dumps({**line, "upstream": "http://127.0.0.1:20000"}) + "\n" for line in lines))
     assert json.loads(run_cli(*args, "--json").stdout)["log"]["unplaced_requests"] == 0
     assert "name no engine" not in " ".join(run_cli(*args).stdout.split())
+
+
+def test_the_wide_table_says_what_the_json_says_and_a_partly_timed_log_says_how_many_lines_were(
+    run_cli, tmp_path: Path
+) -> None:
+    """The table is the JSON in other units (wait total in seconds, p50 in ms); replayed from lines with durations,
+    what lorafleet did (loads, touches) is the session's and still counted; a log where only some lines give a
+    duration says how many did."""
+    from tests.policy.builders import make_inventory
+
+    make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    log = tmp_path / "access.jsonl"
+    workflow_log(log, durations=True)
+    rows = log.read_text().splitlines()
+    args = ("replay", str(log), "-i", str(tmp_path / "inv.yaml"), "--format", "jsonl", "--policy", "lru")
+    assert "with a duration" not in run_cli(*args).stdout  # every line timed: nothing to say
+    rows[5] = json.dumps({k: v for k, v in json.loads(rows[5]).items() if k != "duration_s"})  # one line untimed
+    rows.append(json.dumps({**json.loads(rows[6]), "model": "m"}))  # a base-model request, timed
+    log.write_text("\n".join(rows) + "\n")
+    data = json.loads(run_cli(*args, "--json").stdout)
+    (lru,) = data["policies"]
+    assert (data["log"]["timed_requests"], data["log"]["base_requests"]) == (120, 1)
+    assert lru["loads"] > 0 and lru["misses"] > 0
+    table = run_cli(*args, "--wide", env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.stderr
+    text = " ".join(table.stdout.split())
+    assert "120 requests with a duration (the rest: the line's time taken as both)" in text
+    row = next(line for line in table.stdout.splitlines() if line.startswith("lru"))
+    cells = [c.strip() for c in row.split("│")]
+    header = next(line for line in table.stdout.splitlines() if "wait total s" in line)
+    names = [c.strip() for c in header.split("┃")]
+    shown = dict(zip(names, cells, strict=True))
+    assert shown["wait total s"] == f"{lru['cold_ms_total'] / 1000:,.1f}"
+    assert shown["wait p50 ms"] == f"{lru['cold_ms_p50']:,.1f}" and shown["loads"] == f"{lru['loads']:,}"

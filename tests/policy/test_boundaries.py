@@ -234,16 +234,22 @@ def test_a_late_request_on_a_prefetch_counts_as_its_use_once(tmp_path: Path) -> 
     assert (r.late, r.prefetch_loads, r.prefetch_used, r.wasted_prefetches) == (3, 2, 2, 0)
 
 
-def test_replay_counts_base_model_and_unknown_requests_apart(tmp_path: Path) -> None:
+def test_replay_serves_adapter_requests_only_and_base_model_and_unknown_ones_change_nothing(tmp_path: Path) -> None:
+    """Base-model and unknown requests are the log tally's to count (`replay --json`'s "log"): the policies
+    neither serve nor count them, with durations or without."""
     from lorafleet.policy.events import BASE, UNKNOWN
 
     inv = make_inventory(tmp_path, adapters=2)
-    events = stream([0, 1, 0])
-    events.insert(1, replace(events[0], kind=BASE, adapter=None))
-    events.insert(2, replace(events[0], kind=UNKNOWN, adapter=None))
-    events.insert(3, replace(events[0], kind=UNKNOWN, adapter=None))
-    r = Simulation(inv, "lru", events).run()
-    assert (r.requests, r.base_requests, r.unknown_requests) == (3, 1, 2)
+    for timed in (False, True):
+        plain = stream([0, 1, 0])
+        if timed:
+            plain = [replace(e, seen=e.time + 0.5) for e in plain]
+        events = list(plain)
+        events.insert(1, replace(events[0], kind=BASE, adapter=None))
+        events.insert(2, replace(events[0], kind=UNKNOWN, adapter=None))
+        events.insert(3, replace(events[0], kind=UNKNOWN, adapter=None))
+        r, alone = Simulation(inv, "lru", events).run(), Simulation(inv, "lru", plain).run()
+        assert r.requests == 3 and (r.hits, r.misses, r.loads) == (alone.hits, alone.misses, alone.loads)
 
 
 def test_gpu_hits_are_hits_whose_adapter_held_a_gpu_slot(tmp_path: Path) -> None:
