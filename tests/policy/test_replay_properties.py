@@ -327,3 +327,25 @@ def test_the_budget_check_counts_what_the_engine_holds_not_what_the_book_says(
     assert Simulation(inv, "lru", events).run().budget_violations == 0
     monkeypatch.setattr(EngineResidency, "has_room", lambda self, size: True)  # a book that lets anything in
     assert Simulation(inv, "lru", events).run().budget_violations > 0
+
+
+def test_the_engines_alone_figure_covers_the_window_from_its_first_instant_to_just_before_its_end(
+    tmp_path: Path,
+) -> None:
+    """`stats` compares the journal's [since, until) with lru over the same requests: one at `since` is in the
+    window, one at `until` is the next window's."""
+    import json
+
+    from lorafleet.inventory import load_inventory
+    from lorafleet.replay.driver import lru_hit_ratio
+
+    make_inventory(tmp_path, adapters=2)
+    logs = "gateway:\n  logs:\n    - {path: access.jsonl, format: jsonl, fields: {time: ts, adapter: model}}\n"
+    (tmp_path / "inv.yaml").write_text((tmp_path / "inv.yaml").read_text() + logs)
+    inv = load_inventory(tmp_path / "inv.yaml")
+    since, until = 1_800_000_000.0, 1_800_000_060.0
+    rows = [(since, "a0"), (since + 1, "a0"), (until - 1, "a1"), (until, "a1")]
+    (tmp_path / "access.jsonl").write_text("".join(json.dumps({"ts": t, "model": m}) + "\n" for t, m in rows))
+    assert lru_hit_ratio(inv, since, since + 30) == 0.5  # a0 at `since` (cold), then again (warm)
+    assert lru_hit_ratio(inv, until - 30, until) == 0.0  # a1 once (cold); its second request is past the end
+    assert lru_hit_ratio(inv, until + 1, until + 60) is None  # no request then
