@@ -88,11 +88,13 @@ class Snapshot:
     empty: bool
 
 
-def collect(store: Any, since: float, until: float, by: str, top: int, lru: float | None) -> Snapshot:
+def collect(store: Any, since: float, until: float, by: str, top: int, replay: bool) -> Snapshot:
+    """The window's report; with `replay`, beside it lru replayed over the very requests the journal counts."""
     from lorafleet.cli import shapes
     from lorafleet.store.stats import report
 
     found = report(store, since, until, by, SERIES_BUCKETS)
+    lru = lru_figure(*found.window.span) if replay else None
     inv = _inventory_or_none()
     tiers = {t.name: t.tier for t in inv.tenants.values()} if inv is not None and by == "tenant" else {}
     data = shapes.stats(found, top, lru, tiers)
@@ -192,8 +194,7 @@ def stats(
         if watch is not None:
             _watch(store, since, until, by, top, wide, watch)
             return
-        lru = None if no_replay else lru_figure(since, until)
-        snap = collect(store, since, until, by, top, lru)
+        snap = collect(store, since, until, by, top, replay=not no_replay)
     if as_json:
         print_json(snap.data)
         return
@@ -282,7 +283,7 @@ def _watch(store: Any, since: float, until: float, by: str, top: int, wide: bool
         with Live(console=out, refresh_per_second=4, transient=False) as live:
             while True:
                 now = time.time()
-                snap = collect(store, now - span, now, by, top, None)
+                snap = collect(store, now - span, now, by, top, replay=False)
                 live.update(Group(*render(snap, by, wide)))
                 time.sleep(every)
     except KeyboardInterrupt:

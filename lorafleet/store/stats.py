@@ -57,6 +57,12 @@ class Window:
         return hour_key(self.until_minute)
 
     @property
+    def span(self) -> tuple[float, float]:
+        """The window's requests as instants, [start, end): the minutes (or whole hours) the journal counts them
+        in, so what is compared with it (the engines alone, replayed) covers the same requests."""
+        return minute_epoch(self.since_minute), minute_epoch(self.until_minute)
+
+    @property
     def minute_bounds_at(self) -> list[str]:
         """The window's minutes as bounds on action times: [first minute's start, first excluded one's)."""
         return [minute_start_text(self.since_minute), minute_start_text(self.until_minute)]

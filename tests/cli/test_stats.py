@@ -299,6 +299,20 @@ def test_the_lru_figure_replays_the_window_of_the_inventorys_gateway_logs(tmp_pa
     assert f"lru alone {lru['hit_ratio']:.1%}" in table.stdout
     elsewhere = run_cli("stats", "-i", demo, "--state", db, "--since", "2026-11-03T00:00Z", "--json")
     assert json.loads(elsewhere.stdout)["overall"]["lru_hit_ratio"] is None  # no request of the logs in it
+    # A window from mid-minute: the journal counts the minutes that start in it (09:01 to 09:20), and the lru
+    # figure replays those very requests, not the half minutes at either end.
+    from lorafleet.inventory import load_inventory
+    from lorafleet.replay.driver import lru_hit_ratio
+    from lorafleet.times import parse_utc_text
+
+    half = ("--since", "2026-11-02T09:00:30Z", "--until", "2026-11-02T09:20:30Z")
+    data = json.loads(run_cli("stats", "-i", demo, "--state", db, *half, "--json").stdout)
+    start, end = parse_utc_text("2026-11-02T09:01:00Z"), parse_utc_text("2026-11-02T09:21:00Z")
+    same = lru_hit_ratio(load_inventory(demo), start, end)
+    assert same is not None and data["overall"]["lru_hit_ratio"] == round(same, 6)
+    assert same != lru_hit_ratio(load_inventory(demo), parse_utc_text(half[1]), parse_utc_text(half[3]))
+    rows = [json.loads(x) for x in (INVENTORIES / "demo-access.jsonl").read_text().splitlines()]
+    assert data["overall"]["requests"] == sum(start <= parse_utc_text(r["ts"]) < end for r in rows)
 
 
 def test_stats_reads_a_journal_it_cannot_write(tmp_path: Path, run_cli, read_only) -> None:
