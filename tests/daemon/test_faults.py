@@ -391,6 +391,36 @@ def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_
     assert failed == 0
 
 
+def test_an_answer_that_the_engine_lost_an_adapter_reads_its_registry_at_once_and_no_other_answer_does(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    """Between reconciles, an engine that answers "no such adapter" lost what the book holds: its registry is read
+    at once. Answers that say nothing of the kind (a load done) read nothing."""
+    from tests.daemon.conftest import wait_for
+
+    engine = emulators(kind="sglang", gpu_slots=2, host_slots=3)
+    adapters = write_adapters(tmp_path / "adapters", 4)
+    inv = write_fleet(tmp_path, [sglang("e0", engine.url, host=3)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "3600")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+
+    def reads() -> int:
+        return sum(1 for method, path, _ in list(engine.state.requests) if (method, path) == ("GET", "/v1/models"))
+
+    started = reads()  # the first reconcile
+    log = tmp_path / "access.jsonl"
+    for adapter in ("a0", "a1", "a2"):
+        append_line(log, log_line(adapter, engine="h/e0"))
+    wait_for(lambda: set(engine.state.registry) == {"a0", "a1", "a2"}, what="a0-a2 loaded", log=daemon.log)
+    time.sleep(0.5)
+    assert reads() == started  # three loads answered: nothing to ask
+    for held in (engine.state.registry, engine.state.host, engine.state.gpu):  # the engine lost it; the book
+        held.pop("a0", None)  # still holds it
+    append_line(log, log_line("a3", engine="h/e0"))  # a0, least recent, is unloaded to make room: "no such adapter"
+    wait_for(lambda: reads() == started + 1, timeout=5, what="the registry read at once", log=daemon.log)
+    assert daemon.stop()[0] == 0
+
+
 def test_twenty_kills_with_both_rotations_and_a_standby_takeover_lose_and_repeat_nothing(
     tmp_path: Path, daemon_process
 ) -> None:
