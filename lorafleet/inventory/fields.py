@@ -33,7 +33,8 @@ def quoted(value: Any) -> str:
     text = value if isinstance(value, str) else repr(value)
     if len(text) <= MAX_SHOWN_CHARS:
         return repr(value)
-    return f"{text[:MAX_SHOWN_CHARS]!r}… ({len(text):,} characters)"
+    head = repr(text[:MAX_SHOWN_CHARS]) if isinstance(value, str) else text[:MAX_SHOWN_CHARS]
+    return f"{head}… ({len(text):,} characters)"
 
 
 def describe(value: Any, show_text: bool = True) -> str:
