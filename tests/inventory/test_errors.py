@@ -583,3 +583,6 @@ def test_a_long_value_is_shown_cut_with_its_length_and_the_error_stays_one_reada
     with pytest.raises(InventoryError) as whole:
         load_inventory(write_yaml(short))
     assert whole.value.problems[0].message.startswith("unknown provider '" + "x" * 60 + "' (known: ")
+    from lorafleet.inventory.fields import quoted
+
+    assert quoted(list(range(40))) == "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1… (150 characters)"
