@@ -336,7 +336,7 @@ def test_vanished_files_are_not_a_restart_and_the_adapter_waits_until_they_are_b
     engine = emulators(kind="vllm", gpu_slots=1, host_slots=2)
     adapters = write_adapters(tmp_path / "adapters", 2)
     inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=1, host=2)], adapters)
-    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1")
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "1", "--json")
     wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
     log = tmp_path / "access.jsonl"
     append_line(log, log_line("a1", engine="h/e0"))
@@ -356,6 +356,8 @@ def test_vanished_files_are_not_a_restart_and_the_adapter_waits_until_they_are_b
     wait_for(lambda: "a1" in engine.state.registry, timeout=5, what=f"a1 loaded again\n{daemon.log()}")
     assert "engine restarted" not in daemon.log()  # lorafleet's own unregistering is no restart
     assert daemon.stop()[0] == 0
+    summary = json.loads(daemon.proc.stdout.read())  # type: ignore[union-attr]
+    assert (summary["vanished"], summary["engine_restarts"]) == (1, 0)  # once, however many reconciles saw it gone
 
 
 def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_unloads_are_no_failures(
