@@ -94,8 +94,8 @@ def collect(store: Any, since: float, until: float, by: str, top: int, replay: b
     from lorafleet.store.stats import report
 
     found = report(store, since, until, by, SERIES_BUCKETS)
-    lru = lru_figure(*found.window.span) if replay else None
     inv = _inventory_or_none()
+    lru = lru_figure(inv, *found.window.span) if replay and inv is not None else None
     tiers = {t.name: t.tier for t in inv.tenants.values()} if inv is not None and by == "tenant" else {}
     data = shapes.stats(found, top, lru, tiers)
     return Snapshot(data, found.series, found.overall.requests == 0)
@@ -129,12 +129,11 @@ def _inventory_or_none() -> Any:
         return None
 
 
-def lru_figure(since: float, until: float) -> float | None:
+def lru_figure(inv: Any, since: float, until: float) -> float | None:
     """What replay gives `lru` (the engines alone) for the window's requests in the inventory's gateway logs."""
     from lorafleet.replay.driver import lru_hit_ratio
 
-    inv = _inventory_or_none()
-    return None if inv is None else lru_hit_ratio(inv, since, until)
+    return lru_hit_ratio(inv, since, until)
 
 
 @click.group(invoke_without_command=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from lorafleet.errors import Location
 from lorafleet.inventory import schema, sizing
 from lorafleet.inventory.fields import NAME_RE, Checker, as_list, describe, join, quoted
+from lorafleet.inventory.lookup import did_you_mean
 from lorafleet.inventory.model import DTYPE_ALIASES, Adapter, BaseModel, Tenant
 from lorafleet.inventory.yamlsource import LDict, where
 
@@ -189,6 +189,4 @@ def _workflows(c: Checker, m: LDict, path: str, adapters: set[str]) -> list[tupl
 
 
 def unknown_adapter(adapter_id: str, adapters: set[str]) -> str:
-    close = difflib.get_close_matches(adapter_id, sorted(adapters), n=1)
-    tip = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{quoted(adapter_id)} is not an adapter in this inventory{tip}"
+    return f"{quoted(adapter_id)} is not an adapter in this inventory{did_you_mean(adapter_id, sorted(adapters))}"

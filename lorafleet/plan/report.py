@@ -15,7 +15,7 @@ from lorafleet.logs.reader import read_requests
 from lorafleet.plan.flags import SIZING_SLOTS, FlagAdvice, recommend_flags, sizing_points, with_slots
 from lorafleet.plan.planfile import diff_plans, plan_document, read_plan, write_plan
 from lorafleet.plan.planner import plan_residency
-from lorafleet.plan.window import Demand, demand_from_events, pins_of, tenant_hit_ratios, window_of
+from lorafleet.plan.window import Demand, demand_in, pins_of, tenant_hit_ratios, window_of
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement, PlannedResidency
 
@@ -90,7 +90,8 @@ def demand_for(inventory: Inventory, logs: tuple[str, ...], window_s: float) -> 
     if missing:
         raise InputError(f"access log {missing[0]} not found")
     events, _ = read_requests(paths, inventory)
-    return demand_from_events(events, window_s), window_of(events, window_s)
+    window = window_of(events, window_s)
+    return demand_in(window, window_s), window
 
 
 __all__ = ["PlanReport", "PlanRequest", "Sizing", "demand_for", "make_plan"]

@@ -31,9 +31,13 @@ def window_of(events: Sequence[RequestEvent], window_s: float) -> list[RequestEv
 
 
 def demand_from_events(events: Sequence[RequestEvent], window_s: float) -> Demand:
-    """The adapter requests of `window_of` the events; the rates are over the time the window's lines span (at
-    least a minute), base-model lines included: a quiet stretch of adapters is demand too."""
-    window = window_of(events, window_s)
+    """The adapter requests of `window_of` the events (`demand_in`)."""
+    return demand_in(window_of(events, window_s), window_s)
+
+
+def demand_in(window: Sequence[RequestEvent], window_s: float) -> Demand:
+    """The adapter requests of a window's events; the rates are over the time the window's lines span (at least a
+    minute), base-model lines included: a quiet stretch of adapters is demand too."""
     adapter_events = [e for e in window if e.kind == ADAPTER and e.adapter is not None]
     if not adapter_events:
         return Demand(window_s, {}, {}, {}, 0)
