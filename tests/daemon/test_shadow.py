@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from lorafleet.drive.session import Counts
 from lorafleet.inventory import load_inventory
 from lorafleet.inventory.gateway import log_patterns
 from lorafleet.logs.reader import read_events
+from lorafleet.logs.timeparse import parse_time
 from lorafleet.replay.driver import simulate
 from lorafleet.replay.synth import SHAPES, synthesize
 from lorafleet.store.db import open_store
@@ -339,8 +341,12 @@ def test_a_shadow_runs_summary_counts_its_commits_and_no_reconcile(tmp_path: Pat
 
 def test_a_shadow_runs_metrics_say_what_its_summary_says(tmp_path: Path) -> None:
     """The Prometheus series a dashboard reads (requests, engine calls, load times, cold seconds paid and
-    avoided) agree with the run's own counts: each call counted once, seconds as seconds."""
+    avoided, lines read and bad, how far behind the log is, how long a batch's decisions took) agree with the
+    run's own counts: each call counted once, seconds as seconds."""
     synth = synthesize("workflows", 1500, 4, tmp_path / "t")
+    with synth.log_path.open("a") as fh:
+        fh.write("not json\n{}\n")  # two bad lines: one not JSON, one without an adapter
+    newest = max(parse_time(json.loads(x)["ts"]) for x in synth.log_path.read_text().splitlines()[:-2])
     inv = load_inventory(synth.inventory_path)
     with open_store(tmp_path / "s.db") as store:
         opts = DaemonOptions(policy="lorafleet", shadow=True, once=True, from_start=True, retention_days=3650.0)
@@ -363,3 +369,9 @@ def test_a_shadow_runs_metrics_say_what_its_summary_says(tmp_path: Path) -> None
     assert total("lorafleet_load_seconds_count") == summary.loads  # every simulated load answered with its time
     assert total("lorafleet_cold_seconds_paid_total") == pytest.approx(summary.cold_ms_paid / 1000.0)
     assert total("lorafleet_cold_seconds_avoided_total") == pytest.approx(summary.cold_ms_avoided / 1000.0)
+    assert total("lorafleet_log_lines_total", result="ok") == summary.lines - 2 == 1500
+    assert total("lorafleet_log_lines_total", result="bad") == summary.bad_lines == 2
+    # The lag is the wall clock past the newest line's time (the synthetic log is weeks old).
+    assert total("lorafleet_log_lag_seconds") == pytest.approx(time.time() - newest, abs=60.0)
+    batches = total("lorafleet_decision_latency_seconds_count")
+    assert batches >= 1 and 0.0 <= total("lorafleet_decision_latency_seconds_sum") < 60.0
