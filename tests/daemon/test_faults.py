@@ -253,8 +253,10 @@ def append_line(path: Path, text: str) -> None:
 def test_an_engine_back_from_a_long_outage_is_warmed_again_within_a_reconcile(
     tmp_path: Path, emulators, daemon_process
 ) -> None:
-    """The breaker's backoff doubles while an engine is down; a reconcile is its probe and closes it at once,
-    so the plan's adapters come back a reconcile after the engine does, however long the outage was."""
+    """An engine down for longer than its breaker's cooldown, restarted empty: its failed reconciles open the
+    breaker and, going through it rather than probing, never extend it (test_breaker.py); once the engine answers,
+    the plan's adapters come back a reconcile after it does. That a reconcile closes an open breaker at once, before
+    its cooldown ends, is the actor's (test_actors.py: test_an_actor_sorts_each_answer_by_whose_fault_it_is)."""
     from tests.daemon.conftest import wait_for
     from tests.engine_emulator import Fault
 
@@ -269,7 +271,7 @@ def test_an_engine_back_from_a_long_outage_is_warmed_again_within_a_reconcile(
     wait_for(lambda: {"a0", "a1"} <= set(engine.state.registry), what=f"the plan warmed\n{daemon.log()}")
     engine.state.faults.append(Fault(status=503, times=10**6))  # down: every call answers 503
     engine.state.restart()  # and when it comes back it holds nothing
-    time.sleep(40.0)  # long enough for the breaker to have doubled its wait to 20 s and more
+    time.sleep(8.0)  # longer than the breaker's 5 s cooldown
     engine.state.faults.clear()
     back = time.monotonic()
     wait_for(lambda: {"a0", "a1"} <= set(engine.state.registry), timeout=20, what=f"re-warmed\n{daemon.log()}")
