@@ -28,7 +28,7 @@ from lorafleet.collector import settle, unsettle
 from lorafleet.daemon.actors import RECONCILE, RECONCILES_AT_ONCE, Done, EngineActor, FileCheck, Work
 from lorafleet.daemon.breaker import CLOSED
 from lorafleet.daemon.hints import OUTCOMES, SWITCH_INTERVAL_S, HintIngress, HintJoin, hint_headers
-from lorafleet.daemon.journaling import Journaling, Summary
+from lorafleet.daemon.journaling import Batch, Journaling, Summary
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.drive.policies import OFFLINE_POLICIES, make_policy
@@ -86,6 +86,12 @@ class DaemonOptions:
     memory_every_s: float = 0.0
     memory_share: float = 0.05
     hints_addr: str | None = None  # where the gateway's start hints are taken (daemon/hints.py); None: off
+    # A commit the state database refuses (a full disk, an I/O error, a lock held past the busy wait) stops
+    # nothing but the journal: the batch is held and tried again every `journal_retry_s` while the warming goes
+    # on, until more than `max_held_lines` log lines are held; then the daemon stops (the logs are read again
+    # from the last commit at the next start, as after a crash).
+    journal_retry_s: float = 5.0
+    max_held_lines: int = 1_000_000
 
 
 class Daemon:
@@ -144,6 +150,9 @@ class Daemon:
         )
         self._next_memory = time.monotonic() + options.memory_every_s
         self._unremembered = False  # lines were committed since the memory last went with a commit
+        self._refused_since: float | None = None  # monotonic: when the journal began refusing commits, if it is
+        self._retry_at = 0.0  # no commit is tried before this (monotonic) while it refuses them
+        self._refusal_said = 0.0  # when the last refusal was logged (once a minute while it lasts)
         self.session = Session(core, options.shadow, self.summary, placements, read_after_s=options.poll_s)
         # The engines alone over the same requests, simulated beside the policy, for the summary's baseline (the lru
         # policy is that baseline itself: its own counts are the figure). The lorafleet policy already simulates
@@ -305,7 +314,10 @@ class Daemon:
                 next_commit = now + options.commit_every_s
             log_hour = None if self.log_now is None else int(self.log_now // 3600.0)
             if now >= next_prune or log_hour != pruned_log_hour:  # every hour, of the wall clock or the log's
-                self._prune()
+                try:
+                    self._prune()
+                except OperationError as exc:  # as a refused commit: the journal's trouble, not the warming's
+                    log.error("retention not applied: %s; tried again within the hour", exc.message)
                 next_prune, pruned_log_hour = now + 3600.0, log_hour
             if options.once and not read:
                 return
@@ -632,6 +644,8 @@ class Daemon:
         """The batch, in one transaction with its checkpoints; every `memory_every_s` or so (`memory_share`), and at
         the end, what the policy has learned goes with it, so a restart resumes both from the same line."""
         self.journal.publish()
+        if not final and time.monotonic() < self._retry_at:
+            return  # the journal refused the last commit: the batch is held until the next try is due
         remember = final or time.monotonic() >= self._next_memory
         started = self.session.started
         if self.journal.batch.empty() and not (final and started) and not (remember and started and self._unremembered):
@@ -651,21 +665,59 @@ class Daemon:
             self._next_memory = time.monotonic() + max(options.memory_every_s, took / options.memory_share)
         batch = self.journal.take()
         self._unremembered = memory is None and (self._unremembered or not batch.empty())
-        with self.store.writing():
-            dropped = commit_or_drop(
-                self.store,
-                batch.rollups,
-                batch.checkpoints.values(),
-                batch.log_counts,
-                batch.actions,
-                batch.errors,
-                memory,
+        try:
+            with self.store.writing():
+                dropped = commit_or_drop(
+                    self.store,
+                    batch.rollups,
+                    batch.checkpoints.values(),
+                    batch.log_counts,
+                    batch.actions,
+                    batch.errors,
+                    memory,
+                )
+        except OperationError as exc:
+            self._refused(batch, exc, final)
+            return
+        if self._refused_since is not None:
+            log.warning(
+                "the journal takes commits again: %d log lines held for %.0f s written",
+                batch.lines,
+                time.monotonic() - self._refused_since,
             )
+            self._refused_since, self._retry_at = None, 0.0
+            self.metrics.held_lines.set(0)
         if dropped:
             log.error("%d journal rows could not be stored (not UTF-8 text); committed the rest", dropped)
         self.summary.commits += 1
         self.metrics.commits.inc()
         settle()  # what outlives a commit is the long-lived state: collections scan only what comes after it
+
+    def _refused(self, batch: Batch, exc: OperationError, final: bool) -> None:
+        """The state database refused a commit: the batch is held for the next try and the loop goes on (what
+        the engines hold matters more than its record); past `max_held_lines`, or at the end, the daemon stops."""
+        self.journal.hold(batch)
+        self._unremembered = self.session.started  # the memory, if it went with this commit, did not go
+        held = self.journal.batch.lines
+        self.metrics.refused_commits.inc()
+        self.metrics.held_lines.set(held)
+        options = self.options
+        if final or held > options.max_held_lines:
+            raise OperationError(f"{exc.message}; {held:,} log lines read and not journaled", hint=exc.hint) from exc
+        now = time.monotonic()
+        self._retry_at = now + options.journal_retry_s
+        if self._refused_since is None or now - self._refusal_said >= 60.0:
+            if self._refused_since is None:
+                self._refused_since = now
+            log.error(
+                "%s; the warming goes on: %d log lines held, the commit tried again every %g s (the daemon stops "
+                "past %d)",
+                exc.message,
+                held,
+                options.journal_retry_s,
+                options.max_held_lines,
+            )
+            self._refusal_said = now
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's

@@ -112,6 +112,14 @@ class DaemonMetrics:
             buckets=LATENCY_BUCKETS,
         )
         self.commits = single(Counter, "lorafleet_journal_commits", "Journal transactions committed")
+        self.refused_commits = single(
+            Counter,
+            "lorafleet_journal_refused_commits",
+            "Commits the state database refused (a full disk, an I/O error, a lock held too long); the lines are held",
+        )
+        self.held_lines = single(
+            Gauge, "lorafleet_journal_held_lines", "Log lines read and held because the journal refused their commit"
+        )
         self.hints = moded(
             Counter,
             "lorafleet_hints",

@@ -196,7 +196,8 @@ class Store:
             yield self.db
         except BaseException:
             self._depth = 0
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:  # SQLite rolls back by itself on some failures (a full disk, an I/O error)
+                self.db.execute("ROLLBACK")
             raise
         self._depth = 0
         try:

@@ -38,8 +38,36 @@ CASES: list[tuple[str, dict[str, str], int, dict[str, list[dict[str, str]]]]] = 
             f'lorafleet_actions_total{{{E},action="load",result="failed",mode="live"}}': "0x40",
             f'lorafleet_engine_restarts_total{{{E},mode="live"}}': "0x40",
             f'lorafleet_vanished_adapters_total{{{E},mode="live"}}': "0x40",
+            'lorafleet_journal_refused_commits_total{mode="live"}': "0x40",
         },
         30,
+        {},
+    ),
+    (
+        "a state database that refuses commits (one every 5 s), then takes them again",
+        {
+            'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
+            'lorafleet_journal_refused_commits_total{mode="live"}': "0 0+12x15 180x25",
+        },
+        12,
+        {"LorafleetJournalRefused": [{"mode": "live"}]},
+    ),
+    (
+        "a refusal that passed: quiet again five minutes on",
+        {
+            'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
+            'lorafleet_journal_refused_commits_total{mode="live"}': "0 0+12x15 180x25",
+        },
+        30,
+        {},
+    ),
+    (
+        "one refused commit (a lock held a moment too long) does not page",
+        {
+            'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
+            'lorafleet_journal_refused_commits_total{mode="live"}': "0 0 1x38",
+        },
+        10,
         {},
     ),
     (

@@ -393,3 +393,22 @@ def test_actions_since_name_each_new_row_with_whether_its_adapter_is_pinned(tmp_
         ("h/g", "x", "loaded", True, False),
     ]
     assert [n.id for n in found] == [seen + 1, seen + 2, seen + 4]  # the daemon's own row is not news
+
+
+def test_a_full_database_is_named_as_full_and_the_store_takes_the_next_commit(tmp_path: Path) -> None:
+    """SQLite rolls a transaction back by itself when the disk fills (here: `max_page_count`, the same SQLITE_FULL);
+    the store must not then roll back again, or the error would read "cannot rollback - no transaction is active"
+    and the cause would be lost."""
+    from lorafleet.errors import OperationError
+    from lorafleet.store.journal import Outcomes, commit_progress
+
+    with open_store(tmp_path / "s.db") as store:
+        pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+        store.db.execute(f"PRAGMA max_page_count = {pages}")  # no page more: the disk is full
+        many = {(f"2026-12-06T10:{i % 60:02d}Z", f"t{i}", "a", "h/e"): Outcomes(requests=1) for i in range(2000)}
+        with pytest.raises(OperationError, match=r"database or disk is full$"), store.writing():
+            commit_progress(store, many)
+        assert not store.db.in_transaction
+        store.db.execute("PRAGMA max_page_count = 1073741823")  # space again
+        commit_progress(store, {("2026-12-06T10:00Z", "t", "a", "h/e"): Outcomes(requests=1)})
+        assert store.db.execute("SELECT SUM(requests) FROM rollups").fetchone() == (1,)  # none of the refused
