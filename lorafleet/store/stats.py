@@ -71,11 +71,8 @@ class Window:
 @dataclass
 class ActionTotals:
     prefetch_loads: int = 0  # loads ahead of demand (prefetch and plan)
-    demand_loads: int = 0
     unused_prefetches: int = 0  # prefetches evicted before any request used them
     touches: int = 0
-    unloads: int = 0
-    failed: int = 0
     refused_engines: list[str] = field(default_factory=list)  # engines whose calls a circuit breaker refused
     load_ms: dict[str, tuple[int, float, float]] = field(default_factory=dict)  # engine -> (loads, p50, p99)
 
@@ -225,18 +222,12 @@ def action_totals(store: Store, window: Window) -> ActionTotals:
         )
     for action, reason, ok, count, unused in grouped:
         if not ok:
-            out.failed += count
             continue
         out.unused_prefetches += unused or 0
-        if action in LOAD_ANSWERS:
-            if reason in ("prefetch", "plan"):
-                out.prefetch_loads += count
-            else:
-                out.demand_loads += count
+        if action in LOAD_ANSWERS and reason in ("prefetch", "plan"):
+            out.prefetch_loads += count
         elif action == "touched":
             out.touches += count
-        elif action == "unloaded":
-            out.unloads += count
     out.refused_engines = sorted(e for (e,) in refused)
     since_at, until_at = window.minute_bounds_at
     last_day = utc_text(parse_utc_text(until_at) - 86400.0)

@@ -343,3 +343,63 @@ def test_a_name_with_a_newline_or_a_direction_override_stays_on_its_row(tmp_path
     assert "evil tenantX" in row and "50" in row, result.stdout
     assert "\u202e" not in result.stdout and "\u2066" not in result.stdout
     assert name in [r["key"] for r in stats_json(run_cli, db, *WINDOW, "--by", "tenant")["by"]]
+
+
+def test_a_window_inside_an_hour_reads_its_minutes_and_a_long_one_whole_hours(tmp_path: Path) -> None:
+    """Up to six hours a window is its minutes (a tenant's requests outside it do not count, though their hour
+    is inside); longer, or reaching back before the minute detail, it is widened to whole hours and read from the
+    hourly tables; a window that starts at the first minute of detail is still minutes."""
+    from lorafleet.store import stats as q
+
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        commit_progress(
+            store,
+            rollups={
+                (T0 + "05Z", "acme", "a1", "h/e0"): Outcomes(7, 7, 0, 0, 0, 0, 0.0, 0.0),
+                (T0 + "50Z", "acme", "a1", "h/e0"): Outcomes(3, 1, 0, 2, 0, 0, 0.0, 0.0),
+            },
+        )
+        since = parse_moment("2026-11-20T10:30:00Z", now=0.0)
+        half = q.window_of(since, since + 1800.0, "tenant")
+        assert not half.hourly
+        assert [(k, o.requests) for k, o in q.breakdown(store, half, "tenant")] == [("acme", 3)]
+        assert [(k, o.requests) for k, o in q.sliced(store, half, "tenant", 4)[0]] == [("acme", 3)]
+        assert not q.window_of(since, since + 6 * 3600.0).hourly
+        longer = q.window_of(since, since + 6.5 * 3600.0)
+        assert longer.hourly and (longer.since_minute, longer.until_minute) == (T0 + "00Z", "2026-11-20T17:00Z")
+        assert not q.window_of(since, since + 1800.0, detail="2026-11-20T10:30Z").hourly  # starts at the detail
+        assert q.window_of(since, since + 1800.0, detail="2026-11-20T10:31Z").hourly  # starts before it
+
+
+def test_the_trend_is_the_hit_ratio_in_equal_slices_of_the_window(tmp_path: Path) -> None:
+    from lorafleet.store import stats as q
+
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        commit_progress(
+            store,
+            rollups={
+                (T0 + "00Z", "acme", "a1", "h/e0"): Outcomes(4, 4, 0, 0, 0, 0, 0.0, 0.0),  # slice 1 of 4: 100%
+                (T0 + "14Z", "acme", "a1", "h/e0"): Outcomes(4, 0, 0, 4, 0, 0, 0.0, 0.0),  # slice 1: 50% in all
+                (T0 + "15Z", "acme", "a1", "h/e0"): Outcomes(2, 1, 0, 1, 0, 0, 0.0, 0.0),  # slice 2: 50%
+                (T0 + "59Z", "beta", "a1", "h/e0"): Outcomes(5, 5, 0, 0, 0, 0, 0.0, 0.0),  # slice 4
+            },
+        )
+        since = parse_moment("2026-11-20T10:00:00Z", now=0.0)
+        hour = q.window_of(since, since + 3600.0)
+        assert q.hit_series(store, hour, None, 4) == {"": [0.5, 0.5, None, 1.0]}
+        by_tenant = q.hit_series(store, hour, "tenant", 4)
+        assert by_tenant == {"acme": [0.5, 0.5, None, None], "beta": [None, None, None, 1.0]}
+
+
+def test_load_times_are_the_window_s_last_day_and_p99_is_the_nearest_rank(tmp_path: Path, run_cli) -> None:
+    db = tmp_path / "s.db"
+    with open_store(db) as store:
+        old = [ActionRow("2026-11-18T10:00:00.000Z", "daemon", "a1", "h/e0", "loaded", True, 9000.0, 1, None)]
+        at = [f"2026-11-20T{9 + i // 100:02d}:{i % 60:02d}:00.000Z" for i in range(200)]
+        recent = [ActionRow(at[i], "warm", "a1", "h/e0", "loaded", True, float(i + 1), 1, None) for i in range(200)]
+        commit_progress(store, actions=old + recent)
+    data = stats_json(run_cli, db, "--since", "2026-11-18T00:00Z", "--until", "2026-11-21T00:00Z")
+    # The load two days before the window's end is not counted; of 1..200 ms, the 99th percentile is the 198th.
+    assert data["overall"]["load_ms"] == {"h/e0": {"loads": 200, "p50": 100.0, "p99": 198.0}}
