@@ -61,17 +61,6 @@ class Batch:
     def empty(self) -> bool:
         return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
 
-    def absorb(self, later: Batch) -> None:
-        """`later` added to this batch, as if folded into it: counts summed, rows appended after these, each
-        log's checkpoint the later one (further on)."""
-        for key, outcomes in later.rollups.items():
-            self.outcome(key).add(outcomes)
-        self.checkpoints.update(later.checkpoints)
-        for minute, counts in later.log_counts.items():
-            self.count_lines(minute, *counts)  # `lines` too: every line a batch holds is counted in its minute
-        self.actions.extend(later.actions)
-        self.errors.extend(later.errors)
-
 
 ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine (not its LRU's, nor forgetting)
 
@@ -105,9 +94,10 @@ class Journaling:
         return batch
 
     def hold(self, batch: Batch) -> None:
-        """A batch the journal could not take comes back, ahead of what was folded since: the next commit
-        writes both, so a failed commit loses nothing and counts nothing twice."""
-        batch.absorb(self.batch)
+        """A batch the journal refused is the batch in progress again: what is folded next adds to it, and the
+        next commit writes it all (each log's checkpoint the newest), so nothing is lost or counted twice. It
+        was taken by the commit that failed, on this thread: nothing was folded since."""
+        assert self.batch.empty() and not self.batch.lines
         self.batch = batch
 
     def publish(self) -> None:

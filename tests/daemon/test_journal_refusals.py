@@ -99,6 +99,8 @@ def test_while_refused_a_commit_is_tried_again_only_when_its_retry_is_due(
     run(synth.inventory_path, tmp_path / "s.db", journal_retry_s=3600.0)
     assert tried == [False, True, False]  # the first, the refused one, then only the last (a run's end waits not)
     assert totals(tmp_path / "s.db") == replayed(synth.inventory_path)
+    _, again = run(synth.inventory_path, tmp_path / "s.db")  # the held batch's checkpoints gave way to the later
+    assert again.lines == 0 and totals(tmp_path / "s.db") == replayed(synth.inventory_path)
 
 
 @pytest.mark.parametrize("max_held_lines", [600, 1_000_000])
