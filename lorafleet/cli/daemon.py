@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import resource
 import sys
 import threading
 from typing import Any
@@ -177,6 +178,7 @@ def daemon(
     inventory's discovery groups are found on Kubernetes and follow its pods. The metrics address also serves
     /ready (the loop advances) and /healthz. Every outcome and action goes to the state database's journal; a crash
     neither loses nor double-counts a log line. --shadow sends nothing and journals what would have happened.
+    --once exits 1 when an engine call failed or a file the logs' patterns match could not be opened.
     """
     from lorafleet.daemon.lock import hold_state
     from lorafleet.daemon.loop import Daemon, DaemonOptions
@@ -187,6 +189,7 @@ def daemon(
 
     s = settings()
     configure_daemon_logging(log_format, s.verbose)
+    _more_open_files()
     inv = s.load_inventory()
     plan = read_plan(plan_path, inv) if plan_path else None
     address = None if metrics_addr == "off" else metrics_addr
@@ -241,8 +244,26 @@ def daemon(
         print_json(data)
     else:
         render_summary(data)
-    if once and summary.failed:
-        sys.exit(1)
+    if once and (summary.failed or summary.unread_logs):
+        sys.exit(1)  # calls failed, or files the logs' patterns match were not read
+
+
+OPEN_FILES = 65536  # what deploy/lorafleet-daemon.service gives it (LimitNOFILE=)
+
+
+def _more_open_files() -> None:
+    """Each followed log file holds a descriptor (rotation is followed through it), beside the engines'
+    connections and the journal: a glob over a log folder can pass a shell's soft limit of 1024. The soft limit
+    goes up to the hard one (at most OPEN_FILES), as Go's runtime does for every program; a file that still cannot
+    be opened is reported (logs/follow.py)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            logging.getLogger("lorafleet.daemon").debug("open-files limit raised from %d to %d", soft, target)
+    except (ValueError, OSError):  # not allowed here: the files past the limit are reported as they come
+        pass
 
 
 SUMMARY_COLUMNS = [
@@ -263,8 +284,9 @@ def render_summary(data: dict[str, Any]) -> None:
         return f"{n:,} ({n / (of or 1):.1%})"
 
     unknown = f", {data['unknown_requests']:,} naming adapters not in the inventory" if data["unknown_requests"] else ""
+    unread = f", {data['unread_logs']:,} matching files not opened: not read" if data["unread_logs"] else ""
     rows = [
-        ("log lines", f"{data['lines']:,}", "", f"{data['bad_lines']:,} bad{unknown}"),
+        ("log lines", f"{data['lines']:,}", "", f"{data['bad_lines']:,} bad{unknown}{unread}"),
         (
             "adapter requests",
             f"{data['requests']:,}",

@@ -32,6 +32,7 @@ class Summary(Counts):
     engine_restarts: int = 0
     vanished: int = 0
     commits: int = 0
+    unread_logs: int = 0  # files matching the logs' patterns that could not be opened (their lines not read)
     engines_alone: Counts | None = None  # lru over the same requests: what the engines do alone (None: it is lru)
     unknown_names: dict[str, int] = field(default_factory=dict)
 

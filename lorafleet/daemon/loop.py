@@ -350,6 +350,7 @@ class Daemon:
         for stream in self.streams:
             seen.merge(stream.tally)
         self.summary.unknown_names = seen.unknown_names
+        self.summary.unread_logs = sum(len(stream.unopened) for stream in self.streams)
         self.stop.set()
         self.metrics.stopped()
         self.discovery.close()

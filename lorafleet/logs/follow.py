@@ -14,15 +14,18 @@ reading resumes exactly after the last committed line, so nothing is lost and no
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import logging
 import os
+import resource
 import stat
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar
 
 from lorafleet.logs.reader import MAX_LINE_BYTES
 
@@ -139,6 +142,7 @@ class _Tail:
         return Checkpoint(self.path, self.device, self.inode, self.offset, head_len, head_hash, self.skipping)
 
     def close(self) -> None:
+        _Held.files.discard(self.fh)
         self.fh.close()
 
 
@@ -147,12 +151,57 @@ def _old_size(tail: _Tail) -> int:
     return os.fstat(tail.fh.fileno()).st_size
 
 
-def _open(path: str) -> tuple[BinaryIO, os.stat_result] | None:
+class _Held:
+    """The log files this process holds open, every follower's together: at most half its open-files limit, the
+    rest left to the journal, the engines' connections and the directory scans (a glob that finds no descriptor
+    finds no file, and says nothing). Weakly: a follower dropped without closing takes its files with it."""
+
+    files: ClassVar[weakref.WeakSet[BinaryIO]] = weakref.WeakSet()
+
+    @staticmethod
+    def limit() -> int:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (1 << 62) if soft == resource.RLIM_INFINITY else soft // 2
+
+
+LIMIT_REACHED = "half the open-files limit is held by log files already"
+
+
+def _open(path: str) -> tuple[BinaryIO, os.stat_result]:
+    """A log file opened for following (closed by _Tail.close), within the share of descriptors logs may hold."""
+    if len(_Held.files) >= _Held.limit():
+        raise OSError(errno.EMFILE, LIMIT_REACHED)
+    fh = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed by _Tail.close
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed by _Tail.close
+        st = os.fstat(fh.fileno())
     except OSError:
-        return None
-    return fh, os.fstat(fh.fileno())
+        fh.close()
+        raise
+    _Held.files.add(fh)
+    return fh, st
+
+
+def _say_unopened(unopened: dict[str, str], followed: int) -> None:
+    if not unopened:
+        log.warning("every matching log file is followed again (%d)", followed)
+        return
+    reasons = sorted(set(unopened.values()))
+    names = sorted(unopened)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    hint = ""
+    if {os.strerror(errno.EMFILE), LIMIT_REACHED} & set(reasons):
+        hint = (
+            "; each followed file holds a descriptor: raise the open-files limit (ulimit -n, LimitNOFILE=) or "
+            "narrow the pattern"
+        )
+    log.warning(
+        "%d matching log file(s) cannot be opened (%s): %s; not followed (%d are) until they can be%s",
+        len(names),
+        "; ".join(reasons),
+        shown,
+        followed,
+        hint,
+    )
 
 
 def _matches(fh: BinaryIO, checkpoint: Checkpoint) -> bool:
@@ -179,6 +228,7 @@ class LogFollower:
         self.first_scan = True
         self.rotations = 0
         self.truncations = 0
+        self.unopened: dict[str, str] = {}  # matching files that could not be opened at the last look: why
 
     def paths(self) -> list[str]:
         found: list[str] = []
@@ -189,16 +239,19 @@ class LogFollower:
                 found.append(pattern)
         return list(dict.fromkeys(found))
 
-    def _start(self, path: str) -> None:
+    def _start(self, path: str) -> str | None:
         """Begin following `path`: from its checkpoint when it still names this file (or its rotated copy),
         from its end on a first start (unless from_start), from 0 for a file that appeared while running. Only a
-        regular file: a FIFO put in its place would block the open, a device (/dev/zero) never end."""
+        regular file: a FIFO put in its place would block the open, a device (/dev/zero) never end. Returns why
+        the file could not be opened (None: followed, or gone since it was listed)."""
         if not os.path.isfile(path):
-            return
-        opened = _open(path)
-        if opened is None:
-            return
-        fh, st = opened
+            return None
+        try:
+            fh, st = _open(path)
+        except FileNotFoundError:
+            return None  # removed between the listing and the open: no file, no news
+        except OSError as exc:
+            return exc.strerror or type(exc).__name__
         saved = self.saved.pop(path, None)
         offset = 0
         skipping = False
@@ -219,6 +272,7 @@ class LogFollower:
         tail.head = _head(fh, min(tail.offset, HEAD_BYTES))
         fh.seek(tail.offset)
         self.tails[path] = tail
+        return None
 
     def _skip_to_line_start(self, tail: _Tail) -> None:
         """Starting at a file's end: a last line still being written is not skipped half-read, so the offset moves
@@ -245,12 +299,12 @@ class LogFollower:
                 continue
             if (st.st_dev, st.st_ino) != (saved.device, saved.inode):
                 continue
-            opened = _open(str(candidate))
-            if opened is None:
-                log.warning("%s: rotated while stopped to %s, which cannot be opened: its unread lines are lost",
-                            path, candidate)  # fmt: skip
+            try:
+                fh, st = _open(str(candidate))
+            except OSError as exc:
+                log.warning("%s: rotated while stopped to %s, which cannot be opened (%s): its unread lines are lost",
+                            path, candidate, exc.strerror or type(exc).__name__)  # fmt: skip
                 return
-            fh, st = opened
             rewritten = not _matches(fh, saved) or st.st_size < saved.offset
             offset = 0 if rewritten else saved.offset
             fh.seek(offset)
@@ -267,11 +321,19 @@ class LogFollower:
         log.warning("%s: the file last read (inode %d) is gone; reading the new one from its start", path, saved.inode)
 
     def open(self) -> None:
-        """Open the files that match and are not followed yet (a first start: at their current ends)."""
+        """Open the files that match and are not followed yet (a first start: at their current ends). One that
+        cannot be opened is tried again at the next look, and said once (a file skipped in silence would lose its
+        lines without a word: a glob over hundreds of files under a shell's limit of 1024 descriptors)."""
+        unopened: dict[str, str] = {}
         for path in self.paths():
             if path not in self.tails:
-                self._start(path)
+                reason = self._start(path)
+                if reason is not None:
+                    unopened[path] = reason
         self.first_scan = False
+        if unopened.keys() != self.unopened.keys():
+            _say_unopened(unopened, len(self.tails))
+        self.unopened = unopened
 
     def poll(self) -> list[Batch]:
         """Lines written since the last poll, per file; a rotated file is finished before its successor."""

@@ -69,6 +69,11 @@ class LogStream:
     def files(self) -> int:
         return len(self.follower.tails)
 
+    @property
+    def unopened(self) -> dict[str, str]:
+        """Files that match but could not be opened at the last look (too many open files, no permission): why."""
+        return self.follower.unopened
+
     def checkpoints(self) -> list[Checkpoint]:
         return self.follower.checkpoints()
 
