@@ -215,6 +215,11 @@ class MarkovPolicy(Policy):
         self.last: dict[str | None, str] = {}
         self.successors: dict[tuple[str | None, str], dict[str, int]] = {}
 
+    def forget_tenant(self, tenant: str, adapters: set[str]) -> None:
+        self.last.pop(tenant, None)
+        for adapter in adapters:
+            self.successors.pop((tenant, adapter), None)
+
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         adapter = event.adapter
         assert adapter is not None

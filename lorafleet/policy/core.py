@@ -75,6 +75,10 @@ class Policy:
     def on_evicted(self, now: float, engine: str, adapter: str) -> None:
         """An adapter left an engine (to make room). Policies may schedule work; they may not decide now."""
 
+    def forget_tenant(self, tenant: str, adapters: set[str]) -> None:
+        """The demand model forgot a tenant long inactive (`DemandModel.remember`, past MAX_TENANTS): whatever
+        the policy keeps per tenant goes too (`adapters`: those the tenant asked for)."""
+
     def next_wakeup(self) -> float | None:
         """When the policy next wants `tick` (a scheduled prefetch), or None."""
         return None
@@ -226,6 +230,7 @@ class PolicyCore:
         prefetched adapter. Whether lorafleet's calls for it could steer its engine is `first`."""
         adapter = event.adapter
         assert adapter is not None
+        self._remember(event.tenant, adapter)
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
         outcome, decisions = self.serve(now, event, engine, known=self.first)
@@ -276,9 +281,17 @@ class PolicyCore:
         line): the demand model and the policy take it, with where it was served and how."""
         adapter = event.adapter
         assert adapter is not None
+        self._remember(event.tenant, adapter)
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
         return self.policy.on_request(now, event, engine, outcome)
+
+    def _remember(self, tenant: str | None, adapter: str) -> None:
+        """Tenants are remembered up to MAX_TENANTS (policy/demand.py); the one forgotten is the policy's to
+        forget too."""
+        forgotten = self.demand.remember(tenant, adapter)
+        if forgotten is not None:
+            self.policy.forget_tenant(*forgotten)
 
     def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
         state = self.book.engines[engine]

@@ -13,13 +13,17 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 LEADERS = 3  # successors kept ranked per (tenant, adapter): as many as a prediction looks at
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
 _FORGOTTEN = 2.0**-30  # a second-order context last seen 30 half-lives ago is dropped at the next rescale
+# Tenants remembered, each with the adapters it asked for; past this many the least recently active one is
+# forgotten, by the demand model and the policy alike: a log whose tenant field is a user id (a new name per
+# request) must not grow what the daemon holds, and writes with every commit, without bound.
+MAX_TENANTS = 10_000
 
 
 def _weight(item: tuple[str, float]) -> float:
@@ -120,6 +124,11 @@ class DemandModel:
         self.adapter_last: dict[str, float] = {}
         self.arrival_gap = 0.0  # moving average of seconds between requests, fleet-wide
         self.last_arrival: float | None = None
+        # tenant -> the adapters it asked for, least recently active first (MAX_TENANTS); declared tenants (the
+        # inventory's workflows, priors from the first request) are never forgotten and not counted
+        self.max_tenants = MAX_TENANTS
+        self.tenants: OrderedDict[str, set[str]] = OrderedDict()
+        self.declared = frozenset(workflows or ())
         for tenant, chains in (workflows or {}).items():
             for chain in chains:
                 steps = list(chain)
@@ -178,6 +187,40 @@ class DemandModel:
             else:
                 return
         leaders.sort(key=row.__getitem__, reverse=True)
+
+    def remember(self, tenant: str | None, adapter: str) -> tuple[str, set[str]] | None:
+        """A request of `tenant` for `adapter`: the tenant is the most recently active now. Past `max_tenants`,
+        the least recently active one is forgotten here and returned with the adapters it asked for, so the
+        policy forgets it too (`Policy.forget_tenant`)."""
+        if tenant is None or tenant in self.declared:
+            return None
+        tenants = self.tenants
+        seen = tenants.get(tenant)
+        if seen is None:
+            seen = tenants[tenant] = set()
+        else:
+            tenants.move_to_end(tenant)
+        seen.add(adapter)
+        if len(tenants) <= self.max_tenants:
+            return None
+        gone, adapters = tenants.popitem(last=False)
+        self.forget(gone, adapters)
+        return gone, adapters
+
+    def forget(self, tenant: str, adapters: Iterable[str]) -> None:
+        """Everything learned of one tenant, gone: as if it had never sent a request."""
+        adapters = list(adapters)
+        for table in (self.tenant_activity, self.last, self.before, self.last_time, self.repeats):
+            table.pop(tenant, None)
+        for adapter in adapters:
+            key = (tenant, adapter)
+            for keyed in (self.tenant_adapter, self.transitions, self.transition_totals, self.transition_seen,
+                          self.leaders, self.gaps):  # fmt: skip
+                keyed.pop(key, None)
+            for after in adapters:
+                context = (tenant, adapter, after)
+                for keyed2 in (self.transitions2, self.transition2_totals, self.transition2_seen):
+                    keyed2.pop(context, None)
 
     def observe(self, tenant: str | None, adapter: str, now: float = 0.0) -> None:
         self.long_popularity.add(adapter)

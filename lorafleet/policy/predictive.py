@@ -291,6 +291,19 @@ class LorafleetPolicy(Policy):
         """The edge record of guesses after an adapter not yet scored: at the bar, twice it for a declared tenant."""
         return [(2 if self._declares(tenant) else 1) * self.min_edge] * LEADERS
 
+    def forget_tenant(self, tenant: str, adapters: set[str]) -> None:
+        """Its trust, open guesses, edges and prefetches wanted for it (pending ones go stale with its generation):
+        its guesses are among the adapters it asked for, what followed what in its own requests."""
+        self.trust.pop(tenant, None)
+        self.predicted.pop(tenant, None)
+        self.generation.pop(("tenant", tenant), None)
+        for adapter in adapters:
+            self.edge.pop((tenant, adapter), None)
+            self.returned.pop((tenant, adapter), None)
+            hot = self.hot.get(adapter)
+            if hot is not None and hot.pop(tenant, None) is not None and not hot:
+                del self.hot[adapter]
+
     def on_request(self, now: float, event: RequestEvent, engine: str | None, outcome: str) -> list[Decision]:
         adapter = event.adapter
         assert adapter is not None

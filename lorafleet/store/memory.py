@@ -22,6 +22,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 11: tenants remembered, at most MAX_TENANTS (the least recently active forgotten)
 # 10: the predictor's edges per adapter followed, and what it brought back (an older memory's guesses would not unpack)
 # 9: the core's learned routes (where the gateway sent each adapter's last request)
 # 8: simulated copies keep when each adapter was held (Stays), and the standings' settling lag on logs with durations;
@@ -29,7 +30,7 @@ from lorafleet.policy.core import Policy, PolicyCore
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 10"
+FORMAT = f"lorafleet {__version__} memory 11"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

@@ -259,3 +259,30 @@ def test_wtinylfu_keeps_mains_oldest_against_a_newcomer_wanted_exactly_as_much(t
     assert list(policy.victim_order(state, 0.0)) == ["a2", "a0", "a1"]
     policy.counts.counts["a2"] = 2.5  # wanted more: admitted, main's oldest first
     assert list(policy.victim_order(state, 0.0)) == ["a0", "a1", "a2"]
+
+
+def test_a_tenant_the_demand_model_forgets_the_policies_forget_too(tmp_path: Path) -> None:
+    """Past MAX_TENANTS (policy/demand.py) the least recently active tenant goes from the core's demand model and
+    from whatever its policy keeps per tenant: markov's successors and last adapter, the predictor's trust, edges,
+    open guesses and wanted prefetches."""
+    from lorafleet.policy.baselines import MarkovPolicy
+    from lorafleet.policy.core import PolicyCore
+    from lorafleet.policy.predictive import LorafleetPolicy
+    from tests.policy.builders import run_session
+
+    inv = make_inventory(tmp_path, adapters=4)
+    sequence = [0, 1, 2] * 8
+    for policy in (MarkovPolicy(), LorafleetPolicy()):
+        core = PolicyCore(inv, policy)
+        core.demand.max_tenants = 2
+        events = stream(sequence, tenants=["t1"]) + stream(sequence, tenants=["t2"])
+        run_session(core, [*events, *stream([3], tenants=["t3"])], finish=False)
+        assert list(core.demand.tenants) == ["t2", "t3"]
+        if isinstance(policy, MarkovPolicy):
+            assert "t1" not in policy.last and all(t != "t1" for t, _ in policy.successors)
+            assert "t2" in policy.last and any(t == "t2" for t, _ in policy.successors)
+        else:
+            assert "t1" not in policy.trust and "t1" not in policy.predicted
+            assert all(t != "t1" for t, _ in policy.edge) and ("tenant", "t1") not in policy.generation
+            assert all("t1" not in by_tenant for by_tenant in policy.hot.values())
+            assert "t2" in policy.trust and any(t == "t2" for t, _ in policy.edge)

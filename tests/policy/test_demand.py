@@ -334,3 +334,33 @@ def test_a_tenants_mix_survives_the_rescale_that_leaves_its_activity_under_one_r
     assert d.clock == 266 and d.weight == 1.0  # rescaled at this request
     assert 0.0 < d.tenant_activity["t"] < 1.0
     assert d.tenant_mix("t", "a") == pytest.approx(1.0) and d.tenant_mix("t", "p") == 0.0
+
+
+def test_past_max_tenants_the_least_recently_active_is_forgotten_whole_and_a_declared_one_never() -> None:
+    """A log whose tenant field is a user id names a new tenant per request: what the model keeps per tenant is
+    bounded. The tenant forgotten is the least recently active (a request makes a tenant the most recent), every
+    table forgets it, and a tenant the inventory declares workflows for keeps its priors however idle."""
+    model = DemandModel(half_life=50.0, workflows={"declared": [["a", "b"]]})
+    model.max_tenants = 3
+
+    def request(tenant: str, *adapters: str) -> tuple[str, set[str]] | None:
+        forgotten = None
+        for i, adapter in enumerate(adapters):
+            forgotten = model.remember(tenant, adapter) or forgotten
+            model.observe(tenant, adapter, now=float(len(model.tenants) * 10 + i))
+        return forgotten
+
+    assert request("declared", "a", "b") is None
+    for tenant in ("t1", "t2", "t3"):
+        assert request(tenant, "a", "b", "c", "a", "b", "c") is None
+    assert request("t1", "a") is None  # t1 is the most recent now: t2 goes next
+    assert request("t4", "c", "a") == ("t2", {"a", "b", "c"})
+    tables = [model.tenant_activity, model.last, model.before, model.last_time, model.repeats]
+    keyed = [model.tenant_adapter, model.transitions, model.transition_totals, model.transition_seen, model.leaders]
+    keyed += [model.gaps, model.transitions2, model.transition2_totals, model.transition2_seen]
+    assert all("t2" not in table for table in tables)
+    assert all(key[0] != "t2" for table in keyed for key in table)
+    assert all("t1" in table and "t3" in table for table in tables)  # the others as they were
+    assert ("t3", "a") in model.transitions and ("t2", "a") not in model.transitions
+    assert list(model.tenants) == ["t3", "t1", "t4"] and "declared" not in model.tenants
+    assert [c for c, _ in model.next_after("declared", "a")] == ["b"]  # its prior, kept
