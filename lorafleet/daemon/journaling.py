@@ -7,6 +7,7 @@ engine action, the matching metrics — so the journal `stats` reads holds exact
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,14 @@ class Batch:
 
 
 ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine (not its LRU's, nor forgetting)
+# A minute's rollups name at most this many tenants; the rest of the minute's requests are rolled up as one
+# OTHER_TENANTS: a log whose tenant field is a user id (a new name per request) would otherwise write a row per
+# request, hundreds of MB per million, where the journal keeps tens.
+MAX_TENANTS_A_MINUTE = 1_000
+OTHER_TENANTS = "(other tenants)"
+MINUTES_KEPT = 16  # the minutes whose tenants are known (a request's wait is answered within its load)
+
+log = logging.getLogger("lorafleet.daemon")
 
 
 class Journaling:
@@ -88,6 +97,8 @@ class Journaling:
         self._paid_s: defaultdict[str, float] = defaultdict(float)
         self._actions: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._load_s: list[tuple[str, float]] = []
+        self._tenants_of: dict[str, set[str]] = {}  # minute -> the tenants its rollups name (MAX_TENANTS_A_MINUTE)
+        self._said_other = False
 
     def take(self) -> Batch:
         """The batch to commit; a new one begins."""
@@ -190,11 +201,35 @@ class Journaling:
                 self._load_s.append((call.engine, p.ms / 1000.0))
 
     # --- helpers --------------------------------------------------------------------------------------------
-    @staticmethod
-    def _key(served: Served) -> RollupKey:
+    def _key(self, served: Served) -> RollupKey:
         event = served.event
         assert event.adapter is not None
-        return (minute_key(event.time), event.tenant or "", event.adapter, served.engine)
+        minute = minute_key(event.time)
+        tenant = event.tenant or ""
+        if tenant:
+            named = self._tenants_of.get(minute)
+            if named is None:
+                named = self._tenants_of[minute] = set()
+                if len(self._tenants_of) > MINUTES_KEPT:
+                    del self._tenants_of[next(iter(self._tenants_of))]
+            if tenant not in named:
+                if len(named) < MAX_TENANTS_A_MINUTE:
+                    named.add(tenant)
+                else:
+                    tenant = self._other(minute)
+        return (minute, tenant, event.adapter, served.engine)
+
+    def _other(self, minute: str) -> str:
+        if not self._said_other:
+            self._said_other = True
+            log.warning(
+                "more than %d tenants in the minute %s: the rest of its requests are journaled as %r (is the "
+                "tenant field of gateway.logs a per-user id?); said once",
+                MAX_TENANTS_A_MINUTE,
+                minute,
+                OTHER_TENANTS,
+            )
+        return OTHER_TENANTS
 
     def _count_request(self, engine: str, outcome: str) -> None:
         self._requests[(engine, outcome)] += 1

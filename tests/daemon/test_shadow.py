@@ -375,3 +375,31 @@ def test_a_shadow_runs_metrics_say_what_its_summary_says(tmp_path: Path) -> None
     assert total("lorafleet_log_lag_seconds") == pytest.approx(time.time() - newest, abs=60.0)
     batches = total("lorafleet_decision_latency_seconds_count")
     assert batches >= 1 and 0.0 <= total("lorafleet_decision_latency_seconds_sum") < 60.0
+
+
+def test_a_minute_names_at_most_a_thousand_tenants_in_the_journal_the_rest_as_other_tenants(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant field that is a user id (a new name per request) must not write a journal row per request: each
+    minute's rollups name its first thousand tenants and roll the rest into one "(other tenants)", said once;
+    the totals are every request's."""
+    import logging
+
+    synth = synthesize("workflows", 2500, 3, tmp_path / "t")
+    rows = [json.loads(line) for line in synth.log_path.read_text().splitlines()]
+    t0 = 1_780_000_040.0  # 20 s into a minute: 1,200 requests in its 40 s left, 1,300 in the next minute
+    with synth.log_path.open("w") as fh:
+        for i, row in enumerate(rows):
+            at = t0 + (i * 40.0 / 1200 if i < 1200 else 40.0 + (i - 1200) * 59.0 / 1300)
+            fh.write(json.dumps({**row, "ts": at, "tenant_id": f"user-{i}"}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="lorafleet.daemon"):
+        summary = run_shadow(synth.inventory_path, tmp_path / "s.db", "lru", retention_days=36500.0)
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        per_minute = c.execute(
+            "SELECT minute, COUNT(DISTINCT tenant), SUM(requests), SUM(CASE WHEN tenant = '(other tenants)' "
+            "THEN requests END) FROM rollups GROUP BY minute ORDER BY minute"
+        ).fetchall()
+    assert [(n, requests, other) for _, n, requests, other in per_minute] == [(1001, 1200, 200), (1001, 1300, 300)]
+    assert summary.requests == 2500  # type: ignore[attr-defined]
+    said = [r.getMessage() for r in caplog.records if "(other tenants)" in r.getMessage()]
+    assert len(said) == 1 and "more than 1000 tenants in the minute" in said[0]
