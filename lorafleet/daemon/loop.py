@@ -228,9 +228,11 @@ class Daemon:
             self._reconcile_first()
             self._loop(self._first_read())
         finally:
-            self._finish()
-            sys.setswitchinterval(switch)
-            unsettle()  # what the commits set aside is the collector's again (a run inside a longer process)
+            try:
+                self._finish()  # its last commit may be refused: the process's settings come back all the same
+            finally:
+                sys.setswitchinterval(switch)
+                unsettle()  # what the commits set aside is the collector's again (a run inside a longer process)
         return self.summary
 
     def _reconcile_first(self) -> None:
