@@ -396,6 +396,7 @@ class Daemon:
         if self._found:
             self._watch_files()
         self.metrics.log_lag_bytes.set(lag)
+        self.metrics.log_files_unread.set(sum(len(stream.unopened) for stream in self.streams))
         if self.log_now is not None:
             self.metrics.log_lag_seconds.set(max(0.0, time.time() - self.log_now))
         return read

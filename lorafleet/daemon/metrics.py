@@ -104,6 +104,11 @@ class DaemonMetrics:
         self.log_lines = moded(Counter, "lorafleet_log_lines", "Log lines read, by result (ok, bad)", ("result",))
         self.log_lag_seconds = single(Gauge, "lorafleet_log_lag_seconds", "Wall clock minus the newest line's time")
         self.log_lag_bytes = single(Gauge, "lorafleet_log_lag_bytes", "Bytes written to the logs, not read yet")
+        self.log_files_unread = single(
+            Gauge,
+            "lorafleet_log_files_unread",
+            "Files the logs' patterns match that cannot be opened (too many open files, no permission): not read",
+        )
         self.decision_latency = single(
             Histogram,
             "lorafleet_decision_latency_seconds",

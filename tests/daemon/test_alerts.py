@@ -39,8 +39,27 @@ CASES: list[tuple[str, dict[str, str], int, dict[str, list[dict[str, str]]]]] = 
             f'lorafleet_engine_restarts_total{{{E},mode="live"}}': "0x40",
             f'lorafleet_vanished_adapters_total{{{E},mode="live"}}': "0x40",
             'lorafleet_journal_refused_commits_total{mode="live"}': "0x40",
+            'lorafleet_log_files_unread{mode="live"}': "0x40",
         },
         30,
+        {},
+    ),
+    (
+        "log files it cannot open, for good",
+        {
+            'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
+            'lorafleet_log_files_unread{mode="live"}': "0 0 481x38",
+        },
+        15,
+        {"LorafleetLogFilesUnread": [{"mode": "live"}]},
+    ),
+    (
+        "a file unreadable for a moment (opened at the next look)",
+        {
+            'lorafleet_build_info{version="1",python="3.11",mode="live"}': "1x40",
+            'lorafleet_log_files_unread{mode="live"}': "0 0 3 0x37",
+        },
+        15,
         {},
     ),
     (

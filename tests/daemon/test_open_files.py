@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.daemon.conftest import log_line, vllm, write_adapters, write_fleet
 
@@ -62,3 +64,23 @@ def test_files_past_the_limit_are_said_counted_and_read_once_it_allows_them(tmp_
     done = once(inv, tmp_path / "s.db", None)  # the limit raised: the rest, from the checkpoints, none twice
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["lines"] == (FILES - 32) * PER_FILE
+
+
+def test_the_files_not_read_are_a_gauge_a_dashboard_and_an_alert_can_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, with the share of descriptors for logs set to ten: the rest are `lorafleet_log_files_unread`."""
+    from lorafleet.daemon.loop import Daemon, DaemonOptions
+    from lorafleet.inventory import load_inventory
+    from lorafleet.logs import follow
+    from lorafleet.store.db import open_store
+
+    inv = folder_of_logs(tmp_path)
+    held = len(follow._Held.files)  # what other followers of this process hold still
+    monkeypatch.setattr(follow._Held, "limit", staticmethod(lambda: held + 10))
+    options = DaemonOptions(shadow=True, once=True, from_start=True, metrics_addr=None)
+    with open_store(tmp_path / "s.db") as store:
+        daemon = Daemon(load_inventory(inv), store, options)
+        summary = daemon.run()
+    unread = daemon.metrics.registry.get_sample_value("lorafleet_log_files_unread", {"mode": "shadow"})
+    assert unread == summary.unread_logs == FILES - 10 and summary.lines == 10 * PER_FILE
