@@ -74,6 +74,7 @@ def check_address(ctx: click.Context, param: click.Parameter, value: str | None)
         or not port.isdigit()
         or int(port) > 65535
         or (("[" in host or "]" in host) and not bracketed)
+        or (":" in host and not bracketed)  # an IPv6 address is bracketed: "::1" is no host ":" and port 1
     ):
         raise click.BadParameter(f"{value!r} is not HOST:PORT, [IPV6]:PORT (or 'off')")
     return value

@@ -105,7 +105,8 @@ class EngineVram:
 
 
 def by_engine(inventory: Inventory, rows: list[HostVram]) -> list[EngineVram]:
-    """Which engine owns which GPUs and how much memory they have free (None when any GPU is unknown)."""
+    """Which engine owns which GPUs and how much memory they have free (None when any GPU is unknown, or the
+    inventory does not say which GPUs the engine has: that is not none)."""
     status = {r.name: r for r in rows}
     out = []
     for host in inventory.hosts:
@@ -116,7 +117,7 @@ def by_engine(inventory: Inventory, rows: list[HostVram]) -> list[EngineVram]:
         for engine in host.engines:
             owned = [gpus.get(i) for i in engine.gpus]
             present = [g for g in owned if g is not None]
-            complete = row.ok and len(present) == len(owned)
+            complete = row.ok and bool(owned) and len(present) == len(owned)
             total = _sum_known([g.total_bytes for g in present]) if complete else None
             free = _sum_known([g.free_bytes for g in present]) if complete else None
             out.append(EngineVram(engine.key, engine.kind, host.name, row.status, engine.gpus, total, free))
