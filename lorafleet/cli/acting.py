@@ -48,9 +48,11 @@ def act_and_report(
     dry_run: bool,
     verb: str,
     wide: bool = False,
+    json_within: dict[str, Any] | None = None,
 ) -> None:
     """Open the state first (an unusable file costs nothing), choose the targets, run with a progress bar, print
-    the table or JSON; exit 1 when any row failed, 130/143 when interrupted."""
+    the table or JSON; exit 1 when any row failed, 130/143 when interrupted. `json_within`: the JSON goes in this
+    object, as its "applied" (a command that prints its own before acting prints one document still)."""
     with open_store(settings().state_path) as store:  # SIGTERM is an interrupt here as in every command (main.py)
         book = restore_book(inv, store)
         pairs = choose(book)
@@ -61,7 +63,8 @@ def act_and_report(
             except ActionsInterrupted as exc:
                 results, code, reason = exc.results, exc.code, exc.reason
     if as_json:
-        print_json(shapes.warm(results, dry_run))
+        shape = shapes.warm(results, dry_run)
+        print_json(shape if json_within is None else {**json_within, "applied": shape})
     else:
         render_results(inv, results, dry_run, wide)
     if code:

@@ -85,9 +85,9 @@ def plan(
     request = PlanRequest(logs, window, replicas, out, force, old, recommend_flags, assume_free_gb, target)
     report = make_plan(inv, request, replay_lorafleet)
     planned = report.planned
-    if as_json:
+    if as_json and not apply:
         print_json(shapes.plan(inv, report))
-    else:
+    elif not as_json:
         render_plan(inv, report, wide, out)
     if apply:
         options = WarmOptions(deadline_s=deadline)
@@ -101,6 +101,7 @@ def plan(
             False,
             "warming",
             wide,
+            json_within=shapes.plan(inv, report) if as_json else None,
         )
     if inv.adapters and not planned.placements:
         raise SystemExit(1)

@@ -250,7 +250,8 @@ def plan(inv: Inventory, report: PlanReport) -> dict[str, Any]:
     "free_bytes", "fits"}], "changes": {"loads", "evictions"}, "sizing": {"target", "points", "recommended_slots"},
     "flags_slots"}` — flags empty without --recommend-flags, changes null without --diff, sizing null without
     --target-hit-ratio; points are `[{"slots", "hit_ratio"}]`; `flags_slots` is the slot count the flags are for
-    (the sizing's recommendation), null when they are for the engines as they are."""
+    (the sizing's recommendation), null when they are for the engines as they are. With --apply the same object
+    has `"applied"`: what warming the placements did, as `warm --json` gives it (one JSON document in all)."""
     planned, changes, sizing = report.planned, report.changes, report.sizing
     held: dict[str, list[str]] = {}
     for p in planned.placements:

@@ -211,3 +211,40 @@ def test_the_tables_show_each_adapters_copies_and_at_most_three_adapters_an_engi
     wide = run_cli(*args, "--wide", env={"COLUMNS": "200"})
     row = next(line for line in wide.stdout.splitlines() if line.startswith("localhost/vllm-0"))
     assert row.count(",") == 3 and "+" not in row.split("│")[-1]
+
+
+def test_apply_warms_the_plans_placements_and_with_json_prints_one_document(tmp_path: Path) -> None:
+    """`plan --apply` warms what the plan places, as `warm` does, against the emulated engines of the tour; with
+    --json the plan and what warming it did are one JSON document (they were two, back to back: no JSON reader
+    took them)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LORAFLEET_STATE": str(tmp_path / "state.db")}
+    inventory = tmp_path / "demo-live.yaml"
+    shutil.copy(LOG, tmp_path / "demo-access.jsonl")
+    emulator = subprocess.Popen(
+        [sys.executable, "-m", "tests.engine_emulator", "--port", "0", "--write-inventory", str(inventory)],
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert emulator.stdout is not None
+        assert [emulator.stdout.readline() for _ in range(3)][2].startswith("wrote")
+        command = [sys.executable, "-m", "lorafleet", "plan", "--apply", "-i", str(inventory)]
+        done = subprocess.run([*command, "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        placed = {(a, e["engine"]) for e in data["engines"] for a in e["adapters"]}
+        applied = data["applied"]["results"]
+        assert placed and {(r["adapter"], r["engine"]) for r in applied} == placed
+        assert all(r["ok"] and r["action"] in ("loaded", "reloaded", "already-warm") for r in applied)
+        table = subprocess.run(command, env={**env, "COLUMNS": "120"}, capture_output=True, text=True, timeout=60)
+        assert table.returncode == 0, table.stderr
+        assert "expected hit ratio" in table.stdout and "already-warm" in table.stdout  # the plan, then the warm
+    finally:
+        emulator.terminate()
+        emulator.wait(timeout=10)
