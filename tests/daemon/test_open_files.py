@@ -33,9 +33,13 @@ def folder_of_logs(tmp: Path) -> Path:
 
 
 def once(inv: Path, state: Path, limits: tuple[int, int] | None) -> subprocess.CompletedProcess[str]:
-    def limited() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def limited() -> None:  # a hard limit can be lowered by anyone, raised by no one here: kept at most as it is
         if limits is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+            soft, wanted = limits
+            top = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, top), top))
 
     command = [sys.executable, "-m", "lorafleet", "daemon", "-i", str(inv), "--state", str(state), "--shadow",
                "--once", "--from-start", "--metrics-addr", "off", "--json"]  # fmt: skip
