@@ -4,24 +4,10 @@ where the warnings go."""
 from __future__ import annotations
 
 from tests.conftest import INVENTORIES
+from tests.tables import by_first, headers
 
 REFERENCE = str(INVENTORIES / "reference.yaml")
 DEMO = str(INVENTORIES / "demo.yaml")
-
-
-def headers(text: str) -> list[list[str]]:
-    """Each table's header cells, in order (a header line separates its cells with ┃)."""
-    return [[c.strip() for c in line.split("┃")] for line in text.splitlines() if "┃" in line]
-
-
-def rows(text: str) -> dict[str, list[str]]:
-    """Each body row's cells, by its first cell."""
-    found = {}
-    for line in text.splitlines():
-        if "│" in line:
-            cells = [c.strip() for c in line.split("│")]
-            found[cells[0]] = cells
-    return found
 
 
 def test_the_narrow_tables_show_only_their_narrow_columns_and_say_wide_shows_the_rest(run_cli) -> None:
@@ -48,7 +34,7 @@ def test_the_narrow_tables_show_only_their_narrow_columns_and_say_wide_shows_the
 def test_the_wide_rows_show_each_field_or_its_placeholder(run_cli) -> None:
     wide = run_cli("inventory", "show", "-i", REFERENCE, "--wide", env={"COLUMNS": "250"})
     assert wide.exit_code == 0, wide.stderr
-    table = rows(wide.stdout)
+    table = by_first(wide.stdout)
     # group given, address = the name ("-"); no group ("-"), an address of its own
     dgx = "dgx-01.dc1.acme.internal"
     assert table[dgx] == [dgx, "onprem", "onprem-dgx", "ssh", "-", "8", "2"]
@@ -56,7 +42,7 @@ def test_the_wide_rows_show_each_field_or_its_placeholder(run_cli) -> None:
     assert table["dgx-01.dc1.acme.internal/vllm-a"][3] == "0,1,2,3"  # the engine's GPUs
     assert table["gke-vllm-pool"][1:4] == ["inference", "kubernetes.io/service-name=vllm-llama3", "http:http"]
     assert table["code-llama3-r64"][6] == "globex-dev, initech"  # the adapter's tenants
-    demo = rows(run_cli("inventory", "show", "-i", DEMO, "--wide", env={"COLUMNS": "250"}).stdout)
+    demo = by_first(run_cli("inventory", "show", "-i", DEMO, "--wide", env={"COLUMNS": "250"}).stdout)
     assert demo["localhost/vllm-0"][3] == "-"  # an engine without GPU indexes
 
 

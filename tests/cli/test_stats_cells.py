@@ -10,21 +10,7 @@ from pathlib import Path
 from lorafleet.store.db import open_store
 from lorafleet.store.journal import ActionRow, Outcomes, commit_progress
 from tests.cli.test_stats import T0, WINDOW, seed
-
-
-def cells(text: str) -> dict[str, list[str]]:
-    """Each body row's cells by its first cell (the last row of that name wins)."""
-    found = {}
-    for line in text.splitlines():
-        if "│" in line:
-            row = [c.strip() for c in line.split("│")]
-            found[row[0]] = row
-    return found
-
-
-def header(text: str, first: str) -> list[str]:
-    line = next(x for x in text.splitlines() if "┃" in x and x.startswith(first))
-    return [c.strip() for c in line.split("┃")]
+from tests.tables import by_first, header
 
 
 def test_the_summary_gives_each_outcome_as_a_share_of_the_requests(tmp_path: Path, run_cli) -> None:
@@ -32,7 +18,7 @@ def test_the_summary_gives_each_outcome_as_a_share_of_the_requests(tmp_path: Pat
     seed(db)  # 25 requests: 15 hits, 1 late, 9 misses
     result = run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
-    summary = cells(result.stdout)
+    summary = by_first(result.stdout)
     assert summary["hits"][1:] == ["15", "60.0%; 9 in a GPU slot"]
     assert summary["late"][1:] == ["1", "4.0% waited on a load in flight"]
     assert summary["misses"][1:] == ["9", "36.0% cold starts"]
@@ -42,10 +28,10 @@ def test_the_summary_gives_each_outcome_as_a_share_of_the_requests(tmp_path: Pat
 def test_the_trend_column_is_each_keys_hit_ratio_as_a_bar(tmp_path: Path, run_cli) -> None:
     db = tmp_path / "s.db"
     seed(db)
-    by_adapter = cells(run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "adapter").stdout)
+    by_adapter = by_first(run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "adapter").stdout)
     assert by_adapter["a2"][-1] == "▂"  # 2 of 10 hits
     assert by_adapter["a1"][-1] == "▇"  # 13 of 15
-    by_tenant = cells(run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "tenant").stdout)
+    by_tenant = by_first(run_cli("stats", "--state", str(db), "--no-replay", *WINDOW, "--by", "tenant").stdout)
     assert by_tenant["beta"][-1] == "█"  # every request a hit: the full bar
 
 
@@ -64,7 +50,7 @@ def test_by_tenant_shows_each_tenants_tier_from_the_inventory(tmp_path: Path, ru
     assert rows["acme"]["tier"] == "gold" and rows["beta"]["tier"] is None  # beta: not in the inventory
     table = run_cli(*args, env={"COLUMNS": "200"})
     assert header(table.stdout, "tenant")[:3] == ["tenant", "tier", "requests"]
-    assert cells(table.stdout)["acme"][1:3] == ["gold", "20"]
+    assert by_first(table.stdout)["acme"][1:3] == ["gold", "20"]
     by_adapter = json.loads(run_cli(*args, "--by", "adapter", "--json").stdout)["by"]
     assert all(r["tier"] is None for r in by_adapter)  # tiers are tenants'
 
@@ -121,9 +107,9 @@ def test_watch_keeps_the_windows_length_ending_now(tmp_path: Path, run_cli, monk
     monkeypatch.setattr(time, "sleep", interrupt)
     result = run_cli("stats", "--state", str(db), "--since", "1h", "--watch", env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.stderr
-    assert cells(result.stdout)["requests"][1] == "0"
+    assert by_first(result.stdout)["requests"][1] == "0"
     result = run_cli("stats", "--state", str(db), "--since", "3650d", "--watch", env={"COLUMNS": "120"})
-    assert cells(result.stdout)["requests"][1] == "25" or int(cells(result.stdout)["requests"][1]) >= 25
+    assert by_first(result.stdout)["requests"][1] == "25" or int(by_first(result.stdout)["requests"][1]) >= 25
 
 
 def test_watch_does_not_replay_the_logs_at_each_refresh(tmp_path: Path, run_cli, monkeypatch) -> None:

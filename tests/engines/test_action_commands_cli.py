@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.engines.test_warm import sglang_entry, vllm_entry, warm_json, write_inventory
-
-
-def header(text: str) -> list[str]:
-    return [c.strip() for c in next(line for line in text.splitlines() if "┃" in line).split("┃")]
-
-
-def body(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.split("│")] for line in text.splitlines() if "│" in line]
+from tests.tables import body, header
 
 
 def test_the_narrow_results_table_leaves_kind_and_url_to_wide(tmp_path, run_cli, emulators, adapter_dirs) -> None:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from lorafleet.probe import nvml
+from tests.tables import body, header
 
 GIB = 1024**3
 BASE = "base_models:\n  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
@@ -48,14 +49,6 @@ def fresh_nvml() -> Iterator[None]:
     nvml.reset()
     yield
     nvml.reset()
-
-
-def header(text: str) -> list[str]:
-    return [c.strip() for c in next(line for line in text.splitlines() if "┃" in line).split("┃")]
-
-
-def body(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.split("│")] for line in text.splitlines() if "│" in line]
 
 
 def local_inventory(write_yaml, extra_host: str = "") -> str:
