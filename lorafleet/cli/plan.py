@@ -85,10 +85,11 @@ def plan(
     request = PlanRequest(logs, window, replicas, out, force, old, recommend_flags, assume_free_gb, target)
     report = make_plan(inv, request, replay_lorafleet)
     planned = report.planned
-    if as_json and not apply:
-        print_json(shapes.plan(inv, report))
-    elif not as_json:
+    data = shapes.plan(inv, report) if as_json else None
+    if data is None:
         render_plan(inv, report, wide, out)
+    elif not apply:
+        print_json(data)  # with --apply it goes out with what warming did, one document
     if apply:
         options = WarmOptions(deadline_s=deadline)
         act_and_report(
@@ -101,7 +102,7 @@ def plan(
             False,
             "warming",
             wide,
-            json_within=shapes.plan(inv, report) if as_json else None,
+            json_within=data,
         )
     if inv.adapters and not planned.placements:
         raise SystemExit(1)

@@ -91,11 +91,13 @@ class Snapshot:
 def collect(store: Any, since: float, until: float, by: str, top: int, replay: bool) -> Snapshot:
     """The window's report; with `replay`, beside it lru replayed over the very requests the journal counts."""
     from lorafleet.cli import shapes
+    from lorafleet.replay.driver import lru_hit_ratio
     from lorafleet.store.stats import report
 
     found = report(store, since, until, by, SERIES_BUCKETS)
     inv = _inventory_or_none()
-    lru = lru_figure(inv, *found.window.span) if replay and inv is not None else None
+    # What replay gives lru (the engines alone) for the window's requests in the inventory's gateway logs.
+    lru = lru_hit_ratio(inv, *found.window.span) if replay and inv is not None else None
     tiers = {t.name: t.tier for t in inv.tenants.values()} if inv is not None and by == "tenant" else {}
     data = shapes.stats(found, top, lru, tiers)
     return Snapshot(data, found.series, found.overall.requests == 0)
@@ -127,13 +129,6 @@ def _inventory_or_none() -> Any:
         return settings().load_inventory()
     except InputError:
         return None
-
-
-def lru_figure(inv: Any, since: float, until: float) -> float | None:
-    """What replay gives `lru` (the engines alone) for the window's requests in the inventory's gateway logs."""
-    from lorafleet.replay.driver import lru_hit_ratio
-
-    return lru_hit_ratio(inv, since, until)
 
 
 @click.group(invoke_without_command=True)

@@ -352,7 +352,7 @@ class Daemon:
         for stream in self.streams:
             seen.merge(stream.tally)
         self.summary.unknown_names = seen.unknown_names
-        self.summary.unread_logs = sum(len(stream.unopened) for stream in self.streams)
+        self.summary.unread_logs = self._unread_logs()
         self.stop.set()
         self.metrics.stopped()
         self.discovery.close()
@@ -396,10 +396,14 @@ class Daemon:
         if self._found:
             self._watch_files()
         self.metrics.log_lag_bytes.set(lag)
-        self.metrics.log_files_unread.set(sum(len(stream.unopened) for stream in self.streams))
+        self.metrics.log_files_unread.set(self._unread_logs())
         if self.log_now is not None:
             self.metrics.log_lag_seconds.set(max(0.0, time.time() - self.log_now))
         return read
+
+    def _unread_logs(self) -> int:
+        """Files the logs' patterns match that could not be opened at the last look (logs/follow.py)."""
+        return sum(len(stream.unopened) for stream in self.streams)
 
     def _consume(self, batch: EventBatch) -> None:
         read_at = time.monotonic()
@@ -710,18 +714,18 @@ class Daemon:
             raise OperationError(f"{exc.message}; {held:,} log lines read and not journaled", hint=exc.hint) from exc
         now = time.monotonic()
         self._retry_at = now + options.journal_retry_s
-        if self._refused_since is None or now - self._refusal_said >= 60.0:
-            if self._refused_since is None:
-                self._refused_since = now
-            log.error(
-                "%s; the warming goes on: %d log lines held, the commit tried again every %g s (the daemon stops "
-                "past %d)",
-                exc.message,
-                held,
-                options.journal_retry_s,
-                options.max_held_lines,
-            )
-            self._refusal_said = now
+        if self._refused_since is None:
+            self._refused_since = now
+        elif now - self._refusal_said < 60.0:
+            return  # said within the minute
+        log.error(
+            "%s; the warming goes on: %d log lines held, the commit tried again every %g s (the daemon stops past %d)",
+            exc.message,
+            held,
+            options.journal_retry_s,
+            options.max_held_lines,
+        )
+        self._refusal_said = now
 
     def _prune(self) -> None:
         """Retention, measured back from the newest log line (or the wall clock, if earlier): a recorded log's

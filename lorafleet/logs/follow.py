@@ -189,7 +189,7 @@ def _say_unopened(unopened: dict[str, str], followed: int) -> None:
     names = sorted(unopened)
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     hint = ""
-    if {os.strerror(errno.EMFILE), LIMIT_REACHED} & set(reasons):
+    if {os.strerror(errno.EMFILE), LIMIT_REACHED}.intersection(reasons):
         hint = (
             "; each followed file holds a descriptor: raise the open-files limit (ulimit -n, LimitNOFILE=) or "
             "narrow the pattern"
