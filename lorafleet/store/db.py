@@ -30,6 +30,10 @@ from lorafleet.times import hour_key, minute_of, minute_start_text, utc_now_text
 
 SCHEMA_VERSION = len(MIGRATIONS)
 STATE_HINT = "pass --state PATH or set LORAFLEET_STATE"
+DAMAGED_HINT = (
+    "the file is damaged or is not lorafleet's: move it aside (the daemon then starts a new journal and relearns; "
+    "`sqlite3 FILE .recover` may save what the old one holds), or pass --state PATH"
+)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -362,7 +366,7 @@ def _open_read_only(path: Path, clock: Callable[[], str]) -> Store:
                 hint="open it once where it can be written (lorafleet daemon or warm) to bring its schema up to date",
             )
         return Store(connection, path, clock)
-    raise InputError(f"state database {path}: {last}", hint=STATE_HINT)
+    raise InputError(f"state database {path}: {last}", hint=_hint_for(last))
 
 
 def _applied(connection: sqlite3.Connection, wait_s: float = 5.0) -> set[str]:
@@ -444,5 +448,11 @@ def open_store(path: str | Path, clock: Callable[[], str] = utc_now_text, read_o
         store = Store(connection, path, clock)
         store.migrate()
     except (OSError, sqlite3.Error) as exc:
-        raise InputError(f"state database {path}: {exc}", hint=STATE_HINT) from exc
+        raise InputError(f"state database {path}: {exc}", hint=_hint_for(exc)) from exc
     return store
+
+
+def _hint_for(exc: Exception | None) -> str:
+    """What to do about a state database SQLite cannot open: a damaged file is not fixed by another path alone."""
+    damaged = getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+    return DAMAGED_HINT if damaged else STATE_HINT

@@ -286,6 +286,26 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path)
         assert [n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["foo"]
 
 
+@pytest.mark.parametrize("damage", ["not sqlite", "truncated"])
+def test_a_damaged_state_file_says_so_and_what_to_do_for_readers_and_writers(tmp_path: Path, damage: str) -> None:
+    """Another --state path alone does not mend a damaged file: the hint says to move it aside (or recover it)."""
+    path = tmp_path / "s.db"
+    if damage == "not sqlite":
+        path.write_bytes(b"not a database at all " * 300)
+    else:
+        with open_store(path) as store:
+            for _ in range(300):
+                store.record_action(ActionRow("2026-01-01T00:00:00Z", "warm", "a", "e", "loaded", True, 5.0, 1, None))
+        os.truncate(path, path.stat().st_size // 2)
+    for read_only in (True, False):
+        with pytest.raises(InputError, match=r"s\.db: (file is not a database|database disk image is malformed)") as e:
+            open_store(path, read_only=read_only)
+        assert "damaged" in (e.value.hint or "") and "move it aside" in (e.value.hint or "")
+    with pytest.raises(InputError) as e:
+        open_store(tmp_path / "missing" / "s.db", read_only=True)
+    assert "damaged" not in (e.value.hint or "")
+
+
 def test_a_state_path_that_is_no_regular_file_is_refused_at_once(tmp_path: Path) -> None:
     """A FIFO would block SQLite's read for ever."""
     fifo = tmp_path / "fifo.db"
