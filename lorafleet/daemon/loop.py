@@ -711,7 +711,8 @@ class Daemon:
         self.metrics.held_lines.set(held)
         options = self.options
         if final or held > options.max_held_lines:
-            raise OperationError(f"{exc.message}; {held:,} log lines read and not journaled", hint=exc.hint) from exc
+            lines = "log line" if held == 1 else "log lines"
+            raise OperationError(f"{exc.message}; {held:,} {lines} read and not journaled", hint=exc.hint) from exc
         now = time.monotonic()
         self._retry_at = now + options.journal_retry_s
         if self._refused_since is None:

@@ -506,7 +506,7 @@ def test_a_state_file_that_refuses_the_commit_is_one_line_naming_it_and_exit_1(t
     failed = daemon_once(inv, state)
     assert failed.returncode == 1
     lines = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
-    held = "1 log lines read and not journaled"  # held while the run lasted; its last commit refused too
+    held = "1 log line read and not journaled"  # held while the run lasted; its last commit refused too
     assert lines == [f"error: state database {state}: no such table: log_minutes; {held}"], failed.stderr
     assert "internal error" not in failed.stderr and "Traceback" not in failed.stderr
 
