@@ -38,7 +38,11 @@ from lorafleet.store.db import Store
 
 log = logging.getLogger("lorafleet.warm")
 LOADED, RELOADED, ALREADY_WARM, UNPINNED = "loaded", "reloaded", "already-warm", "unpinned"
-WOULD_LOAD, WOULD_REWARM = "would-load", "would-re-warm"  # --dry-run: what a real run would do
+WOULD_LOAD, WOULD_REWARM, WOULD_UNPIN = (
+    "would-load",
+    "would-re-warm",
+    "would-unpin",
+)  # --dry-run: what a real run would do
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ class _EngineWorker(RegistryWorker):
         if adapter.id not in state.pins and not (registered and self.engine.profile.engine_pins):
             return SKIPPED, f"{adapter.id} is not pinned on {self.engine.key}", None
         if self.options.dry_run:
-            return UNPINNED, None, None
+            return WOULD_UNPIN, None, None
         if registered and self.engine.profile.engine_pins:
             self.client.unload(adapter.id)
             self.client.load(adapter.id, adapter.path, pinned=False)

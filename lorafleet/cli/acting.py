@@ -32,7 +32,8 @@ ACTION_COLUMNS = [
         "action",
         "left",
         legend="loaded; reloaded (registered already: re-warmed by a 1-token request); already-warm; unloaded; "
-        "would-load, would-re-warm, would-unload (a dry run); skipped, failed, interrupted, cancelled (see detail); "
+        "unpinned; would-load, would-re-warm, would-unload, would-unpin (a dry run); skipped, failed, interrupted, "
+        "cancelled (see detail); "
         "primed: a 1-token request was sent (--prime, or a re-warm)",
     ),
     Column("ms", legend="how long the engine took"),

@@ -226,7 +226,7 @@ def _round(value: float | None) -> float | None:
 def warm(results: list[WarmResult], dry_run: bool) -> dict[str, Any]:
     """`warm --json`: `{"dry_run", "results": [{"adapter", "engine", "action", "ok", "ms", "error", "primed"}]}` — one
     row per (adapter, engine) in the order they were asked for; with --dry-run the actions are would-load,
-    would-re-warm or already-warm."""
+    would-re-warm, already-warm, would-unpin (with --unpin) or skipped (the pin limit, no room, not pinned)."""
     return {
         "dry_run": dry_run,
         "results": [
@@ -411,7 +411,7 @@ def stats(report: StatsReport, top: int, lru_hit_ratio: float | None, tiers: dic
 
 def stats_loads(lines: list[ActionRow]) -> dict[str, Any]:
     """`stats loads --json`: `{"actions": [{"at", "source", "engine", "adapter", "action", "ok", "ms", "reason",
-    "error", "unused_prefetch", "count"}]}` — oldest first; `source` is warm, daemon or daemon-shadow; `count`
+    "error", "unused_prefetch", "count"}]}` — oldest first; `source` is warm, unload, daemon or daemon-shadow; `count`
     above 1: that many alike actions counted in the minute starting at `at` (touches, evictions by the engine's
     LRU, shadow's simulated actions are counted, not listed)."""
     return {

@@ -32,6 +32,10 @@ def test_unpin_releases_a_pin_on_sglang_by_reloading_unpinned(
     e = emulators(kind="sglang", gpu_slots=2, host_slots=4)
     inv = write_inventory(tmp_path, [sglang_entry("s", e.url, slots=2, host=4)], adapter_dirs)
     assert warm_json(run_cli, inv, "r8", "--pin")[0] == 0
+    calls = len(e.state.requests)
+    code, results = warm_json(run_cli, inv, "r8", "--unpin", "--dry-run")  # says what it would do, does nothing
+    assert code == 0 and results[0]["action"] == "would-unpin" and e.state.pinned == {"r8"}
+    assert [path for _, path, _ in e.state.requests[calls:]] == ["/v1/models"]  # the registry read alone
     code, results = warm_json(run_cli, inv, "r8", "--unpin")
     assert code == 0 and results[0]["action"] == "unpinned"
     assert e.state.pinned == set() and "r8" in e.state.registry
