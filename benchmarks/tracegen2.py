@@ -11,6 +11,7 @@ The shapes (docs/benchmarks.md, "Second generator"):
   wf-flat-pool         one fixed chain per tenant over a flat pool, host slots a prefetch can wait in (markov ≫ lru)
   tenants-500-longtail 500+ tenants, long-tailed adapter counts, Zipf activity, re-use bursts
   tool-loops           planner -> tool -> planner -> tool ... loops, planner ~40% of a tenant's traffic
+  tool-loops-tight     the same loops, next tool nearly fixed, a flat pool, few host slots (markov > lru)
   diurnal-switch       working sets that switch with (compressed) time of day, sinusoidal rates, regions
   flash-crowd          Zipf background plus short crowds on cold adapters
   real-arrivals        Azure LLM 2023 (Splitwise) arrival instants, tenants and adapters drawn independently
@@ -480,46 +481,99 @@ def tool_loops(seed: int) -> Trace:
     tool_pick = Weighted(tools, zipf(len(tools), rng.uniform(0.6, 1.0)))
     tenants = _tenant_names(rng.randint(25, 50), "agent")
     weight = {t: math.exp(rng.gauss(0.0, rng.uniform(0.5, 1.0))) for t in tenants}
-    planner: dict[str, str] = {}
-    follows: dict[str, dict[str, Weighted]] = {}
-    for t in tenants:
-        planner[t] = catalog.new("planner", _rank(rng, (16, 32, 64), (2, 2, 1)))
-        catalog.own(t, planner[t])
-        mine: list[str] = []
-        while len(mine) < rng.randint(3, 7):
-            a = tool_pick.draw(rng)
-            if a not in mine:
-                mine.append(a)
-        mine += [catalog.new("tool-private", 8) for _ in range(rng.randint(0, 2))]
-        for a in mine:
-            catalog.own(t, a)
-        follows[t] = {prev: Weighted(mine, [math.exp(rng.gauss(0.0, 1.2)) for _ in mine]) for prev in ["", *mine]}
-    rounds_mean = rng.uniform(3.0, 7.0)
-    tool_calls = rng.uniform(1.6, 2.3)
-    plan_gap = rng.uniform(0.15, 0.5)  # planner -> tool
-    tool_gap = rng.uniform(0.4, 2.0)  # tool runs, back to the planner
-    stray = rng.uniform(0.01, 0.05)
-    everything = list(catalog.ranks)
-    per_session = rounds_mean * (1.1 + tool_calls) + 1.0
-    horizon = limit / rate * 1.2
-    total = sum(weight.values())
-    raw: list[tuple[float, str, str]] = []
-    for t in tenants:
-        for start in poisson(rng, rate / per_session * weight[t] / total, 0.0, horizon):
-            now, prev = start, ""
-            for _ in range(geometric(rng, rounds_mean, 20)):
-                for _ in range(2 if rng.random() < 0.05 else 1):
-                    raw.append((now, planner[t], t))
-                    now += lognormal(rng, plan_gap, 0.5)
-                prev = follows[t][prev].draw(rng)
-                for _ in range(geometric(rng, tool_calls, 4)):
-                    raw.append((now, rng.choice(everything) if rng.random() < stray else prev, t))
-                    now += lognormal(rng, 0.2, 0.5)
-                now += lognormal(rng, tool_gap, 1.0)
-            raw.append((now, planner[t], t))  # the planner answers
+    loops = _Loops(rng, catalog, tool_pick, tenants, lambda: rng.randint(3, 7), lambda: rng.randint(0, 2), 1.2)
+    raw = loops.emit(rng, weight, limit, rate)
     gpu, host = rng.randint(2, 4), rng.randint(6, 10)
     engines = [_engine(i, "vllm", gpu, host) for i in range(2)]
     return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
+
+
+def tool_loops_tight(seed: int) -> Trace:
+    """Tool loops where the next tool is nearly fixed and the engines hold few: a tenant's 2-5 tools from a flat
+    pool of 80-150 (Zipf 0.3-0.5), its preference for the next tool sharp (lognormal σ 2-3), 4-6 host slots per
+    engine. Recency keeps the planner and little else, and a next-tool prefetch pays: markov leads lru here, as
+    on the policy issue's independent tool-loop trace (markov 0.469 there), where it trails lru on tool-loops."""
+    name = "tool-loops-tight"
+    rng = _rng(name, seed)
+    limit = rng.randint(12_000, 16_000)
+    rate = rng.uniform(6.0, 12.0)
+    catalog = Catalog()
+    tools = [
+        catalog.new(f"tool-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (2, 3, 1)))
+        for _ in range(rng.randint(80, 150))
+    ]
+    tool_pick = Weighted(tools, zipf(len(tools), rng.uniform(0.3, 0.5)))
+    tenants = _tenant_names(rng.randint(30, 50), "bot")
+    weight = {t: math.exp(rng.gauss(0.0, rng.uniform(0.6, 1.0))) for t in tenants}
+    sharp = rng.uniform(2.0, 3.0)
+    loops = _Loops(rng, catalog, tool_pick, tenants, lambda: rng.randint(2, 5), lambda: 0, sharp)
+    raw = loops.emit(rng, weight, limit, rate)
+    engines = [_engine(i, "vllm", 2, rng.randint(4, 6)) for i in range(2)]
+    return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
+
+
+class _Loops:
+    """Each tenant's planner, its tools (`shared()` from the pool, `private()` of its own) and, per last tool, its
+    fixed random preference for the next (lognormal weights of spread `sharp`); then the sessions."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        catalog: Catalog,
+        tool_pick: Weighted,
+        tenants: list[str],
+        shared: Callable[[], int],
+        private: Callable[[], int],
+        sharp: float,
+    ) -> None:
+        self.catalog = catalog
+        self.planner: dict[str, str] = {}
+        self.follows: dict[str, dict[str, Weighted]] = {}
+        for t in tenants:
+            self.planner[t] = catalog.new("planner", _rank(rng, (16, 32, 64), (2, 2, 1)))
+            catalog.own(t, self.planner[t])
+            mine: list[str] = []
+            while len(mine) < shared():
+                a = tool_pick.draw(rng)
+                if a not in mine:
+                    mine.append(a)
+            mine += [catalog.new("tool-private", 8) for _ in range(private())]
+            for a in mine:
+                catalog.own(t, a)
+            self.follows[t] = {
+                prev: Weighted(mine, [math.exp(rng.gauss(0.0, sharp)) for _ in mine]) for prev in ["", *mine]
+            }
+
+    def emit(
+        self, rng: random.Random, weight: dict[str, float], limit: int, rate: float
+    ) -> list[tuple[float, str, str]]:
+        """Sessions started by a Poisson process per tenant: planner, tool (a geometric number of calls), back to
+        the planner, for a geometric number of rounds; the planner answers last."""
+        planner, follows = self.planner, self.follows
+        rounds_mean = rng.uniform(3.0, 7.0)
+        tool_calls = rng.uniform(1.6, 2.3)
+        plan_gap = rng.uniform(0.15, 0.5)  # planner -> tool
+        tool_gap = rng.uniform(0.4, 2.0)  # tool runs, back to the planner
+        stray = rng.uniform(0.01, 0.05)
+        everything = list(self.catalog.ranks)
+        per_session = rounds_mean * (1.1 + tool_calls) + 1.0
+        horizon = limit / rate * 1.2
+        total = sum(weight.values())
+        raw: list[tuple[float, str, str]] = []
+        for t in weight:
+            for start in poisson(rng, rate / per_session * weight[t] / total, 0.0, horizon):
+                now, prev = start, ""
+                for _ in range(geometric(rng, rounds_mean, 20)):
+                    for _ in range(2 if rng.random() < 0.05 else 1):
+                        raw.append((now, planner[t], t))
+                        now += lognormal(rng, plan_gap, 0.5)
+                    prev = follows[t][prev].draw(rng)
+                    for _ in range(geometric(rng, tool_calls, 4)):
+                        raw.append((now, rng.choice(everything) if rng.random() < stray else prev, t))
+                        now += lognormal(rng, 0.2, 0.5)
+                    now += lognormal(rng, tool_gap, 1.0)
+                raw.append((now, planner[t], t))  # the planner answers
+        return raw
 
 
 # --- 4. diurnal working sets ------------------------------------------------------------------------------
@@ -748,6 +802,7 @@ FAMILIES2: dict[str, Callable[[int], Trace | None]] = {
     "wf-flat-pool": wf_flat_pool,
     "tenants-500-longtail": tenants_500_longtail,
     "tool-loops": tool_loops,
+    "tool-loops-tight": tool_loops_tight,
     "diurnal-switch": diurnal_switch,
     "flash-crowd": flash_crowd,
     "real-arrivals": real_arrivals,
