@@ -222,6 +222,17 @@ def _rank(rng: random.Random, ranks: tuple[int, ...], weights: tuple[float, ...]
     return rng.choices(ranks, weights)[0]
 
 
+def _pool(
+    rng: random.Random, catalog: Catalog, size: tuple[int, int], misc: tuple[int, int]
+) -> tuple[list[str], list[str]]:
+    """A shared pool of adapters (ranks mostly 16-32) and a few misc ones only stray calls reach."""
+    pool = [
+        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 4, 3, 1))) for _ in range(rng.randint(*size))
+    ]
+    extras = [catalog.new("misc", _rank(rng, (8, 16, 32), (1, 2, 1))) for _ in range(rng.randint(*misc))]
+    return pool, extras
+
+
 def _tenant_names(count: int, prefix: str = "org") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
@@ -309,10 +320,7 @@ def wf_shared_pool(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 10.0)  # adapter requests per second over the fleet
     catalog = Catalog()
-    pool = [
-        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 4, 3, 1))) for _ in range(rng.randint(20, 40))
-    ]
-    extras = [catalog.new("misc", _rank(rng, (8, 16, 32), (1, 2, 1))) for _ in range(rng.randint(8, 20))]
+    pool, extras = _pool(rng, catalog, (20, 40), (8, 20))
     rng.shuffle(pool)
     step_pick = Weighted(pool, zipf(len(pool), rng.uniform(0.5, 1.1)))
     tenants = _tenant_names(rng.randint(30, 60))
@@ -345,11 +353,7 @@ def wf_large_pool(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 12.0)
     catalog = Catalog()
-    pool = [
-        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 4, 3, 1)))
-        for _ in range(rng.randint(200, 400))
-    ]
-    extras = [catalog.new("misc", _rank(rng, (8, 16, 32), (1, 2, 1))) for _ in range(rng.randint(8, 20))]
+    pool, extras = _pool(rng, catalog, (200, 400), (8, 20))
     step_pick = Weighted(pool, zipf(len(pool), rng.uniform(0.5, 1.0)))
     tenants = _tenant_names(rng.randint(40, 100), "team")
     sigma = rng.uniform(0.8, 1.4)
@@ -390,11 +394,7 @@ def wf_flat_pool(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 12.0)
     catalog = Catalog()
-    pool = [
-        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 4, 3, 1)))
-        for _ in range(rng.randint(200, 400))
-    ]
-    extras = [catalog.new("misc", _rank(rng, (8, 16, 32), (1, 2, 1))) for _ in range(rng.randint(5, 12))]
+    pool, extras = _pool(rng, catalog, (200, 400), (5, 12))
     step_pick = Weighted(pool, zipf(len(pool), rng.uniform(0.3, 0.5)))
     tenants = _tenant_names(rng.randint(30, 60), "crew")
     sigma = rng.uniform(1.0, 1.5)
