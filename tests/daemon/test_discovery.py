@@ -168,3 +168,28 @@ def test_many_pods_found_at_once_are_logged_as_a_few_names_and_a_count(
     line = next(x for x in daemon.log().splitlines() if "engines: 15 in use" in x)
     assert line.endswith("and 4 more; retired none") and line.count("pool/vllm-") == 10, line
     assert daemon.stop()[0] == 0
+
+
+def test_a_daemon_started_before_any_pod_waits_for_one_and_serves_it(  # type: ignore[no-untyped-def]
+    tmp_path: Path, kube, emulators, daemon_process
+) -> None:
+    """Deployed before the inference pods roll out, the daemon finds no engine: it starts, follows the log and
+    takes the first pod when it comes (a start that asked every engine for its registry with none there would
+    have ended it)."""
+    e0 = emulators(kind="vllm", gpu_slots=2, host_slots=4)
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    log = tmp_path / "access.jsonl"
+    log.touch()
+    kube.kubeconfig(tmp_path / "kubeconfig")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(fleet_text(adapters, log))
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "30")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start with no engine", log=daemon.log)
+    assert daemon.proc.poll() is None
+    kube.put(endpoint_slice("vllm-a", [("vllm-0", "127.0.0.1")], e0.port))
+    wait_for(lambda: "added pool/vllm-0" in daemon.log(), what="vllm-0 added", log=daemon.log)
+    with open(log, "a") as fh:
+        fh.write(log_line("a1", engine="pool/vllm-0"))
+    wait_for(lambda: "a1" in e0.state.registry, what="a1 loaded on the first pod", log=daemon.log)
+    code, _ = daemon.stop()
+    assert code == 0 and "Traceback" not in daemon.log(), daemon.log()

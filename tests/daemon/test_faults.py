@@ -373,7 +373,7 @@ def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_
     engine = emulators(kind="sglang", gpu_slots=2, host_slots=2)
     adapters = write_adapters(tmp_path / "adapters", 4)
     inv = write_fleet(tmp_path, [sglang("e0", engine.url, host=2)], adapters)
-    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "4")
+    daemon = daemon_process(inv, tmp_path / "state.db", "--reconcile-every", "4", "--json")
     wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
     log = tmp_path / "access.jsonl"
     for adapter in ("a0", "a1"):
@@ -388,6 +388,7 @@ def test_a_restart_refilled_by_loads_before_the_reconcile_is_seen_and_its_stale_
     time.sleep(1.0)
     assert daemon.stop()[0] == 0
     assert daemon.log().count("engine restarted?") == 1
+    assert json.loads(daemon.proc.stdout.read())["engine_restarts"] == 1  # type: ignore[union-attr]
     with sqlite3.connect(tmp_path / "state.db") as c:
         unloads = c.execute("SELECT adapter, ok, error FROM loads WHERE action = 'unloaded' ORDER BY 1").fetchall()
         failed = c.execute("SELECT COUNT(*) FROM loads WHERE ok = 0").fetchone()[0]

@@ -373,6 +373,7 @@ def test_a_shadow_runs_metrics_say_what_its_summary_says(tmp_path: Path) -> None
     assert total("lorafleet_log_lines_total", result="bad") == summary.bad_lines == 2
     # The lag is the wall clock past the newest line's time (the synthetic log is weeks old).
     assert total("lorafleet_log_lag_seconds") == pytest.approx(time.time() - newest, abs=60.0)
+    assert total("lorafleet_log_lag_bytes") == 0  # every byte of the log read
     batches = total("lorafleet_decision_latency_seconds_count")
     assert batches >= 1 and 0.0 <= total("lorafleet_decision_latency_seconds_sum") < 60.0
 
