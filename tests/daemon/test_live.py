@@ -255,6 +255,7 @@ def test_a_live_once_run_reconciles_first_and_waits_for_the_calls_in_flight(tmp_
     with open_store(tmp_path / "state.db") as store:
         summary = Daemon(load_inventory(inv), store, options).run()
     assert summary.reconciles == 1 and "a0" in engine.state.registry
+    assert [path for _, path, _ in engine.state.requests].count("/v1/models") == 1  # that reconcile, once
     with sqlite3.connect(tmp_path / "state.db") as c:
         loads = c.execute("SELECT adapter, action FROM loads WHERE source = 'daemon'").fetchall()
     assert ("a0", "loaded") in loads
