@@ -38,11 +38,8 @@ from lorafleet.store.db import Store
 
 log = logging.getLogger("lorafleet.warm")
 LOADED, RELOADED, ALREADY_WARM, UNPINNED = "loaded", "reloaded", "already-warm", "unpinned"
-WOULD_LOAD, WOULD_REWARM, WOULD_UNPIN = (
-    "would-load",
-    "would-re-warm",
-    "would-unpin",
-)  # --dry-run: what a real run would do
+# --dry-run: what a real run would do
+WOULD_LOAD, WOULD_REWARM, WOULD_UNPIN = "would-load", "would-re-warm", "would-unpin"
 
 
 @dataclass(frozen=True)
