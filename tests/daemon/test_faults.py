@@ -540,3 +540,20 @@ def test_a_bug_handling_another_processs_warm_costs_that_notice_only(tmp_path: P
 def _errors(state: Path) -> list[tuple[str]]:
     with sqlite3.connect(state) as c:
         return c.execute("SELECT message FROM errors").fetchall()
+
+
+def test_a_once_run_that_reads_no_line_does_nothing_not_even_its_pins(tmp_path: Path) -> None:
+    """`--once` reads what came and exits: with no line to read, the policy never starts (a live daemon starts it
+    on the wall clock when its logs are idle; a run that ends at once must not preload pins or a plan)."""
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9")], adapters, tenants="  t: {pinned: [a0]}\n")
+    done = daemon_once(inv, tmp_path / "state.db")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["requests"], summary["loads"]) == (0, 0)
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        assert c.execute("SELECT COUNT(*) FROM loads").fetchone()[0] == 0
+    (tmp_path / "access.jsonl").write_text(log_line("a1", tenant="t", ts=time.time() - 60))
+    done = daemon_once(inv, tmp_path / "state.db")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["loads"] == 2  # a line: the policy starts, the pin loaded with the request's own
