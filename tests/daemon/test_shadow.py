@@ -404,3 +404,27 @@ def test_a_minute_names_at_most_a_thousand_tenants_in_the_journal_the_rest_as_ot
     assert summary.requests == 2500  # type: ignore[attr-defined]
     said = [r.getMessage() for r in caplog.records if "(other tenants)" in r.getMessage()]
     assert len(said) == 1 and "more than 1000 tenants in the minute" in said[0]
+
+
+def test_an_idle_daemon_writes_no_transaction_until_a_line_comes(tmp_path: Path) -> None:
+    """Commits are due every second, but one with nothing new (no line, no action, what was learned already
+    written) is skipped: an idle daemon does not rewrite its state file each second."""
+    from tests.daemon.conftest import daemon_in_thread, wait_for
+
+    synth = synthesize("workflows", 300, 4, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    options = DaemonOptions(policy="lorafleet", shadow=True, from_start=True, retention_days=3650.0)
+    with daemon_in_thread(inv, tmp_path / "s.db", options) as daemon:
+        wait_for(lambda: daemon.summary.lines == 300 and daemon.summary.commits >= 1, what="the log read")
+        deadline = time.monotonic() + 15.0
+        while True:  # the commit after the last line, and the memory once it is due (the memory's share)
+            settled = daemon.summary.commits
+            time.sleep(1.2)
+            if daemon.summary.commits == settled or time.monotonic() > deadline:
+                break
+        time.sleep(2.5)  # two more commit intervals with nothing new
+        assert daemon.summary.commits == settled
+        last = json.loads(synth.log_path.read_text().splitlines()[-1])
+        with synth.log_path.open("a") as fh:
+            fh.write(json.dumps(last) + "\n")
+        wait_for(lambda: daemon.summary.commits > settled, what="a commit for the new line")
