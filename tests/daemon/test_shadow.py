@@ -428,3 +428,21 @@ def test_an_idle_daemon_writes_no_transaction_until_a_line_comes(tmp_path: Path)
         with synth.log_path.open("a") as fh:
             fh.write(json.dumps(last) + "\n")
         wait_for(lambda: daemon.summary.commits > settled, what="a commit for the new line")
+
+
+def test_lines_are_journaled_each_second_whatever_the_memorys_cadence(tmp_path: Path) -> None:
+    """What was learned goes with a commit only every `memory_every_s`; the lines' counts and checkpoints do not
+    wait for it (a crash loses at most a second of them)."""
+    from tests.daemon.conftest import daemon_in_thread, wait_for
+
+    synth = synthesize("workflows", 300, 4, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    options = DaemonOptions(
+        policy="lorafleet", shadow=True, from_start=True, retention_days=3650.0, memory_every_s=3600.0
+    )
+    with daemon_in_thread(inv, tmp_path / "s.db", options) as daemon:
+        wait_for(lambda: daemon.summary.lines == 300, what="the log read")
+        wait_for(lambda: daemon.summary.commits >= 1, timeout=5.0, what="a commit within the commit interval")
+        with sqlite3.connect(tmp_path / "s.db") as c:
+            assert c.execute("SELECT SUM(requests) FROM rollups").fetchone()[0] == 300
+            assert c.execute("SELECT COUNT(*) FROM policy_memory").fetchone()[0] == 0  # not due for an hour
