@@ -184,3 +184,34 @@ def test_a_hinted_request_whose_line_names_another_engine_is_counted_rerouted(
         assert c.execute("SELECT engine, SUM(requests), SUM(misses) FROM rollups GROUP BY engine").fetchall() == [
             ("h/e1", 1, 1)
         ]
+
+
+def test_the_daemons_clock_follows_the_newest_hint(tmp_path: Path) -> None:
+    """Hints alone, no line yet: the policy's clock and the lag a dashboard reads follow the newest hint, not the
+    first (a clock left at the first hint would hold every timed decision back)."""
+    from lorafleet.daemon.loop import DaemonOptions
+    from lorafleet.inventory import load_inventory
+
+    inv = write_fleet(tmp_path, [vllm("e0", "http://127.0.0.1:9", gpu=2, host=4)], write_adapters(tmp_path / "a", 2))
+    options = DaemonOptions(shadow=True, hints_addr="127.0.0.1:0")
+    with daemon_in_thread(load_inventory(inv), tmp_path / "state.db", options) as daemon:
+        wait_for(lambda: daemon.hints is not None and daemon.hints.server is not None)
+        port = daemon.hints.server.server_address[1]
+        assert send_hint(port, hint_body("a0")) == 204
+        wait_for(lambda: daemon.log_now is not None, what="the first hint taken")
+        first = daemon.log_now
+        time.sleep(1.5)
+        assert send_hint(port, hint_body("a1")) == 204
+        wait_for(lambda: daemon.log_now != first, what="the second hint taken")
+        assert daemon.log_now is not None and first is not None and daemon.log_now >= first + 1.4
+
+        def lag() -> float:
+            (found,) = [
+                s.value
+                for m in daemon.metrics.registry.collect()
+                for s in m.samples
+                if s.name == "lorafleet_log_lag_seconds"
+            ]
+            return float(found)
+
+        wait_for(lambda: lag() < 1.0, what="the lag measured from the newest hint")
