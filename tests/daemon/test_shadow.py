@@ -446,3 +446,20 @@ def test_lines_are_journaled_each_second_whatever_the_memorys_cadence(tmp_path: 
         with sqlite3.connect(tmp_path / "s.db") as c:
             assert c.execute("SELECT SUM(requests) FROM rollups").fetchone()[0] == 300
             assert c.execute("SELECT COUNT(*) FROM policy_memory").fetchone()[0] == 0  # not due for an hour
+
+
+@pytest.mark.parametrize("policy", ["markov", "arc"])
+def test_under_a_policy_without_an_lru_expert_the_engines_alone_figure_is_still_replays_lru(
+    tmp_path: Path, run_cli, policy: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A baseline policy has no lru copy of the fleet to read the figure from: the daemon runs one beside it,
+    simulated as replay does (loads take their time), and its counts are replay's lru to the request."""
+    synth = synthesize("workflows", 400, 3, tmp_path / "t")
+    inv = load_inventory(synth.inventory_path)
+    args = ("daemon", "-i", str(synth.inventory_path), "--state", str(tmp_path / "s.db"), "--shadow", "--once")
+    data = json.loads(run_cli(*args, "--from-start", "--policy", policy, "--metrics-addr", "off", "--json").stdout)
+    lru = simulate(inv, "lru", read_events([synth.log_path], inv)[0])
+    alone = data["engines_alone"]
+    counts = (alone["hits"], alone["late"], alone["misses"], alone["loads"])
+    assert counts == (lru.hits, lru.late, lru.misses, lru.loads)
+    assert alone["cold_ms_paid"] == pytest.approx(lru.cold_ms_total, abs=0.5)
