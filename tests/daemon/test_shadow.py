@@ -463,3 +463,32 @@ def test_under_a_policy_without_an_lru_expert_the_engines_alone_figure_is_still_
     counts = (alone["hits"], alone["late"], alone["misses"], alone["loads"])
     assert counts == (lru.hits, lru.late, lru.misses, lru.loads)
     assert alone["cold_ms_paid"] == pytest.approx(lru.cold_ms_total, abs=0.5)
+
+
+def test_freezing_what_was_learned_takes_at_most_its_share_of_the_loops_time(tmp_path: Path, monkeypatch) -> None:
+    """A big fleet's memory takes long to freeze: the next is due only after `took / memory_share` (here 0.25 s
+    / 5% = 5 s), however often lines come and commits go."""
+    import lorafleet.daemon.loop as loop
+    from tests.daemon.conftest import daemon_in_thread, wait_for
+
+    frozen: list[float] = []
+    real = loop.freeze
+
+    def slow(core):  # type: ignore[no-untyped-def]
+        time.sleep(0.25)
+        frozen.append(time.monotonic())
+        return real(core)
+
+    monkeypatch.setattr(loop, "freeze", slow)
+    synth = synthesize("workflows", 200, 4, tmp_path / "t")
+    lines = synth.log_path.read_text().splitlines()
+    synth.log_path.write_text("\n".join(lines[:100]) + "\n")
+    options = DaemonOptions(policy="lru", shadow=True, from_start=True, retention_days=3650.0)
+    with daemon_in_thread(load_inventory(synth.inventory_path), tmp_path / "s.db", options) as daemon:
+        wait_for(lambda: len(frozen) == 1, what="the first memory")
+        for line in lines[100:125]:  # a line every 0.1 s: every commit has something new
+            with synth.log_path.open("a") as fh:
+                fh.write(line + "\n")
+            time.sleep(0.1)
+        wait_for(lambda: daemon.summary.lines == 125, what="the lines read")
+        assert len(frozen) == 1 and daemon.summary.commits >= 2
