@@ -259,3 +259,28 @@ def test_a_live_once_run_reconciles_first_and_waits_for_the_calls_in_flight(tmp_
     with sqlite3.connect(tmp_path / "state.db") as c:
         loads = c.execute("SELECT adapter, action FROM loads WHERE source = 'daemon'").fetchall()
     assert ("a0", "loaded") in loads
+
+
+def test_a_load_in_flight_at_sigterm_is_answered_and_journaled_before_the_exit(
+    tmp_path, emulators, daemon_process
+) -> None:
+    """A stop waits (within its grace) for the engine threads: a load the engine is doing is answered and
+    journaled, not lost with the process."""
+    from tests.engine_emulator import adapter_mb
+
+    adapters = write_adapters(tmp_path / "adapters", 2)
+    engine = emulators(kind="vllm", load_s_per_mb=0.6 / adapter_mb(str(adapters[0])))  # a load takes 0.6 s
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url)], adapters)
+    daemon = daemon_process(inv, tmp_path / "state.db")
+    wait_for(lambda: "following" in daemon.log(), what="the daemon to start")
+    append(tmp_path / "access.jsonl", log_line("a0"))
+    wait_for(
+        lambda: any(path.endswith("load_lora_adapter") for _, path, _ in engine.state.requests),
+        what="the load sent",
+        log=daemon.log,
+    )
+    code, took = daemon.stop()
+    assert code == 0 and took < 5
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        loads = c.execute("SELECT adapter, action, ok FROM loads WHERE source = 'daemon'").fetchall()
+    assert ("a0", "loaded", 1) in loads

@@ -492,3 +492,15 @@ def test_freezing_what_was_learned_takes_at_most_its_share_of_the_loops_time(tmp
             time.sleep(0.1)
         wait_for(lambda: daemon.summary.lines == 125, what="the lines read")
         assert len(frozen) == 1 and daemon.summary.commits >= 2
+
+
+def test_the_engines_alone_session_beside_a_baseline_keeps_no_answers(tmp_path: Path) -> None:
+    """Its counts are the figure; nothing reads its answers, so it keeps none (a list of one per request, for the
+    whole life of the daemon, would be a leak)."""
+    synth = synthesize("workflows", 300, 3, tmp_path / "t")
+    options = DaemonOptions(policy="lfu", shadow=True, once=True, from_start=True, retention_days=3650.0)
+    with open_store(tmp_path / "s.db") as store:
+        daemon = Daemon(load_inventory(synth.inventory_path), store, options)
+        summary = daemon.run()
+    assert daemon.baseline is not None and summary.engines_alone is not None
+    assert summary.engines_alone.requests == 300 and not daemon.baseline.answers
