@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from lorafleet.inventory.model import Inventory, LoadModel
 from lorafleet.policy.demand import DemandModel
@@ -41,6 +41,13 @@ class Policy:
     name = "lru"
     honours_pins = False
     observes_demand = False
+    keeps_tenants = False  # derived per class below: whether the core must say which tenant it forgot
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A policy keeps something per tenant when it observes the demand model or forgets a tenant itself:
+        only then does its core remember tenants (per request, in every expert's session) to forget them."""
+        super().__init_subclass__(**kwargs)
+        cls.keeps_tenants = cls.observes_demand or cls.forget_tenant is not Policy.forget_tenant
 
     def bind(self, core: PolicyCore) -> None:
         self.core = core
@@ -230,7 +237,8 @@ class PolicyCore:
         prefetched adapter. Whether lorafleet's calls for it could steer its engine is `first`."""
         adapter = event.adapter
         assert adapter is not None
-        self._remember(event.tenant, adapter)
+        if self.policy.keeps_tenants:
+            self._remember(event.tenant, adapter)
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
         outcome, decisions = self.serve(now, event, engine, known=self.first)
@@ -281,7 +289,8 @@ class PolicyCore:
         line): the demand model and the policy take it, with where it was served and how."""
         adapter = event.adapter
         assert adapter is not None
-        self._remember(event.tenant, adapter)
+        if self.policy.keeps_tenants:
+            self._remember(event.tenant, adapter)
         if self.policy.observes_demand:
             self.demand.observe(event.tenant, adapter, now)
         return self.policy.on_request(now, event, engine, outcome)
