@@ -5,8 +5,10 @@ written at each request's end (every access log is).
 
 Replay runs the daemon's live session against stand-in engines (drive/late.py): the stand-ins serve each request
 at its arrival, as the engines do, and their outcomes are the truth replay reports; the live session learns of it
-when its line is read and counts it as the daemon does (its journal, `stats`, its metrics). Prints, per family,
-both hit ratios and the error of the daemon's count in points, then the mean and largest absolute error.
+when its line is read and counts it as the daemon does (its journal, `stats`, its metrics), settling each count
+once every earlier request is known (drive/settling.py; all of them at the end, as the daemon at its stop).
+Prints, per family, both hit ratios and the error of the daemon's count in points, then the mean and largest
+absolute error.
 Durations are benchmarks/durations.py's (Azure LLM 2023 token counts, median 2.4 s).
 """
 
@@ -58,7 +60,7 @@ def main() -> None:
         events = in_arrival_order(with_durations(events, seed))
         cells = []
         for policy in args.policies.split(","):
-            sim = Simulation(inventory, policy, events)
+            sim = Simulation(inventory, policy, events, settle=True)
             result = sim.run()
             counted = sim.session.counts
             truth = 100.0 * result.hits / max(1, result.requests)

@@ -286,13 +286,14 @@ def render_summary(data: dict[str, Any]) -> None:
 
     unknown = f", {data['unknown_requests']:,} naming adapters not in the inventory" if data["unknown_requests"] else ""
     unread = f", {data['unread_logs']:,} matching files not opened: not read" if data["unread_logs"] else ""
+    settled = f", {data['recounted']:,} counted again as settled" if data["recounted"] else ""
     rows = [
         ("log lines", f"{data['lines']:,}", "", f"{data['bad_lines']:,} bad{unknown}{unread}"),
         (
             "adapter requests",
             f"{data['requests']:,}",
             f"{alone['requests']:,}",
-            f"{data['unserved']:,} no engine can serve",
+            f"{data['unserved']:,} no engine can serve{settled}",
         ),
         ("hits", share(data["hits"], requests), share(alone["hits"], alone["requests"]), "resident when they arrived"),
         ("late", share(data["late"], requests), share(alone["late"], alone["requests"]), "waited on a load in flight"),

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
-from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Served, Waited
+from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Recounted, Served, Waited
 from lorafleet.logs.follow import Checkpoint
-from lorafleet.policy.core import HIT, LATE, LOAD, TOUCH, UNLOAD, UNSERVED
+from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD, UNSERVED
+from lorafleet.policy.events import RequestEvent
 from lorafleet.store.db import SHADOW_SOURCE
 from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
 from lorafleet.times import minute_key, utc_text
@@ -34,6 +35,7 @@ class Summary(Counts):
     vanished: int = 0
     commits: int = 0
     unread_logs: int = 0  # files matching the logs' patterns that could not be opened (their lines not read)
+    recounted: int = 0  # requests counted from their line that settling counted again (drive/settling.py)
     engines_alone: Counts | None = None  # lru over the same requests: what the engines do alone (None: it is lru)
     unknown_names: dict[str, int] = field(default_factory=dict)
 
@@ -64,6 +66,7 @@ class Batch:
         return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
 
 
+_OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's field of a rollup
 ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine (not its LRU's, nor forgetting)
 # A minute's rollups name at most this many tenants; the rest of the minute's requests are rolled up as one
 # OTHER_TENANTS: a log whose tenant field is a user id (a new name per request) would otherwise write a row per
@@ -95,6 +98,8 @@ class Journaling:
         self._requests: defaultdict[tuple[str, str], int] = defaultdict(int)
         self._avoided_s: defaultdict[str, float] = defaultdict(float)
         self._paid_s: defaultdict[str, float] = defaultdict(float)
+        self._recounted: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self._unpaid_s: defaultdict[str, float] = defaultdict(float)  # recounted waits not waited
         self._actions: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._load_s: list[tuple[str, float]] = []
         self._tenants_of: dict[str, set[str]] = {}  # minute -> the tenants its rollups name (MAX_TENANTS_A_MINUTE)
@@ -121,11 +126,16 @@ class Journaling:
             metrics.cold_seconds_avoided.labels(engine).inc(seconds)
         for engine, seconds in self._paid_s.items():
             metrics.cold_seconds_paid.labels(engine).inc(seconds)
+        for (engine, counted, outcome), n in self._recounted.items():
+            metrics.recounted.labels(engine, counted, outcome).inc(n)
+        for engine, seconds in self._unpaid_s.items():
+            metrics.cold_seconds_recounted.labels(engine).inc(seconds)
         for (engine, action, result), n in self._actions.items():
             metrics.actions.labels(engine, action, result).inc(n)
         for engine, seconds in self._load_s:
             metrics.load_seconds.labels(engine).observe(seconds)
-        for unpublished in (self._requests, self._avoided_s, self._paid_s, self._actions, self._load_s):
+        unpublished_all = (self._requests, self._avoided_s, self._paid_s, self._recounted, self._unpaid_s)
+        for unpublished in (*unpublished_all, self._actions, self._load_s):
             unpublished.clear()
 
     def refresh(self) -> None:
@@ -146,6 +156,8 @@ class Journaling:
                 self._waited(answer)  # type: ignore[arg-type]
             elif kind is Performed:
                 self._performed(answer)  # type: ignore[arg-type]
+            elif kind is Recounted:
+                self._recount(answer)  # type: ignore[arg-type]
             else:
                 self._count_request("", UNSERVED)
 
@@ -166,6 +178,27 @@ class Journaling:
             o.late += 1
         else:
             o.misses += 1
+
+    def _recount(self, recounted: Recounted) -> None:
+        """A request counted from its line that settling found served otherwise (`Recounted`): its rollup, filed
+        again under its arrival's minute (the commit adds to it), moves it from what it was counted as to what it
+        was, with the wait it did wait; the metrics, counters that only grow, count the move apart
+        (`lorafleet_requests_recounted_total`; a wait counted that was not waited in
+        `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds)."""
+        engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
+        o = self.batch.outcome(self._key_of(recounted.event, engine))
+        counted, now = _OUTCOME_FIELD[was.outcome], _OUTCOME_FIELD[outcome]
+        setattr(o, counted, getattr(o, counted) - 1)
+        setattr(o, now, getattr(o, now) + 1)
+        more = recounted.waited_ms - was.waited_ms
+        o.cold_ms += more
+        o.gpu_hits -= was.gpu
+        o.avoided_ms -= was.avoided_ms
+        self._recounted[(engine, was.outcome, outcome)] += 1
+        if more > 0:
+            self._paid_s[engine] += more / 1000.0
+        else:
+            self._unpaid_s[engine] -= more / 1000.0
 
     def _waited(self, waited: Waited) -> None:
         o = self.batch.outcome(self._key(waited.request))
@@ -202,7 +235,9 @@ class Journaling:
 
     # --- helpers --------------------------------------------------------------------------------------------
     def _key(self, served: Served) -> RollupKey:
-        event = served.event
+        return self._key_of(served.event, served.engine)
+
+    def _key_of(self, event: RequestEvent, engine: str) -> RollupKey:
         assert event.adapter is not None
         minute = minute_key(event.time)
         tenant = event.tenant or ""
@@ -217,7 +252,7 @@ class Journaling:
                     named.add(tenant)
                 else:
                     tenant = self._other(minute)
-        return (minute, tenant, event.adapter, served.engine)
+        return (minute, tenant, event.adapter, engine)
 
     def _other(self, minute: str) -> str:
         if not self._said_other:

@@ -362,6 +362,12 @@ class Daemon:
         for actor in self.actors.values():
             actor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._drain()
+        try:
+            self.session.settle_all()  # every count made from a line, settled with what is known
+        except Exception as exc:  # the last commit goes out whatever this does
+            self._internal_error("settling the counts", exc)
+        self.summary.recounted = self.session.recounted
+        self.journal.fold(self.session.take_answers())
         self._commit(final=True)
         self.metrics.close()
         if self.hints is not None:

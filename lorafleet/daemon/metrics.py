@@ -89,6 +89,19 @@ class DaemonMetrics:
             Counter, "lorafleet_cold_seconds_avoided", "Load time requests did not wait (prefetch hits)"
         )
         self.cold_seconds_paid = moded(Counter, "lorafleet_cold_seconds_paid", "Load time requests waited (late, miss)")
+        self.recounted = moded(
+            Counter,
+            "lorafleet_requests_recounted",
+            "Requests counted from their log line as `counted` (hit, late, miss) that the engines, replayed in "
+            "arrival order once every earlier request's line was read, served as `outcome`: each moves one request "
+            "of lorafleet_requests from the one outcome to the other",
+            ("engine", "counted", "outcome"),
+        )
+        self.cold_seconds_recounted = moded(
+            Counter,
+            "lorafleet_cold_seconds_recounted",
+            "Load time counted in lorafleet_cold_seconds_paid that recounted requests did not wait",
+        )
         self.resident = moded(Gauge, "lorafleet_resident_adapters", "Adapters lorafleet holds resident")
         self.resident_bytes = moded(Gauge, "lorafleet_resident_bytes", "Bytes of adapters held resident")
         self.budget_slots = moded(Gauge, "lorafleet_budget_slots", "Host-cache adapter slots (absent: no cap)")
@@ -152,10 +165,15 @@ class DaemonMetrics:
         which never sees a restart) finds zeros, not nothing."""
         for outcome in ("hit", "late", "miss"):
             self.requests.labels(engine, outcome)
+        for counted in ("hit", "late", "miss"):
+            for outcome in ("hit", "late", "miss"):
+                if outcome != counted:
+                    self.recounted.labels(engine, counted, outcome)
         for action in ("load", "touch", "unload", "reconcile"):
             for result in ("ok", "failed", "refused"):
                 self.actions.labels(engine, action, result)
-        for metric in (self.load_seconds, self.cold_seconds_avoided, self.cold_seconds_paid):
+        cold = (self.cold_seconds_avoided, self.cold_seconds_paid, self.cold_seconds_recounted)
+        for metric in (self.load_seconds, *cold):
             metric.labels(engine)
         for metric in (self.engine_restarts, self.vanished, self.resident, self.resident_bytes):
             metric.labels(engine)

@@ -529,7 +529,8 @@ class LeaderPolicy(Policy):
 
     def _scorer(self, make: Callable[[], Policy], hinted: bool) -> LateFleet:
         core = PolicyCore(self.core.inventory, make(), touch_budget=self.core.touch_budget, like=self.core)
-        session = Session(core, answers=False, read_after_s=self.read_after_s)  # read as the lines are
+        # read as the lines are; scored by what the stand-ins did, so its own counts are never settled
+        session = Session(core, answers=False, read_after_s=self.read_after_s, settle=False)
         return LateFleet(session, hints=hinted)
 
     def _match(self, now: float, model: str | None, index: int) -> None:

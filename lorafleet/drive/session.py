@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
+from lorafleet.drive.settling import Counted, Settled, Settling
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.drive.stays import Stays
 from lorafleet.inventory.model import Inventory
@@ -119,6 +120,19 @@ class Waited(NamedTuple):
     avoided_ms: float
 
 
+class Recounted(NamedTuple):
+    """A request counted from its log line that the engines, replayed in arrival order once every request that
+    came before it was known (drive/settling.py), served otherwise: it was counted as `counted` says and counts as
+    `outcome` now, having waited `waited_ms` (a hit: none, and in no GPU slot that is known; no wait avoided)."""
+
+    at: float
+    event: RequestEvent
+    engine: str
+    counted: Counted
+    outcome: str
+    waited_ms: float
+
+
 class Unserved(NamedTuple):
     """An adapter request no engine can serve."""
 
@@ -138,10 +152,35 @@ class Performed(NamedTuple):
     error: str | None
 
 
-Answer = Served | Waited | Unserved | Performed
+Answer = Served | Waited | Unserved | Performed | Recounted
 
 
 _NO_CALLS: list[Call] = []
+_COUNT_OF = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count
+
+
+_Tally = tuple[int, int, int, float, int, float]
+_NO_TALLY: _Tally = (0, 0, 0, 0.0, 0, 0.0)
+
+
+def _tally(counts: Counts) -> _Tally:
+    return (counts.hits, counts.late, counts.misses, counts.cold_ms_paid, counts.gpu_hits, counts.cold_ms_avoided)
+
+
+def _counted(before: _Tally, counts: Counts) -> Counted | None:
+    """How a request was just counted, from the counts before and after (None: not as served)."""
+    hits, late, misses, paid, gpu, avoided = before
+    if counts.hits > hits:
+        outcome = HIT
+    elif counts.late > late:
+        outcome = LATE
+    elif counts.misses > misses:
+        outcome = MISS
+    else:
+        return None
+    return Counted(outcome, counts.cold_ms_paid - paid, counts.gpu_hits > gpu, counts.cold_ms_avoided - avoided)
+
+
 _COUNTED = tuple(f.name for f in fields(Counts))
 
 
@@ -184,11 +223,15 @@ class Session:
         answers: bool = True,
         waits: list[float] | None = None,
         read_after_s: float = 0.0,
+        settle: bool = True,
     ) -> None:
         """`simulate`: simulated engines at the inventory's budgets carry the decisions out (replay, shadow mode);
         otherwise they come back as calls for the driver to make. `answers`: keep what happened for
         `take_answers`; `waits`: a list to append every served request's wait to (a hit in a GPU slot waits 0).
-        `read_after_s`: how long after its writing a log line reaches the session, at most (a follower's poll)."""
+        `read_after_s`: how long after its writing a log line reaches the session, at most (a follower's poll).
+        `settle`: on live engines, each request counted from a log line is settled once every request that came
+        before it is known (`Settling`), and counted again where the engines served it otherwise (`Recounted`);
+        off where no one reads the session's counts (the experts' runs)."""
         self.core = core
         self.answers: list[Answer] | None = [] if answers else None
         self.waits = waits
@@ -214,6 +257,11 @@ class Session:
         self.decided: list[Decision] | None = None  # when a list: every decision made is appended (leader.py)
         self.last_engine: str | None = None  # where the last request was served
         self.stays = Stays()  # when each adapter was held on each engine, as the book knows it (`held_at`)
+        # live, from lines with durations: the engines replayed in arrival order a while behind, settling each count
+        # made from a line (drive/settling.py); made at the first such line; never where `settle` is off
+        self.settle = settle and self.sim is None
+        self.settling: Settling | None = None
+        self.recounted = 0  # requests whose count settling changed
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -251,6 +299,8 @@ class Session:
             if ran is not None and held.engine is not None and ran != held.engine and not held.ended:
                 self._rerouted(now, held, event, ran)
             self._release(held, event)
+            if self.settling is not None and held.engine is not None and held.adapter is not None:
+                self.settling.ended(now, held.engine, held.adapter)  # where the stand-ins took it at its hint
             if not held.ended:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
@@ -271,6 +321,8 @@ class Session:
         calls = self.advance(now) if self._due(now) else _NO_CALLS
         held = Held(Counts(), [], hint=event)
         more = self._arrive(now, event, None, held)
+        if self.settling is not None and held.engine is not None:
+            self.settling.began(event, held.engine)
         return (calls + more if calls else more), held
 
     def _arrive(
@@ -290,6 +342,8 @@ class Session:
         else:  # a log line, written at its end: served before lorafleet could know of it, learned now
             if engine is not None and event.adapter is not None:
                 self.stays.reach(now - event.time)
+                if self.settle and self.settling is None:
+                    self._settling(event.seen)  # from what the book holds before this line
                 if self.sim is not None and not given and core.named_engine(event) is None:  # the rule's: then
                     engine = self.last_engine = self._routed_then(engine, event.adapter, event.time)
                 then = self.held_at(engine, event.adapter, event.time)
@@ -300,6 +354,8 @@ class Session:
                 assert engine is not None and adapter is not None
                 loaded = event.time if then else event.time + max(1e-6, self.cold_ms(engine, adapter) / 1000.0)
                 self.stays.add(engine, adapter, loaded, now)
+        counts, settling = self.counts, self.settling if then is not None else None
+        before = _tally(counts) if settling is not None else _NO_TALLY  # how it is counted, to be settled
         if outcome == UNSERVED or engine is None:
             counts, answers = self._sink(held)
             counts.unserved += 1
@@ -307,6 +363,10 @@ class Session:
                 answers.append(Unserved(now, event))
         elif then is not None and then != (outcome == HIT):
             self._served_then(now, event, engine, then)
+        elif then is False and outcome == LATE and self._started_after(engine, event):
+            # learned from its line while the book's load of it runs: a load sent after the request came, which
+            # it could not have waited on (it came to an engine without its adapter)
+            self._served_then(now, event, engine, False)
         else:
             self._classify(now, event, engine, outcome, held)
             if held is not None:  # a start hint: its request runs on the engine until its line comes
@@ -314,7 +374,53 @@ class Session:
                 assert adapter is not None
                 held.engine, held.adapter = engine, adapter
                 self.runs(engine, adapter)
-        return self._carry_out(now, decisions) if decisions else _NO_CALLS
+        calls = self._carry_out(now, decisions) if decisions else _NO_CALLS
+        if settling is not None:
+            counted = _counted(before, counts)
+            if counted is not None:
+                assert engine is not None
+                settling.served(event, engine, counted)
+                self._settle(settling.run())
+        return calls
+
+    def _started_after(self, engine: str, event: RequestEvent) -> bool:
+        """Whether the book's load of the request's adapter in flight there began after the request came."""
+        assert event.adapter is not None
+        return self.load_started.get((engine, event.adapter), self.clock) > event.time
+
+    def _settling(self, start: float) -> None:
+        """The engines replayed behind the lines from `start` (the first line's time), from what the book holds
+        and is loading now."""
+        core, stays, started = self.core, self.stays, self.load_started
+        held: dict[str, list[tuple[str, float]]] = {}
+        for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
+            since = [(a, min(start, stays.since(key, a))) for a in state.resident]
+            cold = self.cold_ms
+            loads = [(a, min(start, started.get((key, a), start)) + cold(key, a) / 1e3) for a in state.in_flight]
+            held[key] = since + loads
+        self.settling = Settling(core.book.engines, core.load_ms, core.sizes, start, held, self.read_after_s)
+
+    def _settle(self, settled: list[Settled]) -> None:
+        """Requests the engines served otherwise than they were counted (`Settling`): counted again, as they were
+        served, with an answer that says what changed (the journal's correction: nothing is counted twice)."""
+        if not settled:
+            return
+        counts, answers = self.counts, self.answers
+        for s in settled:
+            was = s.counted
+            setattr(counts, _COUNT_OF[was.outcome], getattr(counts, _COUNT_OF[was.outcome]) - 1)
+            setattr(counts, _COUNT_OF[s.outcome], getattr(counts, _COUNT_OF[s.outcome]) + 1)
+            counts.cold_ms_paid += s.waited_ms - was.waited_ms
+            counts.gpu_hits -= was.gpu
+            counts.cold_ms_avoided -= was.avoided_ms
+            if answers is not None:
+                answers.append(Recounted(self.clock, s.event, s.engine, was, s.outcome, s.waited_ms))
+        self.recounted += len(settled)
+
+    def settle_all(self) -> None:
+        """Every request counted from a line is settled now, with what is known (the daemon stops)."""
+        if self.settling is not None:
+            self._settle(self.settling.drain())
 
     def held_at(self, engine: str, adapter: str, at: float) -> bool:
         """Whether `engine` held `adapter` at instant `at` (drive/stays.py): on simulated engines what they did,
@@ -423,6 +529,8 @@ class Session:
             held.ended = True
             self.ended(held.engine, held.adapter, finished=False)
             self.core.policy.on_line(held.hint, None, held.engine)
+        if self.settling is not None and held.engine is not None and held.adapter is not None:
+            self.settling.ended(self.clock, held.engine, held.adapter)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""
@@ -490,6 +598,8 @@ class Session:
             if call.action == UNLOAD:  # gone already, as asked
                 answer, error = UNLOADED, "the engine no longer had it"
         self._performed(now, call, answer, ok, ms, error)
+        if not ok and call.action == LOAD and self.settling is not None:  # it loaded nothing
+            self.settling.called(now, UNLOAD, call.engine, call.adapter)
         if not ok:
             counts.failed += 1
         elif call.action == TOUCH:
@@ -537,6 +647,8 @@ class Session:
         if state is None:
             return Reconciled([], False, [])
         registry = set(registry)
+        if self.settling is not None:
+            self.settling.registered(now, engine, registry)
         disowned = self.disowned.pop(engine, set()) - registry
         held = (set(state.resident) | disowned) - self.loaded_since.pop(engine, set()) - set(vanished)
         survivors = self.confirmed.get(engine, set()) & held  # what it had then and should still have
@@ -589,6 +701,8 @@ class Session:
         engine itself does; an unload forgets the adapter, its pin included."""
         state = self.core.book.engines.get(engine)
         size = self.core.sizes.get(adapter)
+        if self.settling is not None and state is not None and (answer == UNLOADED or answer in LOAD_ANSWERS):
+            self.settling.called(self.clock, UNLOAD if answer == UNLOADED else LOAD, engine, adapter, pinned)
         if state is None or size is None or adapter in state.in_flight:
             return
         at, sim = self.clock, self.sim
@@ -686,6 +800,8 @@ class Session:
         policy (bound to the new core) and the counts carry over. `like`: a core on the new inventory whose
         tables read from it the new core shares (PolicyCore)."""
         kept = dict(self.core.book.engines)
+        self.settle_all()  # settled on the engines they came to; the next line replays the new ones anew
+        self.settling = None
         new = self.core.rebuilt(inventory, like)
         self.core = new
         if self.sim is not None:
@@ -837,7 +953,7 @@ class Session:
             return _NO_CALLS
         if self.decided is not None:
             self.decided += decisions
-        sim, counts = self.sim, self.counts
+        sim, counts, settling = self.sim, self.counts, self.settling
         journal = self.answers is not None
         book = self.core.book.engines
         calls: list[Call] = []
@@ -846,6 +962,8 @@ class Session:
             if action == TOUCH:
                 if sim is None:
                     calls.append(Call(TOUCH, d.engine, d.adapter, KEEP))
+                    if settling is not None:
+                        settling.called(now, TOUCH, d.engine, d.adapter)
                     continue
                 counts.touches += 1
                 if journal:
@@ -853,7 +971,10 @@ class Session:
             elif action == LOAD:
                 if sim is None:
                     self.load_started[(d.engine, d.adapter)] = now
-                    calls.append(Call(LOAD, d.engine, d.adapter, d.reason, d.adapter in book[d.engine].pins))
+                    pinned = d.adapter in book[d.engine].pins
+                    calls.append(Call(LOAD, d.engine, d.adapter, d.reason, pinned))
+                    if settling is not None:
+                        settling.called(now, LOAD, d.engine, d.adapter, pinned, d.reason == DEMAND)
                     continue
                 sim.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)
             else:  # an eviction, which takes the reason of the load it makes room for
@@ -861,6 +982,8 @@ class Session:
                 self.stays.ended(d.engine, d.adapter, now)
                 if action == UNLOAD and sim is None:
                     calls.append(Call(UNLOAD, d.engine, d.adapter, reason, False, d.unused))
+                    if settling is not None:
+                        settling.called(now, UNLOAD, d.engine, d.adapter)
                     continue
                 if sim is not None:
                     sim.held[d.engine].pop(d.adapter, None)
@@ -892,6 +1015,7 @@ __all__ = [
     "Held",
     "Performed",
     "Reconciled",
+    "Recounted",
     "Served",
     "Session",
     "Unserved",

@@ -142,6 +142,24 @@ class StandInEngines:
         if state.pins is not None:
             state.pins.discard(adapter)
 
+    def hold(self, engine: str, adapters: list[tuple[str, float]]) -> None:
+        """The engine holds these, each (adapter, when its load is done), least recently used first, registered:
+        a starting point."""
+        state = self.engines[engine]
+        for adapter, ready in adapters:
+            if adapter not in state.held:
+                state.used_bytes += self.sizes[adapter]
+                self.holders.setdefault(adapter, set()).add(engine)
+            state.held[adapter] = ready
+            state.held.move_to_end(adapter)
+            state.registered.add(adapter)
+
+    def keep_only(self, engine: str, registry: set[str]) -> None:
+        """The engine has only `registry` registered (a reconcile's finding): the rest is gone."""
+        for adapter in [a for a in self.engines[engine].held if a not in registry]:
+            self.unload(engine, adapter)
+        self.engines[engine].registered &= registry
+
     def holds(self, engine: str) -> list[str]:
         """What the engine holds, least recently used first."""
         return list(self.engines[engine].held)

@@ -81,6 +81,11 @@ class Stays:
         bounds = self.on.get(adapter, {}).get(engine)
         return bool(bounds) and bisect_right(bounds, at) % 2 == 1  # type: ignore[arg-type]
 
+    def since(self, engine: str, adapter: str) -> float:
+        """When its latest stay there began (-inf: not known)."""
+        bounds = self.on.get(adapter, {}).get(engine)
+        return bounds[-2] if bounds else -INF
+
     def engines(self, adapter: str) -> Iterable[str]:
         """The engines it has been held on, as far as kept."""
         return self.on.get(adapter, {}).keys()

@@ -105,8 +105,11 @@ class Simulation:
         plan: Sequence[Placement] = (),
         touch_budget: float = TOUCH_BUDGET,
         visibility: str = LOG,
+        settle: bool = False,
     ) -> None:
-        """`events` in arrival order (`in_arrival_order`)."""
+        """`events` in arrival order (`in_arrival_order`). `settle`: with durations, the session settles its own
+        counts as the daemon does (drive/settling.py; replay's are the stand-ins', so only a measure of the
+        daemon's wants it: benchmarks/live_counts.py)."""
         # Where each request ends, for a policy that sees the future on a log with durations: it runs until then,
         # its adapter in use on the engine (`Session.runs`).
         self.ends: list[float | None] | None = None
@@ -125,7 +128,8 @@ class Simulation:
         self.late = any(e.seen is not None for e in events)
         self.hints = visibility == HINTS
         if self.late:
-            self.session = Session(core, answers=False, read_after_s=FOLLOW_POLL_S)  # LateFleet's, once run
+            # LateFleet's, once run
+            self.session = Session(core, answers=False, read_after_s=FOLLOW_POLL_S, settle=settle)
         else:
             self.session = Session(core, simulate=True, counts=self.result, answers=False, waits=self.result.cold_ms)
 
@@ -197,6 +201,7 @@ class Simulation:
                 fleet.run(event.time, before=True)
                 _settle(index, progress)
         fleet.run()
+        self.session.settle_all()  # the daemon's counts as at its stop
         self.standins = standins = fleet.standins
         counts = fleet.session.counts
         for name in _SESSIONS_OWN:

@@ -16,11 +16,11 @@ import pytest
 
 from lorafleet.drive.late import LateFleet
 from lorafleet.drive.leader import LeaderPolicy, Standings, default_experts
-from lorafleet.drive.session import LOADED, UNLOADED, Session
+from lorafleet.drive.session import LOADED, UNLOADED, Recounted, Session
 from lorafleet.inventory import Inventory, load_inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
-from lorafleet.policy.core import HIT, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.core import HIT, MISS, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
 from lorafleet.replay.synth import synthesize
@@ -135,6 +135,209 @@ def test_live_an_adapter_the_book_evicted_while_its_request_ran_was_a_hit_for_it
     assert "a0" not in session.core.book["h/e0"].resident
     session.request(_line("a0", 1002.0, 1010.0))
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (4, 1, 3)
+
+
+def _settling(tmp: Path, engines: list[dict[str, object]] | None = None, policy: Policy | None = None) -> Session:
+    """A live session as the daemon's (its answers kept), by default on an engine with four host slots."""
+    engines = engines or [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]
+    session = Session(PolicyCore(make_inventory(tmp, adapters=4, engines=engines), policy or LruPolicy()))
+    session.start(999.0)
+    return session
+
+
+def _read_live(session: Session, line: RequestEvent) -> None:
+    for call in session.request(line):  # a load that registers it: answered at once, as long as modelled
+        session.answered(line.seen or 0.0, call, LOADED, True, session.model_ms(call.engine, call.adapter))
+
+
+def _recounted(session: Session) -> list[tuple[float, str, str, str]]:
+    return [
+        (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
+        for a in session.take_answers()
+        if isinstance(a, Recounted)
+    ]
+
+
+def test_live_a_request_that_came_while_an_earlier_one_ran_is_settled_a_hit_once_the_longest_request_has_passed(
+    tmp_path: Path,
+) -> None:
+    """a0's first request ran 1000-1010; its second came at 1003, while the first still ran (the engine held a0,
+    in use), and ended at 1004, its line first. Read then, the book knew of no a0: counted a miss. Once every
+    request that came before it is known — a horizon (the longest request seen, at least 30 s) before the
+    newest line — the engines, replayed in arrival order, served it warm: it is counted again, a hit, its wait
+    taken back, with an answer that says so (the journal's correction). The first, which came to an engine
+    without a0, stays a miss."""
+    session = _settling(tmp_path)
+    _read_live(session, _line("a3", 990.0, 995.0))  # the first line with a duration: settling from 995 on
+    for line in (_line("a1", 1001.0, 1001.1), _line("a2", 1002.0, 1002.1), _line("a0", 1003.0, 1004.0)):
+        _read_live(session, line)
+    counts = session.counts
+    _read_live(session, _line("a0", 1000.0, 1010.0))
+    assert (counts.requests, counts.hits, counts.misses) == (5, 0, 5)
+    assert _recounted(session) == []  # a request that came before 1003 may still be running
+    paid = counts.cold_ms_paid
+    _read_live(session, _line("a3", 1030.0, 1033.5))  # 30 s, the least horizon, before it: 1003.5 is known
+    assert _recounted(session) == [(1003.0, "a0", MISS, HIT)]
+    assert (counts.requests, counts.hits, counts.misses, session.recounted) == (6, 2, 4, 1)
+    assert counts.cold_ms_paid < paid  # its wait taken back
+    session.settle_all()
+    assert _recounted(session) == [] and session.recounted == 1  # settled once
+
+
+def test_live_a_request_the_book_counted_warm_is_settled_a_miss_where_an_earlier_arrival_had_evicted_it(
+    tmp_path: Path,
+) -> None:
+    """Two host slots holding a0 and a1: a2's request came at 1002 and ran until 1010 — the engine loaded a2
+    then, evicting a0, its least recently used. a0's request at 1003, its line read at 1004, found the book
+    still holding a0: counted a hit. Settled, it was a miss that waited a cold load."""
+    session = _settling(tmp_path, TWO_SLOTS)
+    _read_live(session, _line("a0", 999.0, 1000.1))
+    _read_live(session, _line("a1", 1001.0, 1001.1))
+    _read_live(session, _line("a0", 1003.0, 1004.0))
+    counts = session.counts
+    assert (counts.requests, counts.hits, counts.misses) == (3, 1, 2)
+    _read_live(session, _line("a2", 1002.0, 1010.0))
+    session.settle_all()
+    assert _recounted(session) == [(1003.0, "a0", HIT, MISS)]
+    assert (counts.requests, counts.hits, counts.misses) == (4, 0, 4)
+
+
+def test_live_settling_replays_lorafleets_own_calls_and_what_a_reconcile_found_gone(tmp_path: Path) -> None:
+    """A prefetch of a0 sent at 1001 (answered at 1001.2) made a0's request at 1002 a hit, and a reconcile at
+    1005 found a1 no longer registered, so a1's request at 1006 was a miss: the stand-ins take both, and settle
+    neither otherwise than the book counted them."""
+    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a0")]))
+    _read_live(session, _line("a1", 1000.0, 1000.5))
+    (call,) = session.advance(1001.0)
+    session.answered(1001.2, call, LOADED, True, 200.0)
+    _read_live(session, _line("a0", 1002.0, 1003.0))
+    session.reconciled(1005.0, "h/e0", ["a0"], [], [])
+    _read_live(session, _line("a1", 1006.0, 1006.5))
+    counts = session.counts
+    assert (counts.requests, counts.hits, counts.misses) == (3, 1, 2)
+    session.settle_all()
+    assert _recounted(session) == [] and (counts.hits, counts.misses) == (1, 2)
+
+
+def test_live_a_request_counted_at_its_start_hint_is_never_settled_but_runs_on_the_stand_ins_from_its_start(
+    tmp_path: Path,
+) -> None:
+    """Two host slots. a0's request came with a start hint at 1000 and ran until 1010: in use, so a1's and a2's
+    requests (1001, 1002, known from their lines) pushed out a3 and a1, not a0, and a0's request at 1003 was a
+    hit — for the book, which runs a hinted request until its line, and for the stand-ins, which take it as it
+    starts (taken only at its line, behind the others, it would have been evicted and the hit settled a miss)."""
+    session = _settling(tmp_path, TWO_SLOTS)
+    _read_live(session, _line("a3", 999.0, 999.1))  # a line with a duration: settling begins
+    calls, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    for call in calls:
+        session.answered(1000.1, call, LOADED, True, session.model_ms(call.engine, call.adapter))
+    for line in (_line("a1", 1001.0, 1001.1), _line("a2", 1002.0, 1002.1), _line("a0", 1003.0, 1004.0)):
+        _read_live(session, line)
+    session.request(_line("a0", 1000.0, 1010.0), held=held)
+    counts = session.counts
+    assert (counts.requests, counts.hits, counts.misses) == (5, 1, 4)
+    session.settle_all()
+    assert _recounted(session) == [] and (counts.hits, counts.misses) == (1, 4)
+
+
+def test_live_a_hinted_request_leaves_the_stand_ins_use_of_its_adapter_when_its_line_comes(tmp_path: Path) -> None:
+    """Two host slots. a0's hinted request ran 1000-1002; a1's and a2's requests (1003, 1004) then pushed it out
+    — no longer in use, it was the least recently used — so a0's request at 1005 was a miss, for the book and the
+    stand-ins alike: nothing is settled otherwise."""
+    session = _settling(tmp_path, TWO_SLOTS)
+    _read_live(session, _line("a3", 999.0, 999.1))
+    calls, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    for call in calls:
+        session.answered(1000.1, call, LOADED, True, session.model_ms(call.engine, call.adapter))
+    session.request(_line("a0", 1000.0, 1002.0), held=held)
+    for line in (_line("a1", 1003.0, 1003.1), _line("a2", 1004.0, 1004.1), _line("a0", 1005.0, 1005.5)):
+        _read_live(session, line)
+    assert (session.counts.hits, session.counts.misses) == (0, 5)
+    session.settle_all()
+    assert _recounted(session) == []
+
+
+def test_live_the_stand_ins_start_from_what_the_book_holds_at_the_first_line_with_a_duration(tmp_path: Path) -> None:
+    """a0 was loaded for a request from a line without a duration (1000); the first line with one (1002) starts
+    the stand-ins: they hold a0 then, so a0's request at 1003, a hit, stays one."""
+    session = _settling(tmp_path)
+    _read_live(session, RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    _read_live(session, _line("a1", 1001.0, 1002.0))
+    _read_live(session, _line("a0", 1003.0, 1004.0))
+    assert (session.counts.hits, session.counts.misses) == (1, 2)
+    session.settle_all()
+    assert _recounted(session) == []
+
+
+def test_live_a_demand_load_of_a_name_vllm_knows_does_nothing_on_the_stand_ins(tmp_path: Path) -> None:
+    """Two host slots. a0's request (1000-1001) loaded it; a1's and a2's (1001.1, 1001.2) then pushed it out. The
+    book, reading a0's line only at 1001.6, asks for the load a miss makes: vLLM answers "already loaded" for a
+    name it knows, doing nothing. So a0's request at 1002 was a miss, though the book, holding a0 since that
+    call, counted a hit: settled a miss (taken as a load, the call would have put a0 back)."""
+    session = _settling(tmp_path, TWO_SLOTS)
+    _read_live(session, _line("a3", 990.0, 995.0))
+    _read_live(session, _line("a1", 1001.1, 1001.15))
+    _read_live(session, _line("a2", 1001.2, 1001.25))
+    session.advance(1001.6)  # the clock: a follower's poll later
+    _read_live(session, _line("a0", 1000.0, 1001.0))
+    _read_live(session, _line("a0", 1002.0, 1002.5))
+    assert session.counts.hits == 1
+    session.settle_all()
+    assert _recounted(session) == [(1002.0, "a0", HIT, MISS)]
+
+
+def test_live_settling_takes_in_order_the_requests_that_came_shortly_before_the_first_line_with_a_duration(
+    tmp_path: Path,
+) -> None:
+    """The first line read ends at 1010; requests that came up to 30 s before it have their lines to come, so they
+    are served in arrival order too: a0's at 1005, counted a miss, came while a0's request of 1000 ran."""
+    session = _settling(tmp_path)
+    for line in (_line("a1", 1009.0, 1010.0), _line("a0", 1005.0, 1011.0), _line("a0", 1000.0, 1012.0)):
+        _read_live(session, line)
+    assert session.counts.misses == 3
+    session.settle_all()
+    assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
+
+
+def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(tmp_path: Path) -> None:
+    """A daemon reading an old log from its start decides at the wall clock, hours past the lines (here its
+    first reconcile at 5000): a prefetch of a2 made on reading the line of 1001 is placed within a horizon of
+    that line, so a2's request at 1040 found it loaded — a hit, where the book, which saw the load answered at
+    5000, counted a miss."""
+    session = _settling(tmp_path, policy=_Script([(5000.5, "h/e0", "a2")]))
+    session.reconciled(5000.0, "h/e0", [], [], [])
+    _read_live(session, _line("a1", 1000.0, 1001.0))
+    (call,) = session.advance(5000.5)
+    session.answered(5000.7, call, LOADED, True, 200.0)
+    _read_live(session, _line("a2", 1040.0, 1041.0))
+    assert (session.counts.hits, session.counts.misses) == (0, 2)
+    session.settle_all()
+    assert _recounted(session) == [(1040.0, "a2", MISS, HIT)]
+
+
+def test_live_a_line_read_while_the_books_load_of_its_adapter_runs_is_late_only_if_that_load_began_before_it_came(
+    tmp_path: Path,
+) -> None:
+    """A prefetch of a0 sent at 1001 is not answered yet when two lines for a0 are read: the request that came at
+    1001.5 waited on that load (late); the one that came at 1000.5, before the load was sent, came to an engine
+    without a0 (a miss), though the book's load was in flight when its line was read."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}])
+    session = Session(PolicyCore(inv, _Script([(1001.0, "h/e0", "a0")])))
+    session.start(999.0)
+    assert [c.adapter for c in session.advance(1001.0)] == ["a0"]  # in flight from here on
+    session.request(_line("a0", 1001.5, 1002.0))
+    assert (session.counts.requests, session.counts.late, session.counts.misses) == (1, 1, 0)
+    session.request(_line("a0", 1000.5, 1002.5))
+    assert (session.counts.requests, session.counts.late, session.counts.misses) == (2, 1, 1)
+
+
+def test_the_experts_runs_never_settle_what_only_the_stand_ins_score(tmp_path: Path) -> None:
+    """An expert's run is scored by what its stand-in engines did, so its session never settles its counts."""
+    inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, name="experts.yaml")
+    leader = LeaderPolicy(experts=[("lru", LruPolicy), ("markov", MarkovPolicy)])
+    Session(PolicyCore(inv, leader), answers=False)
+    assert not leader._scorer(LruPolicy, False).session.settle
+    assert _settling(tmp_path).settle
 
 
 def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_path: Path) -> None:

@@ -1,0 +1,199 @@
+"""Settling the counts a live session makes from log lines: its engines replayed in arrival order, a while behind.
+
+A line is written at its request's end, and lines come in the order requests end, so the book learns of a
+request after its engine served it, and not in the order the engine took them. The session counts each request
+when its line is read, by what it then knows the engine held at the request's arrival (drive/stays.py); where
+requests overlap for seconds that knowledge is incomplete both ways — an adapter a request still running kept
+on its engine, an eviction a request still running made — and the count drifts from what the engine did (on
+the trace generators' tool loops 13 points under the engines' own hit ratio, on workflows 12 over).
+
+`Settling` replays the engines as they serve requests by themselves (drive/standin.py, replay's model of them):
+each request at its arrival, in use until its end, and each of lorafleet's calls when made — once every request
+that came before has had its line read, a `horizon` behind the newest line: the longest request seen, at least
+`MIN_HORIZON_S`. Each request counted from its line is then served by the stand-ins, and where they say
+otherwise than the count did, the count is settled: the session counts it again (`Recounted`), so the daemon's
+journal, summary and metrics say what replay says of the same log. A request that came more than the horizon
+before the newest line when its own line is read (longer than any before it) is taken then, behind the requests
+it overlapped.
+
+Time here is the log's: arrivals and ends are the lines' times, and a call is placed at the session's clock but
+no further than a horizon past the newest line (a daemon reading an old log from its start decides at the wall
+clock, hours past the lines; a live one's clock is the newest line's time plus the time since). The stand-ins
+start from what the book holds (and is loading) when the first line with a duration is read, as of the least
+horizon before that line: the requests that came since have their lines to come, and are settled in order; one
+that came before is served for what it leaves on its engine, never settled. They follow what else changes the
+engines: another process's loads and unloads, a reconcile's finding that an adapter is no longer registered.
+Requests learned from start hints are counted as the engine takes them, so they are not settled, but they are
+served here too as they start, in use until their line comes. Instants are epoch seconds, waits milliseconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, cast
+
+from lorafleet.drive.standin import StandInEngines
+from lorafleet.inventory.model import LoadModel
+from lorafleet.policy.core import UNLOAD
+from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.residency import EngineResidency
+
+MIN_HORIZON_S = 30.0  # how far behind the newest line the stand-ins run, at least: most requests are shorter
+MAX_HORIZON_S = 900.0  # and at most (a hint's join window): a longer request is taken when its line comes
+# At one instant: requests ended, calls made, arrivals, then the ends of requests taken late (after their arrival)
+_END, _CALL, _ARRIVE, _LATE_END = 0, 1, 2, 3
+REGISTRY = "registry"  # a reconcile's finding, beside the calls' actions
+
+
+class Counted(NamedTuple):
+    """How the session counted a request from its line: what settling compares the stand-ins' outcome with."""
+
+    outcome: str
+    waited_ms: float
+    gpu: bool
+    avoided_ms: float
+
+
+class Settled(NamedTuple):
+    """A request the stand-ins served otherwise than it was counted: its count, and what they did."""
+
+    event: RequestEvent
+    engine: str
+    counted: Counted
+    outcome: str
+    waited_ms: float
+
+
+class _Arrival(NamedTuple):
+    event: RequestEvent
+    engine: str
+    adapter: str
+    counted: Counted | None
+
+
+class _End(NamedTuple):
+    engine: str
+    adapter: str
+
+
+class _Change(NamedTuple):
+    action: str  # LOAD, TOUCH, UNLOAD, or REGISTRY
+    engine: str
+    adapter: str
+    pinned: bool = False
+    registry: frozenset[str] = frozenset()
+    demand: bool = False  # a load for a request the engine took
+
+
+class Settling:
+    """The stand-in engines a horizon behind the lines (module docstring)."""
+
+    def __init__(
+        self,
+        engines: Mapping[str, EngineResidency],
+        loads: Mapping[str, LoadModel],
+        sizes: Mapping[str, int],
+        start: float,
+        held: Mapping[str, list[tuple[str, float]]],
+        margin_s: float = 0.0,
+    ) -> None:
+        """Stand-ins for `engines` from the least horizon before `start` (the first line's time) on, holding
+        `held` (per engine, (adapter, when its load is done), least recently used first); `margin_s`: how late a
+        line may be read after one written later (a follower's poll)."""
+        self.standins = StandInEngines(engines, loads, sizes)
+        self.loads_on_request = {key for key, state in engines.items() if state.profile.loads_on_request}
+        for key, adapters in held.items():
+            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes])
+        self.newest = start
+        self.at = start - MIN_HORIZON_S  # how far the stand-ins have run (the requests since have lines to come)
+        self.margin_s = margin_s
+        self.horizon = MIN_HORIZON_S
+        self.timeline: list[tuple[float, int, int, _Arrival | _Change | _End]] = []
+        self.order = 0
+
+    def __len__(self) -> int:
+        return len(self.timeline)
+
+    def served(self, event: RequestEvent, engine: str, counted: Counted) -> None:
+        """A request read from its line, served on `engine`: `counted` how the session counted it."""
+        adapter = event.adapter
+        assert adapter is not None
+        end = event.seen if event.seen is not None else event.time
+        self.newest = max(self.newest, end)
+        self.horizon = min(MAX_HORIZON_S, max(self.horizon, end - event.time))
+        late = event.time < self.at  # taken now: what it found is not known here (before the start, among others)
+        self._push(event.time, _ARRIVE, _Arrival(event, engine, adapter, None if late else counted))
+        self._push(end, _LATE_END if late else _END, _End(engine, adapter))
+
+    def began(self, event: RequestEvent, engine: str) -> None:
+        """A request taken at its start hint on `engine`, as the engine takes it: counted then, never settled,
+        served on the stand-ins at its arrival, in use there until `ended`."""
+        assert event.adapter is not None
+        self._push(event.time, _ARRIVE, _Arrival(event, engine, event.adapter, None))
+
+    def ended(self, clock: float, engine: str, adapter: str) -> None:
+        """A request `began` took has ended (its line read at the session's `clock`, or its hint closed without
+        one)."""
+        self._push(self._now(clock), _LATE_END, _End(engine, adapter))
+
+    def called(
+        self, clock: float, action: str, engine: str, adapter: str, pinned: bool = False, demand: bool = False
+    ) -> None:
+        """A call made to an engine at the session's `clock`, or a change another process made: a load or touch
+        makes the adapter most recent there (loading it when absent), an unload drops it. `demand`: a load for a
+        request the engine took, which an engine that loads on request answers "already loaded" for a name it
+        knows, doing nothing (drive/late.py does the same)."""
+        self._push(self._now(clock), _CALL, _Change(action, engine, adapter, pinned, demand=demand))
+
+    def registered(self, clock: float, engine: str, registry: Iterable[str]) -> None:
+        """A reconcile found only `registry` registered on `engine`: nothing else is held there from then on."""
+        self._push(self._now(clock), _CALL, _Change(REGISTRY, engine, "", registry=frozenset(registry)))
+
+    def run(self) -> list[Settled]:
+        """Serve everything that came a horizon before the newest line; returns the requests the stand-ins served
+        otherwise than they were counted, in arrival order."""
+        return self._run(self.newest - self.horizon - self.margin_s)
+
+    def drain(self) -> list[Settled]:
+        """Serve everything known (the daemon stops, or the inventory changes under it)."""
+        return self._run(float("inf"))
+
+    def _now(self, clock: float) -> float:
+        """The log's time of something done at the session's clock (module docstring)."""
+        return min(clock, self.newest + self.horizon)
+
+    def _push(self, at: float, kind: int, what: _Arrival | _Change | _End) -> None:
+        self.order += 1
+        heapq.heappush(self.timeline, (max(at, self.at), kind, self.order, what))
+
+    def _run(self, until: float) -> list[Settled]:
+        timeline, standins = self.timeline, self.standins
+        engines = standins.engines
+        settled: list[Settled] = []
+        while timeline and timeline[0][0] <= until:
+            at, kind, _, what = heapq.heappop(timeline)
+            self.at = at
+            if what.engine not in engines:  # left the inventory meanwhile
+                continue
+            if kind == _ARRIVE:
+                arrival = cast(_Arrival, what)
+                outcome, waited = standins.arrive(at, arrival.engine, arrival.adapter)
+                counted = arrival.counted
+                if counted is not None and outcome != counted.outcome:
+                    settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited))
+            elif kind != _CALL:
+                standins.end(what.engine, what.adapter)
+            else:
+                change = cast(_Change, what)
+                engine, adapter = change.engine, change.adapter
+                if change.action == REGISTRY:
+                    standins.keep_only(engine, set(change.registry))
+                elif change.action == UNLOAD:
+                    standins.unload(engine, adapter)
+                elif not (change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)):
+                    standins.use(at, engine, adapter, change.pinned)  # a touch, or a load that loads
+        return settled
+
+
+__all__ = ["MAX_HORIZON_S", "MIN_HORIZON_S", "REGISTRY", "Counted", "Settled", "Settling"]

@@ -1,0 +1,99 @@
+"""A request counted from its log line that the engines, replayed in arrival order, served otherwise is counted
+again, in the daemon's summary, journal and metrics alike (drive/settling.py, `Recounted`, daemon/journaling.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from lorafleet.daemon.journaling import Journaling
+from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.session import Recounted, Served, Waited
+from lorafleet.drive.settling import Counted
+from lorafleet.policy.core import HIT, MISS
+from lorafleet.policy.events import ADAPTER, RequestEvent
+from lorafleet.store.db import open_store
+from lorafleet.store.journal import commit_progress
+from tests.daemon.conftest import vllm, write_adapters, write_fleet
+
+_SUMS = "SELECT SUM(requests), SUM(hits), SUM(late), SUM(misses), SUM(cold_ms)"
+
+
+def test_a_recount_committed_after_its_miss_corrects_that_minutes_rollups_and_counts_apart_in_metrics(
+    tmp_path: Path,
+) -> None:
+    """The miss went out in one commit, its settling in a later one: the minute's row and the hour's rows end
+    with the request as a hit that waited nothing, and the metrics, which only grow, count the move apart."""
+    metrics = DaemonMetrics()
+    journal = Journaling(metrics, shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
+    event = RequestEvent(1_800_000_003.0, ADAPTER, "a0", tenant="t", seen=1_800_000_004.0)
+    served = Served(1_800_000_004.0, event, "h/e0", MISS, False, False, 0.0)
+    with open_store(tmp_path / "s.db") as store:
+        journal.fold([served, Waited(served, 120.0, 0.0)])
+        commit_progress(store, journal.take().rollups)
+        journal.fold([Recounted(1_800_000_030.0, event, "h/e0", Counted(MISS, 120.0, False, 0.0), HIT, 0.0)])
+        commit_progress(store, journal.take().rollups)
+        journal.publish()
+        with sqlite3.connect(tmp_path / "s.db") as c:
+            assert c.execute(f"{_SUMS} FROM rollups").fetchone() == (1, 1, 0, 0, 0.0)
+            for dim in ("all", "tenant", "adapter", "engine"):
+                row = c.execute(f"{_SUMS} FROM rollups_hourly WHERE dim = ?", (dim,)).fetchone()
+                assert row == (1, 1, 0, 0, 0.0), dim
+    sample = metrics.registry.get_sample_value
+    labels = {"engine": "h/e0", "mode": "live"}
+    assert sample("lorafleet_requests_total", {**labels, "outcome": "miss"}) == 1.0
+    assert sample("lorafleet_requests_recounted_total", {**labels, "counted": "miss", "outcome": "hit"}) == 1.0
+    assert sample("lorafleet_cold_seconds_paid_total", labels) == 0.12
+    assert sample("lorafleet_cold_seconds_recounted_total", labels) == 0.12
+
+
+def _durations_log(tmp_path: Path, inv: Path) -> None:
+    """a0's second request came at +3 s while its first (+0 to +10 s) ran; a1's and a2's came before."""
+    inv.write_text(inv.read_text().replace("engine: upstream}", "engine: upstream, duration_s: duration_s}"))
+    start = time.time() - 100.0
+    lines = [("a1", 1.0, 0.1), ("a2", 2.0, 0.1), ("a0", 3.0, 1.0), ("a0", 0.0, 10.0)]  # (adapter, arrival, duration)
+    with open(tmp_path / "access.jsonl", "w", encoding="utf-8") as fh:
+        for adapter, arrival, duration in sorted(lines, key=lambda x: x[1] + x[2]):
+            record = {"ts": start + arrival + duration, "duration_s": duration, "tenant_id": "t", "model": adapter}
+            fh.write(json.dumps(record) + "\n")
+
+
+def test_a_live_daemon_recounts_a_request_that_came_while_an_earlier_one_ran(tmp_path: Path, emulators) -> None:
+    """A log with durations, as nginx writes it (each line at its request's end): a0's second request came at
+    +3 s while its first (+0 to +10 s) ran, and its line was written first. By its end (`--once`: everything
+    read is settled) the daemon counts it a hit in its summary and journal, as the engine served it; the first
+    request, which brought a0 in, a miss."""
+    from lorafleet.daemon.loop import Daemon, DaemonOptions
+    from lorafleet.inventory import load_inventory
+
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    engine = emulators(kind="vllm")
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=2, host=4)], adapters)
+    _durations_log(tmp_path, inv)
+    options = DaemonOptions(policy="lru", once=True, from_start=True, logs=(str(tmp_path / "access.jsonl"),))
+    with open_store(tmp_path / "state.db") as store:
+        summary = Daemon(load_inventory(inv), store, options).run()
+    assert (summary.requests, summary.hits, summary.misses) == (4, 1, 3), summary
+    with sqlite3.connect(tmp_path / "state.db") as c:
+        assert c.execute("SELECT SUM(requests), SUM(hits), SUM(misses) FROM rollups").fetchone() == (4, 1, 3)
+        hit = c.execute("SELECT adapter FROM rollups WHERE hits > 0").fetchall()
+    assert hit == [("a0",)]
+
+
+def test_the_once_summary_says_how_many_requests_settling_counted_again(tmp_path: Path, emulators, run_cli) -> None:
+    adapters = write_adapters(tmp_path / "adapters", 3)
+    engine = emulators(kind="vllm")
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=2, host=4)], adapters)
+    _durations_log(tmp_path, inv)
+    args = ["daemon", "-i", str(inv), "--state", str(tmp_path / "s.db"), "--policy", "lru", "--from-start", "--once"]
+    result = run_cli(*args, "--metrics-addr", "off", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["requests"], data["hits"], data["misses"], data["recounted"]) == (4, 1, 3, 1)
+    (tmp_path / "s.db").unlink()  # the same run again, on an engine as fresh as the first was
+    _durations_log(tmp_path, write_fleet(tmp_path, [vllm("e0", emulators(kind="vllm").url, gpu=2, host=4)], adapters))
+    result = run_cli(*args, "--metrics-addr", "off")
+    assert result.exit_code == 0, result.output
+    assert "1 counted again as settled" in result.stdout
