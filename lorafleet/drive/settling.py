@@ -41,6 +41,9 @@ from lorafleet.policy.residency import EngineResidency
 
 MIN_HORIZON_S = 30.0  # how far behind the newest line the stand-ins run, at least: most requests are shorter
 MAX_HORIZON_S = 900.0  # and at most (a hint's join window): a longer request is taken when its line comes
+# Entries the stand-ins hold to come, at most (about 250 bytes each with the request they name): past it, the
+# oldest are served at once, whatever the horizon (a long horizon at a high rate would hold gigabytes)
+MAX_PENDING = 100_000
 # At one instant: requests ended, calls made, arrivals, then the ends of requests taken late (after their arrival)
 _END, _CALL, _ARRIVE, _LATE_END = 0, 1, 2, 3
 REGISTRY = "registry"  # a reconcile's finding, beside the calls' actions
@@ -109,6 +112,7 @@ class Settling:
         self.at = start - MIN_HORIZON_S  # how far the stand-ins have run (the requests since have lines to come)
         self.margin_s = margin_s
         self.horizon = MIN_HORIZON_S
+        self.max_pending = MAX_PENDING
         self.timeline: list[tuple[float, int, int, _Arrival | _Change | _End]] = []
         self.order = 0
 
@@ -151,8 +155,8 @@ class Settling:
         self._push(self._now(clock), _CALL, _Change(REGISTRY, engine, "", registry=frozenset(registry)))
 
     def run(self) -> list[Settled]:
-        """Serve everything that came a horizon before the newest line; returns the requests the stand-ins served
-        otherwise than they were counted, in arrival order."""
+        """Serve everything that came a horizon before the newest line, and the oldest past `max_pending`; returns
+        the requests the stand-ins served otherwise than they were counted, in arrival order."""
         return self._run(self.newest - self.horizon - self.margin_s)
 
     def drain(self) -> list[Settled]:
@@ -171,7 +175,7 @@ class Settling:
         timeline, standins = self.timeline, self.standins
         engines = standins.engines
         settled: list[Settled] = []
-        while timeline and timeline[0][0] <= until:
+        while timeline and (timeline[0][0] <= until or len(timeline) > self.max_pending):
             at, kind, _, what = heapq.heappop(timeline)
             self.at = at
             if what.engine not in engines:  # left the inventory meanwhile
@@ -196,4 +200,4 @@ class Settling:
         return settled
 
 
-__all__ = ["MAX_HORIZON_S", "MIN_HORIZON_S", "REGISTRY", "Counted", "Settled", "Settling"]
+__all__ = ["MAX_HORIZON_S", "MAX_PENDING", "MIN_HORIZON_S", "REGISTRY", "Counted", "Settled", "Settling"]

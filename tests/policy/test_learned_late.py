@@ -299,6 +299,20 @@ def test_live_settling_takes_in_order_the_requests_that_came_shortly_before_the_
     assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
 
 
+def test_live_settling_holds_at_most_its_bound_of_entries_serving_the_oldest_early(tmp_path: Path) -> None:
+    """Bounded to 6 entries (each request two: its arrival and its end), the stand-ins serve the oldest at once
+    whatever the horizon: the memory a long horizon at a high rate would take stays bounded."""
+    session = _settling(tmp_path)
+    _read_live(session, _line("a3", 990.0, 995.0))
+    settling = session.settling
+    assert settling is not None
+    settling.max_pending = 6
+    for i in range(10):
+        _read_live(session, _line(f"a{i % 3}", 1000.0 + i, 1000.5 + i))
+        assert len(settling) <= 6
+    assert settling.at > 1000.0  # served long before the newest line's horizon (30 s) had passed them
+
+
 def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(tmp_path: Path) -> None:
     """A daemon reading an old log from its start decides at the wall clock, hours past the lines (here its
     first reconcile at 5000): a prefetch of a2 made on reading the line of 1001 is placed within a horizon of
