@@ -4,6 +4,8 @@ again, in the daemon's summary, journal and metrics alike (drive/settling.py, `R
 from __future__ import annotations
 
 import json
+import random
+import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from lorafleet.policy.core import HIT, MISS
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.store.db import open_store
 from lorafleet.store.journal import commit_progress
-from tests.daemon.conftest import vllm, write_adapters, write_fleet
+from tests.daemon.conftest import vllm, wait_for, write_adapters, write_fleet
 
 _SUMS = "SELECT SUM(requests), SUM(hits), SUM(late), SUM(misses), SUM(cold_ms)"
 
@@ -97,3 +99,53 @@ def test_the_once_summary_says_how_many_requests_settling_counted_again(tmp_path
     result = run_cli(*args, "--metrics-addr", "off")
     assert result.exit_code == 0, result.output
     assert "1 counted again as settled" in result.stdout
+
+
+def test_kill_9_while_settling_neither_loses_nor_double_counts_nor_leaves_a_row_below_zero(
+    tmp_path: Path, emulators, daemon_process
+) -> None:
+    """A live daemon following a log with durations (requests overlapping for seconds, so settling moves many
+    counts) is killed at random points and restarted; a last `--once` run reads the rest. Every line is counted
+    once, and every rollup row — the minute's and the hour's — still adds up: a move committed with the line that
+    settled it, never apart from the count it moves."""
+    from tests.daemon.test_crash_and_rotation import requests_in
+
+    adapters = write_adapters(tmp_path / "adapters", 6)
+    engine = emulators(kind="vllm")
+    inv = write_fleet(tmp_path, [vllm("e0", engine.url, gpu=1, host=3)], adapters)
+    inv.write_text(inv.read_text().replace("engine: upstream}", "engine: upstream, duration_s: duration_s}"))
+    rng = random.Random(20261206)
+    start = time.time() - 3000.0
+    schedule = []  # (end, arrival, adapter): a request every 0.4 s on average, lasting 0.1-6 s
+    at = start
+    for _ in range(600):
+        at += rng.expovariate(2.5)
+        schedule.append((at + rng.uniform(0.1, 6.0), at, f"a{rng.randrange(6)}"))
+    schedule.sort()
+    log, db = tmp_path / "access.jsonl", tmp_path / "state.db"
+    written = 0
+    for round_ in range(8):
+        daemon = daemon_process(inv, db, "--from-start")
+        if round_ % 3:
+            wait_for(lambda d=daemon: "following" in d.log(), what="the daemon to start")  # type: ignore[misc]
+        deadline = time.monotonic() + rng.uniform(0.2, 1.2)
+        while time.monotonic() < deadline and written < len(schedule):
+            with open(log, "a", encoding="utf-8") as fh:
+                for end, arrival, adapter in schedule[written : written + rng.randint(2, 8)]:
+                    record = {"ts": end, "duration_s": round(end - arrival, 3), "tenant_id": "t", "model": adapter}
+                    fh.write(json.dumps(record) + "\n")
+                    written += 1
+            time.sleep(rng.uniform(0.01, 0.05))
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait()
+    with open(log, "a", encoding="utf-8") as fh:
+        for end, arrival, adapter in schedule[written:]:
+            record = {"ts": end, "duration_s": round(end - arrival, 3), "tenant_id": "t", "model": adapter}
+            fh.write(json.dumps(record) + "\n")
+    final = daemon_process(inv, db, "--once", "--from-start")
+    assert final.proc.wait(60) == 0, final.log()
+    assert requests_in(db) == len(schedule)
+    with sqlite3.connect(db) as c:
+        for table in ("rollups", "rollups_hourly"):
+            rows = c.execute(f"SELECT requests, hits, late, misses FROM {table}").fetchall()
+            assert rows and all(min(row) >= 0 and row[0] == sum(row[1:]) for row in rows), (table, rows)
