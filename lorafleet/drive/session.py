@@ -381,6 +381,8 @@ class Session:
                 assert engine is not None
                 settling.served(event, engine, counted)
                 self._settle(settling.run())
+        elif held is None and event.seen is None and self.settling is not None and engine is not None:
+            self.settling.served(event, engine, None)  # a line without a duration: what it leaves on its engine
         return calls
 
     def _started_after(self, engine: str, event: RequestEvent) -> bool:
@@ -599,7 +601,7 @@ class Session:
                 answer, error = UNLOADED, "the engine no longer had it"
         self._performed(now, call, answer, ok, ms, error)
         if not ok and call.action == LOAD and self.settling is not None:  # it loaded nothing
-            self.settling.called(now, UNLOAD, call.engine, call.adapter)
+            self.settling.failed(call.engine, call.adapter)
         if not ok:
             counts.failed += 1
         elif call.action == TOUCH:

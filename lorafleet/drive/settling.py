@@ -35,7 +35,7 @@ from typing import NamedTuple, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import UNLOAD
+from lorafleet.policy.core import TOUCH, UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
@@ -113,14 +113,16 @@ class Settling:
         self.margin_s = margin_s
         self.horizon = MIN_HORIZON_S
         self.max_pending = MAX_PENDING
+        self.failing: set[tuple[str, str]] = set()  # loads that failed, their calls still to come here
         self.timeline: list[tuple[float, int, int, _Arrival | _Change | _End]] = []
         self.order = 0
 
     def __len__(self) -> int:
         return len(self.timeline)
 
-    def served(self, event: RequestEvent, engine: str, counted: Counted) -> None:
-        """A request read from its line, served on `engine`: `counted` how the session counted it."""
+    def served(self, event: RequestEvent, engine: str, counted: Counted | None) -> None:
+        """A request read from its line, served on `engine`: `counted` how the session counted it (None: counted as
+        known on arrival — a line without a duration — so served here for what it leaves, never settled)."""
         adapter = event.adapter
         assert adapter is not None
         end = event.seen if event.seen is not None else event.time
@@ -149,6 +151,10 @@ class Settling:
         request the engine took, which an engine that loads on request answers "already loaded" for a name it
         knows, doing nothing (drive/late.py does the same)."""
         self._push(self._now(clock), _CALL, _Change(action, engine, adapter, pinned, demand=demand))
+
+    def failed(self, engine: str, adapter: str) -> None:
+        """The load of `adapter` sent to `engine` failed: it loads nothing (a request may still have)."""
+        self.failing.add((engine, adapter))
 
     def registered(self, clock: float, engine: str, registry: Iterable[str]) -> None:
         """A reconcile found only `registry` registered on `engine`: nothing else is held there from then on."""
@@ -195,6 +201,8 @@ class Settling:
                     standins.keep_only(engine, set(change.registry))
                 elif change.action == UNLOAD:
                     standins.unload(engine, adapter)
+                elif change.action != TOUCH and (engine, adapter) in self.failing:
+                    self.failing.discard((engine, adapter))  # answered with an error: nothing loaded
                 elif not (change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)):
                     standins.use(at, engine, adapter, change.pinned)  # a touch, or a load that loads
         return settled

@@ -313,6 +313,36 @@ def test_live_settling_holds_at_most_its_bound_of_entries_serving_the_oldest_ear
     assert settling.at > 1000.0  # served long before the newest line's horizon (30 s) had passed them
 
 
+def test_live_a_failed_load_loads_nothing_on_the_stand_ins_but_takes_nothing_a_request_brought(tmp_path: Path) -> None:
+    """A prefetch of a2 at 1001 failed: a2's request at 1002 found the engine without it (a miss for the book and
+    the stand-ins alike). The load asked for a0's request of 1000 (its line read at 1001) failed too: the book let
+    a0 go, but the request had brought it in, so a0's request at 1005 was a hit — settled one."""
+    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a2")]))
+    _read_live(session, _line("a3", 990.0, 995.0))
+    for call in session.request(_line("a0", 1000.0, 1001.0)):  # the demand load of a0, and the prefetch of a2
+        session.answered(1001.0, call, "error", False, 100.0, "timeout")
+    _read_live(session, _line("a2", 1002.0, 1003.0))
+    _read_live(session, _line("a0", 1005.0, 1006.0))
+    assert (session.counts.hits, session.counts.misses) == (0, 4)
+    session.settle_all()
+    assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
+
+
+def test_live_a_line_without_a_duration_is_served_on_the_stand_ins_too(tmp_path: Path) -> None:
+    """Two host slots holding a0 and a1: a line without a duration (a0 at 1002, a hit counted on arrival, no call
+    made) left a0 the most recent, so a2's request at 1003 pushed a1 out, and a0's at 1004 was a hit — for the
+    book and the stand-ins, which take that line too."""
+    session = _settling(tmp_path, TWO_SLOTS)
+    _read_live(session, _line("a0", 999.0, 1000.1))
+    _read_live(session, _line("a1", 1001.0, 1001.1))
+    _read_live(session, RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    _read_live(session, _line("a2", 1003.0, 1003.5))
+    _read_live(session, _line("a0", 1004.0, 1004.5))
+    assert (session.counts.hits, session.counts.misses) == (2, 3)
+    session.settle_all()
+    assert _recounted(session) == []
+
+
 def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(tmp_path: Path) -> None:
     """A daemon reading an old log from its start decides at the wall clock, hours past the lines (here its
     first reconcile at 5000): a prefetch of a2 made on reading the line of 1001 is placed within a horizon of
