@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
-from lorafleet.drive.settling import Counted, Settled, Settling
+from lorafleet.drive.settling import Change, Counted, Settled, Settling
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.drive.stays import Stays
 from lorafleet.inventory.model import Inventory
@@ -261,6 +261,7 @@ class Session:
         # made from a line (drive/settling.py); made at the first such line; never where `settle` is off
         self.settle = settle and self.sim is None
         self.settling: Settling | None = None
+        self.settle_loads: dict[tuple[str, str], Change] = {}  # loads in flight, as the stand-ins take them
         self.recounted = 0  # requests whose count settling changed
 
     # --- the driver interface -----------------------------------------------------------------------------
@@ -600,8 +601,10 @@ class Session:
             if call.action == UNLOAD:  # gone already, as asked
                 answer, error = UNLOADED, "the engine no longer had it"
         self._performed(now, call, answer, ok, ms, error)
-        if not ok and call.action == LOAD and self.settling is not None:  # it loaded nothing
-            self.settling.failed(call.engine, call.adapter)
+        if call.action == LOAD:
+            sent = self.settle_loads.pop((call.engine, call.adapter), None)
+            if sent is not None and not ok and self.settling is not None:  # it loaded nothing
+                self.settling.failed(now, sent)
         if not ok:
             counts.failed += 1
         elif call.action == TOUCH:
@@ -804,6 +807,7 @@ class Session:
         kept = dict(self.core.book.engines)
         self.settle_all()  # settled on the engines they came to; the next line replays the new ones anew
         self.settling = None
+        self.settle_loads.clear()
         new = self.core.rebuilt(inventory, like)
         self.core = new
         if self.sim is not None:
@@ -976,7 +980,8 @@ class Session:
                     pinned = d.adapter in book[d.engine].pins
                     calls.append(Call(LOAD, d.engine, d.adapter, d.reason, pinned))
                     if settling is not None:
-                        settling.called(now, LOAD, d.engine, d.adapter, pinned, d.reason == DEMAND)
+                        sent = settling.called(now, LOAD, d.engine, d.adapter, pinned, d.reason == DEMAND)
+                        self.settle_loads[(d.engine, d.adapter)] = sent
                     continue
                 sim.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)
             else:  # an eviction, which takes the reason of the load it makes room for

@@ -35,7 +35,7 @@ from typing import NamedTuple, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import TOUCH, UNLOAD
+from lorafleet.policy.core import UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
@@ -80,13 +80,26 @@ class _End(NamedTuple):
     adapter: str
 
 
-class _Change(NamedTuple):
-    action: str  # LOAD, TOUCH, UNLOAD, or REGISTRY
-    engine: str
-    adapter: str
-    pinned: bool = False
-    registry: frozenset[str] = frozenset()
-    demand: bool = False  # a load for a request the engine took
+class Change:
+    """A call made to an engine, or a change another process made (REGISTRY: a reconcile's finding). Mutable in
+    one respect: a load answered with an error is marked `failed`, and loads nothing when its turn comes."""
+
+    __slots__ = ("action", "adapter", "demand", "engine", "failed", "loaded", "pinned", "registry")
+
+    def __init__(
+        self,
+        action: str,
+        engine: str,
+        adapter: str,
+        pinned: bool = False,
+        registry: frozenset[str] = frozenset(),
+        demand: bool = False,
+    ) -> None:
+        self.action, self.engine, self.adapter, self.pinned = action, engine, adapter, pinned
+        self.registry = registry
+        self.demand = demand  # a load for a request the engine took
+        self.failed = False
+        self.loaded = False  # it loaded the adapter on the stand-ins (its turn came)
 
 
 class Settling:
@@ -113,8 +126,7 @@ class Settling:
         self.margin_s = margin_s
         self.horizon = MIN_HORIZON_S
         self.max_pending = MAX_PENDING
-        self.failing: set[tuple[str, str]] = set()  # loads that failed, their calls still to come here
-        self.timeline: list[tuple[float, int, int, _Arrival | _Change | _End]] = []
+        self.timeline: list[tuple[float, int, int, _Arrival | Change | _End]] = []
         self.order = 0
 
     def __len__(self) -> int:
@@ -145,20 +157,26 @@ class Settling:
 
     def called(
         self, clock: float, action: str, engine: str, adapter: str, pinned: bool = False, demand: bool = False
-    ) -> None:
+    ) -> Change:
         """A call made to an engine at the session's `clock`, or a change another process made: a load or touch
         makes the adapter most recent there (loading it when absent), an unload drops it. `demand`: a load for a
         request the engine took, which an engine that loads on request answers "already loaded" for a name it
-        knows, doing nothing (drive/late.py does the same)."""
-        self._push(self._now(clock), _CALL, _Change(action, engine, adapter, pinned, demand=demand))
+        knows, doing nothing (drive/late.py does the same). Returns the change, for `failed`."""
+        change = Change(action, engine, adapter, pinned, demand=demand)
+        self._push(self._now(clock), _CALL, change)
+        return change
 
-    def failed(self, engine: str, adapter: str) -> None:
-        """The load of `adapter` sent to `engine` failed: it loads nothing (a request may still have)."""
-        self.failing.add((engine, adapter))
+    def failed(self, clock: float, change: Change) -> None:
+        """The load `called` made was answered with an error at the session's `clock`: it loads nothing (a request
+        may still have brought the adapter). Answered after its turn came (a call that hung longer than the
+        horizon), what it loaded is dropped from then on."""
+        change.failed = True
+        if change.loaded:
+            self.called(clock, UNLOAD, change.engine, change.adapter)
 
     def registered(self, clock: float, engine: str, registry: Iterable[str]) -> None:
         """A reconcile found only `registry` registered on `engine`: nothing else is held there from then on."""
-        self._push(self._now(clock), _CALL, _Change(REGISTRY, engine, "", registry=frozenset(registry)))
+        self._push(self._now(clock), _CALL, Change(REGISTRY, engine, "", registry=frozenset(registry)))
 
     def run(self) -> list[Settled]:
         """Serve everything that came a horizon before the newest line, and the oldest past `max_pending`; returns
@@ -173,7 +191,7 @@ class Settling:
         """The log's time of something done at the session's clock (module docstring)."""
         return min(clock, self.newest + self.horizon)
 
-    def _push(self, at: float, kind: int, what: _Arrival | _Change | _End) -> None:
+    def _push(self, at: float, kind: int, what: _Arrival | Change | _End) -> None:
         self.order += 1
         heapq.heappush(self.timeline, (max(at, self.at), kind, self.order, what))
 
@@ -195,17 +213,17 @@ class Settling:
             elif kind != _CALL:
                 standins.end(what.engine, what.adapter)
             else:
-                change = cast(_Change, what)
+                change = cast(Change, what)
                 engine, adapter = change.engine, change.adapter
                 if change.action == REGISTRY:
                     standins.keep_only(engine, set(change.registry))
                 elif change.action == UNLOAD:
                     standins.unload(engine, adapter)
-                elif change.action != TOUCH and (engine, adapter) in self.failing:
-                    self.failing.discard((engine, adapter))  # answered with an error: nothing loaded
-                elif not (change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)):
-                    standins.use(at, engine, adapter, change.pinned)  # a touch, or a load that loads
+                elif not change.failed and not (
+                    change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)
+                ):
+                    change.loaded = standins.use(at, engine, adapter, change.pinned)  # a touch, or a load
         return settled
 
 
-__all__ = ["MAX_HORIZON_S", "MAX_PENDING", "MIN_HORIZON_S", "REGISTRY", "Counted", "Settled", "Settling"]
+__all__ = ["MAX_HORIZON_S", "MAX_PENDING", "MIN_HORIZON_S", "REGISTRY", "Change", "Counted", "Settled", "Settling"]

@@ -328,6 +328,21 @@ def test_live_a_failed_load_loads_nothing_on_the_stand_ins_but_takes_nothing_a_r
     assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
 
 
+def test_live_a_load_that_fails_after_hanging_past_the_horizon_is_dropped_when_it_fails(tmp_path: Path) -> None:
+    """A prefetch of a2 sent at 1001 hung until 1046 and failed; meanwhile lines came for 45 s, so the stand-ins
+    had taken it as a load. a2's request at 1060 found the engine without it: a miss, not settled a hit."""
+    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a2")]))
+    _read_live(session, _line("a1", 1000.0, 1000.5))
+    (prefetch,) = session.advance(1001.0)
+    for t in range(1002, 1046, 4):
+        _read_live(session, _line("a1", t, t + 0.5))
+    session.answered(1046.0, prefetch, "error", False, 45000.0, "timed out")
+    _read_live(session, _line("a2", 1060.0, 1061.0))
+    assert session.counts.misses == 2
+    session.settle_all()
+    assert _recounted(session) == []
+
+
 def test_live_a_line_without_a_duration_is_served_on_the_stand_ins_too(tmp_path: Path) -> None:
     """Two host slots holding a0 and a1: a line without a duration (a0 at 1002, a hit counted on arrival, no call
     made) left a0 the most recent, so a2's request at 1003 pushed a1 out, and a0's at 1004 was a hit — for the
