@@ -150,6 +150,15 @@ def _read_live(session: Session, line: RequestEvent) -> None:
         session.answered(line.seen or 0.0, call, LOADED, True, session.model_ms(call.engine, call.adapter))
 
 
+def _settled(session: Session, lines: list[RequestEvent]) -> tuple[tuple[int, int], list[tuple[float, str, str, str]]]:
+    """Read the lines; (hits, misses) as counted, and what settling all of them then counted again."""
+    for line in lines:
+        _read_live(session, line)
+    counted = (session.counts.hits, session.counts.misses)
+    session.settle_all()
+    return counted, _recounted(session)
+
+
 def _recounted(session: Session) -> list[tuple[float, str, str, str]]:
     return [
         (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
@@ -260,13 +269,8 @@ def test_live_a_hinted_request_leaves_the_stand_ins_use_of_its_adapter_when_its_
 def test_live_the_stand_ins_start_from_what_the_book_holds_at_the_first_line_with_a_duration(tmp_path: Path) -> None:
     """a0 was loaded for a request from a line without a duration (1000); the first line with one (1002) starts
     the stand-ins: they hold a0 then, so a0's request at 1003, a hit, stays one."""
-    session = _settling(tmp_path)
-    _read_live(session, RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
-    _read_live(session, _line("a1", 1001.0, 1002.0))
-    _read_live(session, _line("a0", 1003.0, 1004.0))
-    assert (session.counts.hits, session.counts.misses) == (1, 2)
-    session.settle_all()
-    assert _recounted(session) == []
+    lines = [RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"), _line("a1", 1001.0, 1002.0)]
+    assert _settled(_settling(tmp_path), [*lines, _line("a0", 1003.0, 1004.0)]) == ((1, 2), [])
 
 
 def test_live_a_demand_load_of_a_name_vllm_knows_does_nothing_on_the_stand_ins(tmp_path: Path) -> None:
@@ -347,15 +351,9 @@ def test_live_a_line_without_a_duration_is_served_on_the_stand_ins_too(tmp_path:
     """Two host slots holding a0 and a1: a line without a duration (a0 at 1002, a hit counted on arrival, no call
     made) left a0 the most recent, so a2's request at 1003 pushed a1 out, and a0's at 1004 was a hit — for the
     book and the stand-ins, which take that line too."""
-    session = _settling(tmp_path, TWO_SLOTS)
-    _read_live(session, _line("a0", 999.0, 1000.1))
-    _read_live(session, _line("a1", 1001.0, 1001.1))
-    _read_live(session, RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m"))
-    _read_live(session, _line("a2", 1003.0, 1003.5))
-    _read_live(session, _line("a0", 1004.0, 1004.5))
-    assert (session.counts.hits, session.counts.misses) == (2, 3)
-    session.settle_all()
-    assert _recounted(session) == []
+    lines = [_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1)]
+    lines += [RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m"), _line("a2", 1003.0, 1003.5)]
+    assert _settled(_settling(tmp_path, TWO_SLOTS), [*lines, _line("a0", 1004.0, 1004.5)]) == ((2, 3), [])
 
 
 def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(tmp_path: Path) -> None:
