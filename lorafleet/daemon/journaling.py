@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Recounted, Served, Waited
+from lorafleet.drive.settling import MAX_HORIZON_S
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD, UNSERVED
 from lorafleet.policy.events import RequestEvent
@@ -73,7 +74,9 @@ ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine 
 # request, hundreds of MB per million, where the journal keeps tens.
 MAX_TENANTS_A_MINUTE = 1_000
 OTHER_TENANTS = "(other tenants)"
-MINUTES_KEPT = 16  # the minutes whose tenants are known (a request's wait is answered within its load)
+# The minutes whose tenants are known: a request's wait is answered within its load, and its settling (a move to
+# the row its count went to) within the longest horizon, plus the minutes its arrival and the lines around straddle
+MINUTES_KEPT = int(MAX_HORIZON_S // 60) + 5
 
 log = logging.getLogger("lorafleet.daemon")
 

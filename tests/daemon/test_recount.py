@@ -10,14 +10,15 @@ import sqlite3
 import time
 from pathlib import Path
 
-from lorafleet.daemon.journaling import Journaling
+from lorafleet.daemon.journaling import MAX_TENANTS_A_MINUTE, OTHER_TENANTS, Journaling
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import Recounted, Served, Waited
-from lorafleet.drive.settling import Counted
+from lorafleet.drive.settling import MAX_HORIZON_S, Counted
 from lorafleet.policy.core import HIT, MISS
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.store.db import open_store
 from lorafleet.store.journal import commit_progress
+from lorafleet.times import minute_key
 from tests.daemon.conftest import vllm, wait_for, write_adapters, write_fleet
 
 _SUMS = "SELECT SUM(requests), SUM(hits), SUM(late), SUM(misses), SUM(cold_ms)"
@@ -49,6 +50,29 @@ def test_a_recount_committed_after_its_miss_corrects_that_minutes_rollups_and_co
     assert sample("lorafleet_requests_recounted_total", {**labels, "counted": "miss", "outcome": "hit"}) == 1.0
     assert sample("lorafleet_cold_seconds_paid_total", labels) == 0.12
     assert sample("lorafleet_cold_seconds_recounted_total", labels) == 0.12
+
+
+def test_a_recount_after_the_longest_horizon_goes_to_the_row_its_count_went_to() -> None:
+    """A minute with more tenants than its rows name files the rest under one row; a request counted there and
+    settled a full horizon later (lines of every minute between) is moved within that same row: no tenant's row
+    is left with a miss below zero."""
+    journal = Journaling(DaemonMetrics(), shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
+    minute = 1_800_000_000.0
+    for i in range(MAX_TENANTS_A_MINUTE):
+        event = RequestEvent(minute + 1, ADAPTER, "a0", tenant=f"u{i}", seen=minute + 2)
+        journal.fold([Served(minute + 2, event, "h/e0", HIT, False, False, 0.0)])
+    late = RequestEvent(minute + 59.0, ADAPTER, "a0", tenant="late", seen=minute + 59.5)
+    served = Served(minute + 59.5, late, "h/e0", MISS, False, False, 0.0)
+    journal.fold([served, Waited(served, 100.0, 0.0)])
+    for k in range(1, int(MAX_HORIZON_S // 60) + 2):  # a line in every minute until the horizon has passed
+        event = RequestEvent(minute + 60 * k + 1, ADAPTER, "a1", tenant="x", seen=minute + 60 * k + 2)
+        journal.fold([Served(event.seen or 0.0, event, "h/e0", HIT, False, False, 0.0)])
+    at = minute + 59.5 + MAX_HORIZON_S + 1
+    journal.fold([Recounted(at, late, "h/e0", Counted(MISS, 100.0, False, 0.0), HIT, 0.0)])
+    rows = {key[1]: o for key, o in journal.batch.rollups.items() if key[2] == "a0" and key[0] == minute_key(late.time)}
+    assert "late" not in rows
+    other = rows[OTHER_TENANTS]
+    assert (other.requests, other.hits, other.misses, other.cold_ms) == (1, 1, 0, 0.0)
 
 
 def _durations_log(tmp_path: Path, inv: Path) -> None:
