@@ -197,6 +197,7 @@ class Held:
     ended: bool = False  # its line came, or its hint was closed without one: it runs no more
     hint: RequestEvent | None = None  # the hint's request, as the policy took it (`Policy.on_line`)
     rerouted: str | None = None  # the engine its line names, where that is not the one the book took it on
+    settling: Settling | None = None  # the stand-ins that took its start (`Session.hint`): they take its end
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
@@ -300,8 +301,9 @@ class Session:
             if ran is not None and held.engine is not None and ran != held.engine and not held.ended:
                 self._rerouted(now, held, event, ran)
             self._release(held, event)
-            if self.settling is not None and held.engine is not None and held.adapter is not None:
-                self.settling.ended(now, held.engine, held.adapter)  # where the stand-ins took it at its hint
+            if held.settling is not None and held.settling is self.settling:  # the stand-ins that took its start
+                assert held.engine is not None and held.adapter is not None
+                held.settling.ended(now, held.engine, held.adapter)
             if not held.ended:
                 held.ended = True
                 self.ended(held.engine, held.adapter)
@@ -324,6 +326,7 @@ class Session:
         more = self._arrive(now, event, None, held)
         if self.settling is not None and held.engine is not None:
             self.settling.began(event, held.engine)
+            held.settling = self.settling
         return (calls + more if calls else more), held
 
     def _arrive(
@@ -532,8 +535,9 @@ class Session:
             held.ended = True
             self.ended(held.engine, held.adapter, finished=False)
             self.core.policy.on_line(held.hint, None, held.engine)
-        if self.settling is not None and held.engine is not None and held.adapter is not None:
-            self.settling.ended(self.clock, held.engine, held.adapter)
+        if held.settling is not None and held.settling is self.settling:
+            assert held.engine is not None and held.adapter is not None
+            held.settling.ended(self.clock, held.engine, held.adapter)
 
     def _sink(self, held: Held | None) -> tuple[Counts, list[Answer] | None]:
         """Where a request's counts and answers go: the session's, or its hint's until its log line comes."""
