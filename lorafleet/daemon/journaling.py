@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Recounted, Served, Waited
-from lorafleet.drive.settling import MAX_HORIZON_S
+from lorafleet.drive.settling import MAX_HORIZON_S, OUTCOME_FIELD
 from lorafleet.logs.follow import Checkpoint
-from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD, UNSERVED
+from lorafleet.policy.core import HIT, LATE, LOAD, TOUCH, UNLOAD, UNSERVED
 from lorafleet.policy.events import RequestEvent
 from lorafleet.store.db import SHADOW_SOURCE
 from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
@@ -67,7 +67,6 @@ class Batch:
         return not (self.rollups or self.checkpoints or self.log_counts or self.actions or self.errors)
 
 
-_OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's field of a rollup
 ENGINE_CALLS = (LOAD, TOUCH, UNLOAD)  # the actions that are calls to an engine (not its LRU's, nor forgetting)
 # A minute's rollups name at most this many tenants; the rest of the minute's requests are rolled up as one
 # OTHER_TENANTS: a log whose tenant field is a user id (a new name per request) would otherwise write a row per
@@ -190,7 +189,7 @@ class Journaling:
         `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds)."""
         engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
         o = self.batch.outcome(self._key_of(recounted.event, engine))
-        counted, now = _OUTCOME_FIELD[was.outcome], _OUTCOME_FIELD[outcome]
+        counted, now = OUTCOME_FIELD[was.outcome], OUTCOME_FIELD[outcome]
         setattr(o, counted, getattr(o, counted) - 1)
         setattr(o, now, getattr(o, now) + 1)
         more = recounted.waited_ms - was.waited_ms

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
-from lorafleet.drive.settling import Change, Counted, Settled, Settling
+from lorafleet.drive.settling import OUTCOME_FIELD, Change, Counted, Settled, Settling
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.drive.stays import Stays
 from lorafleet.inventory.model import Inventory
@@ -156,7 +156,6 @@ Answer = Served | Waited | Unserved | Performed | Recounted
 
 
 _NO_CALLS: list[Call] = []
-_COUNT_OF = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count
 
 
 _Tally = tuple[int, int, int, float, int, float]
@@ -414,8 +413,8 @@ class Session:
         counts, answers = self.counts, self.answers
         for s in settled:
             was = s.counted
-            setattr(counts, _COUNT_OF[was.outcome], getattr(counts, _COUNT_OF[was.outcome]) - 1)
-            setattr(counts, _COUNT_OF[s.outcome], getattr(counts, _COUNT_OF[s.outcome]) + 1)
+            setattr(counts, OUTCOME_FIELD[was.outcome], getattr(counts, OUTCOME_FIELD[was.outcome]) - 1)
+            setattr(counts, OUTCOME_FIELD[s.outcome], getattr(counts, OUTCOME_FIELD[s.outcome]) + 1)
             counts.cold_ms_paid += s.waited_ms - was.waited_ms
             counts.gpu_hits -= was.gpu
             counts.cold_ms_avoided -= was.avoided_ms

@@ -35,7 +35,7 @@ from typing import NamedTuple, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import UNLOAD
+from lorafleet.policy.core import HIT, LATE, MISS, UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
@@ -47,6 +47,7 @@ MAX_PENDING = 100_000
 # At one instant: requests ended, calls made, arrivals, then the ends of requests taken late (after their arrival)
 _END, _CALL, _ARRIVE, _LATE_END = 0, 1, 2, 3
 REGISTRY = "registry"  # a reconcile's finding, beside the calls' actions
+OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count, in Counts and in a rollup
 
 
 class Counted(NamedTuple):
@@ -226,4 +227,14 @@ class Settling:
         return settled
 
 
-__all__ = ["MAX_HORIZON_S", "MAX_PENDING", "MIN_HORIZON_S", "REGISTRY", "Change", "Counted", "Settled", "Settling"]
+__all__ = [
+    "MAX_HORIZON_S",
+    "MAX_PENDING",
+    "MIN_HORIZON_S",
+    "OUTCOME_FIELD",
+    "REGISTRY",
+    "Change",
+    "Counted",
+    "Settled",
+    "Settling",
+]
