@@ -136,8 +136,15 @@ class Journaling:
             metrics.actions.labels(engine, action, result).inc(n)
         for engine, seconds in self._load_s:
             metrics.load_seconds.labels(engine).observe(seconds)
-        unpublished_all = (self._requests, self._avoided_s, self._paid_s, self._recounted, self._unpaid_s)
-        for unpublished in (*unpublished_all, self._actions, self._load_s):
+        for unpublished in (
+            self._requests,
+            self._avoided_s,
+            self._paid_s,
+            self._recounted,
+            self._unpaid_s,
+            self._actions,
+            self._load_s,
+        ):
             unpublished.clear()
 
     def refresh(self) -> None:

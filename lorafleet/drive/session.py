@@ -396,11 +396,10 @@ class Session:
     def _settling(self, start: float) -> None:
         """The engines replayed behind the lines from `start` (the first line's time), from what the book holds
         and is loading now."""
-        core, stays, started = self.core, self.stays, self.load_started
+        core, stays, started, cold = self.core, self.stays, self.load_started, self.cold_ms
         held: dict[str, list[tuple[str, float]]] = {}
         for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
             since = [(a, min(start, stays.since(key, a))) for a in state.resident]
-            cold = self.cold_ms
             loads = [(a, min(start, started.get((key, a), start)) + cold(key, a) / 1e3) for a in state.in_flight]
             held[key] = since + loads
         self.settling = Settling(core.book.engines, core.load_ms, core.sizes, start, held, self.read_after_s)
