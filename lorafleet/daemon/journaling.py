@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from lorafleet.daemon.actors import REFUSED
 from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOAD_ANSWERS, Answer, Counts, Performed, Recounted, Served, Waited
-from lorafleet.drive.settling import MAX_HORIZON_S, OUTCOME_FIELD
+from lorafleet.drive.settling import MAX_HORIZON_S, recount
 from lorafleet.logs.follow import Checkpoint
 from lorafleet.policy.core import HIT, LATE, LOAD, TOUCH, UNLOAD, UNSERVED
 from lorafleet.policy.events import RequestEvent
@@ -196,13 +196,7 @@ class Journaling:
         `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds)."""
         engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
         o = self.batch.outcome(self._key_of(recounted.event, engine))
-        counted, now = OUTCOME_FIELD[was.outcome], OUTCOME_FIELD[outcome]
-        setattr(o, counted, getattr(o, counted) - 1)
-        setattr(o, now, getattr(o, now) + 1)
-        more = recounted.waited_ms - was.waited_ms
-        o.cold_ms += more
-        o.gpu_hits -= was.gpu
-        o.avoided_ms -= was.avoided_ms
+        more = recount(o, was, outcome, recounted.waited_ms, "cold_ms", "avoided_ms")
         self._recounted[(engine, was.outcome, outcome)] += 1
         if more > 0:
             self._paid_s[engine] += more / 1000.0

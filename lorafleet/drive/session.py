@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
-from lorafleet.drive.settling import OUTCOME_FIELD, Change, Counted, Settled, Settling
+from lorafleet.drive.settling import Change, Counted, Settled, Settling, recount
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.drive.stays import Stays
 from lorafleet.inventory.model import Inventory
@@ -411,14 +411,9 @@ class Session:
             return
         counts, answers = self.counts, self.answers
         for s in settled:
-            was = s.counted
-            setattr(counts, OUTCOME_FIELD[was.outcome], getattr(counts, OUTCOME_FIELD[was.outcome]) - 1)
-            setattr(counts, OUTCOME_FIELD[s.outcome], getattr(counts, OUTCOME_FIELD[s.outcome]) + 1)
-            counts.cold_ms_paid += s.waited_ms - was.waited_ms
-            counts.gpu_hits -= was.gpu
-            counts.cold_ms_avoided -= was.avoided_ms
+            recount(counts, s.counted, s.outcome, s.waited_ms, "cold_ms_paid", "cold_ms_avoided")
             if answers is not None:
-                answers.append(Recounted(self.clock, s.event, s.engine, was, s.outcome, s.waited_ms))
+                answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms))
         self.recounted += len(settled)
 
     def settle_all(self) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
@@ -67,6 +67,30 @@ class Settled(NamedTuple):
     counted: Counted
     outcome: str
     waited_ms: float
+
+
+class Tallied(Protocol):
+    """What a settling moves a request in: the session's `Counts`, a journal rollup (`Outcomes`)."""
+
+    hits: int
+    late: int
+    misses: int
+    gpu_hits: int
+
+
+def recount(counts: Tallied, counted: Counted, outcome: str, waited_ms: float, paid: str, avoided: str) -> float:
+    """Move one request in `counts` (the session's `Counts`, a journal rollup: each names its wait fields,
+    `paid` and `avoided`) from how it was `counted` to `outcome`, having waited `waited_ms`: a settled request
+    keeps no GPU hit and no wait avoided that it was counted with (what the stand-ins know of neither). Returns
+    the change in wait, for the metrics' paid and unpaid seconds. The one home of a settling's arithmetic."""
+    was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
+    setattr(counts, was, getattr(counts, was) - 1)
+    setattr(counts, now, getattr(counts, now) + 1)
+    more = waited_ms - counted.waited_ms
+    setattr(counts, paid, getattr(counts, paid) + more)
+    setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
+    counts.gpu_hits -= counted.gpu
+    return more
 
 
 class _Arrival(NamedTuple):
@@ -237,4 +261,5 @@ __all__ = [
     "Counted",
     "Settled",
     "Settling",
+    "recount",
 ]
