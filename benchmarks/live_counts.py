@@ -7,8 +7,8 @@ Replay runs the daemon's live session against stand-in engines (drive/late.py): 
 at its arrival, as the engines do, and their outcomes are the truth replay reports; the live session learns of it
 when its line is read and counts it as the daemon does (its journal, `stats`, its metrics), settling each count
 once every earlier request is known (drive/settling.py; all of them at the end, as the daemon at its stop).
-Prints, per family, both hit ratios and the error of the daemon's count in points, then the mean and largest
-absolute error.
+Prints, per family, both hit ratios and the error of the daemon's count in points, and the error of the cold time
+it counts requests waited, in percent; then the mean and largest absolute errors.
 Durations are benchmarks/durations.py's (Azure LLM 2023 token counts, median 2.4 s).
 """
 
@@ -48,6 +48,7 @@ def main() -> None:
     seed = args.seed if args.seed is not None else (0 if args.generator == "1" else 100)
     chosen = set(args.families.split(",")) if args.families else None
     errors: list[float] = []
+    waits: list[float] = []  # the cold time requests waited, counted against given, in percent
     print(f"generator {args.generator}, seed {seed}: hit ratio % the engines gave / the daemon counted (error)")
     for name, make in families(args.generator).items():
         if chosen is not None and name not in chosen:
@@ -66,10 +67,13 @@ def main() -> None:
             truth = 100.0 * result.hits / max(1, result.requests)
             daemon = 100.0 * counted.hits / max(1, counted.requests)
             errors.append(abs(daemon - truth))
-            cells.append(f"{policy} {truth:5.1f} / {daemon:5.1f} ({daemon - truth:+5.1f})")
+            paid = 100.0 * (counted.cold_ms_paid / result.cold_ms_paid - 1.0) if result.cold_ms_paid else 0.0
+            waits.append(abs(paid))
+            cells.append(f"{policy} {truth:5.1f} / {daemon:5.1f} ({daemon - truth:+5.1f}; cold ms {paid:+5.1f}%)")
         print(f"  {name:<22} " + "   ".join(cells), flush=True)
     if errors:
         print(f"absolute error, points: mean {sum(errors) / len(errors):.1f}, largest {max(errors):.1f}")
+        print(f"cold ms waited, absolute error %: mean {sum(waits) / len(waits):.1f}, largest {max(waits):.1f}")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ class Journaling:
         `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds)."""
         engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
         o = self.batch.outcome(self._key_of(recounted.event, engine))
-        more = recount(o, was, outcome, recounted.waited_ms, "cold_ms", "avoided_ms")
+        more = recount(o, was, outcome, recounted.waited_ms, recounted.gpu, "cold_ms", "avoided_ms")
         self._recounted[(engine, was.outcome, outcome)] += 1
         if more > 0:
             self._paid_s[engine] += more / 1000.0

@@ -186,7 +186,7 @@ class LateFleet:
                     continue
                 pending += session.answered(now, call, answer, True, session.model_ms(engine, adapter))
             elif call.action == TOUCH:
-                standins.use(now, engine, adapter)  # a 1-token request naming it
+                standins.use(now, engine, adapter, request=True)  # a 1-token request naming it
                 pending += session.answered(now, call, TOUCHED, True, 0.0)
             else:
                 standins.unload(engine, adapter)

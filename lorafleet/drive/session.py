@@ -123,7 +123,8 @@ class Waited(NamedTuple):
 class Recounted(NamedTuple):
     """A request counted from its log line that the engines, replayed in arrival order once every request that
     came before it was known (drive/settling.py), served otherwise: it was counted as `counted` says and counts as
-    `outcome` now, having waited `waited_ms` (a hit: none, and in no GPU slot that is known; no wait avoided)."""
+    `outcome` now, having waited `waited_ms` (a hit: none in a GPU slot, `gpu`, else the copy into one; no wait
+    avoided)."""
 
     at: float
     event: RequestEvent
@@ -131,6 +132,7 @@ class Recounted(NamedTuple):
     counted: Counted
     outcome: str
     waited_ms: float
+    gpu: bool = False
 
 
 class Unserved(NamedTuple):
@@ -411,9 +413,9 @@ class Session:
             return
         counts, answers = self.counts, self.answers
         for s in settled:
-            recount(counts, s.counted, s.outcome, s.waited_ms, "cold_ms_paid", "cold_ms_avoided")
+            recount(counts, s.counted, s.outcome, s.waited_ms, s.gpu, "cold_ms_paid", "cold_ms_avoided")
             if answers is not None:
-                answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms))
+                answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms, s.gpu))
         self.recounted += len(settled)
 
     def settle_all(self) -> None:

@@ -35,7 +35,7 @@ from typing import NamedTuple, Protocol, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import HIT, LATE, MISS, UNLOAD
+from lorafleet.policy.core import HIT, LATE, MISS, TOUCH, UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
@@ -67,6 +67,7 @@ class Settled(NamedTuple):
     counted: Counted
     outcome: str
     waited_ms: float
+    gpu: bool = False  # a hit whose adapter held a GPU slot there
 
 
 class Tallied(Protocol):
@@ -78,18 +79,21 @@ class Tallied(Protocol):
     gpu_hits: int
 
 
-def recount(counts: Tallied, counted: Counted, outcome: str, waited_ms: float, paid: str, avoided: str) -> float:
+def recount(
+    counts: Tallied, counted: Counted, outcome: str, waited_ms: float, gpu: bool, paid: str, avoided: str
+) -> float:
     """Move one request in `counts` (the session's `Counts`, a journal rollup: each names its wait fields,
-    `paid` and `avoided`) from how it was `counted` to `outcome`, having waited `waited_ms`: a settled request
-    keeps no GPU hit and no wait avoided that it was counted with (what the stand-ins know of neither). Returns
-    the change in wait, for the metrics' paid and unpaid seconds. The one home of a settling's arithmetic."""
+    `paid` and `avoided`) from how it was `counted` to `outcome`, having waited `waited_ms`, a GPU hit where
+    `gpu`: it keeps no wait avoided that it was counted with (a prefetch's use the stand-ins do not know).
+    Returns the change in wait, for the metrics' paid and unpaid seconds. The one home of a settling's
+    arithmetic."""
     was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
     setattr(counts, was, getattr(counts, was) - 1)
     setattr(counts, now, getattr(counts, now) + 1)
     more = waited_ms - counted.waited_ms
     setattr(counts, paid, getattr(counts, paid) + more)
     setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
-    counts.gpu_hits -= counted.gpu
+    counts.gpu_hits += gpu - counted.gpu
     return more
 
 
@@ -231,10 +235,12 @@ class Settling:
                 continue
             if kind == _ARRIVE:
                 arrival = cast(_Arrival, what)
+                gpu_hits = standins.gpu_hits
                 outcome, waited = standins.arrive(at, arrival.engine, arrival.adapter)
                 counted = arrival.counted
                 if counted is not None and outcome != counted.outcome:
-                    settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited))
+                    gpu = standins.gpu_hits > gpu_hits
+                    settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited, gpu))
             elif kind != _CALL:
                 standins.end(what.engine, what.adapter)
             else:
@@ -247,7 +253,7 @@ class Settling:
                 elif not change.failed and not (
                     change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)
                 ):
-                    change.loaded = standins.use(at, engine, adapter, change.pinned)  # a touch, or a load
+                    change.loaded = standins.use(at, engine, adapter, change.pinned, change.action == TOUCH)
         return settled
 
 

@@ -10,7 +10,10 @@ until the request ends (`end`): each step touches the adapters of its batch, so 
 recently used, and its request's end leaves it the most recent; a load, a
 touch (a 1-token request naming the adapter) and a prefetch of a registered adapter (vLLM: a 1-token request)
 make it most recent, loading it when absent; an unload drops it. Past its slots or bytes the engine evicts its
-least recently used — pinned ones only on a kind whose engine holds pins (SGLang). The GPU tier is not modelled.
+least recently used — pinned ones only on a kind whose engine holds pins (SGLang). The GPU tier is the book's rule
+(`use_gpu_slot`, policy/residency.py): a request's adapter takes one of the engine's GPU slots, least recently
+used out, and a hit outside them waits the host-to-device copy; a request's load, a touch and a load on a kind
+whose load fills a slot (vLLM) take one too; the tier starts empty (a stand-in's first hits pay their copies).
 
 Each engine has one serial loader taking loads in the order they come, a load taking the load-time model's cold
 time for its size. The gateway in front of them routes a request the log places on no engine by what they hold
@@ -25,11 +28,23 @@ from collections.abc import Mapping, Sequence
 
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import HIT, LATE, MISS
-from lorafleet.policy.residency import EngineResidency
+from lorafleet.policy.residency import EngineResidency, use_gpu_slot
 
 
 class _Engine:
-    __slots__ = ("budget", "free_at", "held", "key", "load", "pins", "registered", "running", "used_bytes")
+    __slots__ = (
+        "budget",
+        "fills_gpu",
+        "free_at",
+        "gpu",
+        "held",
+        "key",
+        "load",
+        "pins",
+        "registered",
+        "running",
+        "used_bytes",
+    )
 
     def __init__(self, state: EngineResidency, load: LoadModel) -> None:
         self.key = state.key
@@ -41,6 +56,8 @@ class _Engine:
         self.used_bytes = 0
         self.running: dict[str, int] = {}  # requests in progress, per adapter
         self.registered: set[str] = set()  # loaded once, not unloaded since (an eviction keeps the name)
+        self.gpu: dict[str, None] = {}  # the adapters in GPU slots, least recently used first
+        self.fills_gpu = state.profile.load_fills_gpu
 
 
 class StandInEngines:
@@ -54,6 +71,7 @@ class StandInEngines:
         self.holders: dict[str, set[str]] = {}  # adapter -> the engines that hold it (loaded or loading)
         self.busy_ms = 0.0
         self.last_done = float("-inf")
+        self.gpu_hits = 0  # hits whose adapter held a GPU slot
 
     def route(self, adapter: str, pool: Sequence[str], now: float) -> str | None:
         """The engine of `pool` a gateway with adapter affinity sends a request for `adapter` to: one that holds
@@ -89,18 +107,22 @@ class StandInEngines:
         return pool[zlib.crc32(adapter.encode()) % len(pool)]
 
     def arrive(self, now: float, engine: str, adapter: str) -> tuple[str, float]:
-        """A request at its arrival: its outcome and how long it waits (ms) for its adapter. The adapter is in
-        use until `end` is called for the request."""
+        """A request at its arrival: its outcome and how long it waits (ms) for its adapter (a hit outside the
+        GPU slots: the copy into one). The adapter is in use until `end` is called for the request."""
         state = self.engines[engine]
         state.running[adapter] = state.running.get(adapter, 0) + 1
         ready = state.held.get(adapter)
+        gpu = self._use_gpu(state, adapter)
         if ready is None:
             done = self._load(now, state, adapter)
             return MISS, (done - now) * 1000.0
         state.held.move_to_end(adapter)
         if ready > now:
             return LATE, (ready - now) * 1000.0
-        return HIT, 0.0
+        if gpu:
+            self.gpu_hits += 1
+            return HIT, 0.0
+        return HIT, state.load.copy_ms(self.sizes[adapter])
 
     def end(self, engine: str, adapter: str) -> None:
         """A request `arrive` took has ended: its adapter is the most recent, and in use no more by it."""
@@ -113,9 +135,13 @@ class StandInEngines:
         if adapter in state.held:
             state.held.move_to_end(adapter)
 
-    def use(self, now: float, engine: str, adapter: str, pin: bool = False) -> bool:
-        """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads."""
+    def use(self, now: float, engine: str, adapter: str, pin: bool = False, request: bool = False) -> bool:
+        """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads.
+        `request`: a 1-token request (a touch), which takes a GPU slot as any request does; a load takes one on a
+        kind whose load fills a slot."""
         state = self.engines[engine]
+        if request or state.fills_gpu:
+            self._use_gpu(state, adapter)
         if pin and state.pins is not None:
             state.pins.add(adapter)
         if adapter in state.held:
@@ -139,6 +165,7 @@ class StandInEngines:
         if state.held.pop(adapter, None) is not None:
             state.used_bytes -= self.sizes[adapter]
             self.holders[adapter].discard(state.key)
+            state.gpu.pop(adapter, None)
         if state.pins is not None:
             state.pins.discard(adapter)
 
@@ -163,6 +190,10 @@ class StandInEngines:
     def holds(self, engine: str) -> list[str]:
         """What the engine holds, least recently used first."""
         return list(self.engines[engine].held)
+
+    @staticmethod
+    def _use_gpu(state: _Engine, adapter: str) -> bool:
+        return use_gpu_slot(state.gpu, adapter, state.budget.gpu_slots, state.pins or ())
 
     def _load(self, now: float, state: _Engine, adapter: str) -> float:
         size = self.sizes[adapter]
@@ -195,6 +226,7 @@ class StandInEngines:
             if victim is None:
                 return
             del held[victim]
+            state.gpu.pop(victim, None)
             self.holders[victim].discard(state.key)
             state.used_bytes -= self.sizes[victim]
 

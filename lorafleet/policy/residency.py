@@ -16,7 +16,7 @@ chooses without scanning a pool. The mutators keep it, through one hook (`Engine
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,23 @@ class Budget:
         if self.budget_bytes:
             share = max(share, size / self.budget_bytes)
         return share
+
+
+def use_gpu_slot(gpu: dict[str, None], adapter: str, slots: int, pins: Collection[str]) -> bool:
+    """An engine's GPU tier, `gpu` least recently used first: give `adapter` one of its `slots`, evicting the least
+    recently used unpinned one (any, once pins fill every slot); True when it already had one. The one home of
+    the tier's rule: the book's (`EngineResidency.use_gpu`) and the stand-in engines' (drive/standin.py)."""
+    if adapter in gpu:
+        del gpu[adapter]
+        gpu[adapter] = None
+        return True
+    if len(gpu) >= slots:
+        for victim in gpu:
+            if victim not in pins or len(pins) >= slots:
+                del gpu[victim]
+                break
+    gpu[adapter] = None
+    return False
 
 
 class EngineResidency:
@@ -324,18 +341,7 @@ class EngineResidency:
 
     def use_gpu(self, adapter: str) -> bool:
         """Give the adapter a GPU slot (LRU); True when it already had one."""
-        gpu = self.gpu
-        if adapter in gpu:
-            del gpu[adapter]
-            gpu[adapter] = None
-            return True
-        if len(gpu) >= self.budget.gpu_slots:
-            for victim in gpu:
-                if victim not in self.pins or len(self.pins) >= self.budget.gpu_slots:
-                    del gpu[victim]
-                    break
-        gpu[adapter] = None
-        return False
+        return use_gpu_slot(self.gpu, adapter, self.budget.gpu_slots, self.pins)
 
     def admit(self, adapter: str, size: int, victims: Iterable[str] = ()) -> None:
         """Record a load that already happened (warm, a restored book): the victims leave, then the adapter is

@@ -3,7 +3,7 @@
 The clock is the log's own: no sleeping, no wall clock. A request is a hit when its adapter is resident on the
 serving engine when it arrives, late when a load of it is in flight (it waits the remainder), and a miss
 otherwise (it waits for a cold load). Cold ms of a request is the time it waited on an adapter load, or for a hit
-outside the GPU slots the copy into one (the stand-in engines of `log` visibility model no GPU tier: 0).
+outside the GPU slots the copy into one (the stand-in engines of `log` visibility too: drive/standin.py).
 The daemon's shadow mode runs the same session over the same requests, so its counts equal replay's exactly
 (on a log without durations; with them, replay takes requests in arrival order, the daemon as it reads them).
 
@@ -206,6 +206,7 @@ class Simulation:
         counts = fleet.session.counts
         for name in _SESSIONS_OWN:
             setattr(result, name, getattr(counts, name))
+        result.gpu_hits = standins.gpu_hits
         result.loader_busy_ms = standins.busy_ms
         result.loader_span_ms = (
             max(1.0, (max(fleet.last, standins.last_done) - fleet.first) * 1000.0) if fleet.added else 1.0
@@ -216,7 +217,7 @@ class Simulation:
 
 # What the stand-ins count (what the engines did with each request); every other count is the session's: what
 # lorafleet did and believed, as the daemon's journal has it.
-_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed"})
+_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "gpu_hits", "cold_ms_paid", "bypassed"})
 _SESSIONS_OWN = tuple(f.name for f in dataclasses.fields(Counts) if f.name not in _STANDINS_OWN)
 
 

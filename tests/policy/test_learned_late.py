@@ -193,6 +193,32 @@ def test_live_a_request_that_came_while_an_earlier_one_ran_is_settled_a_hit_once
     assert _recounted(session) == [] and session.recounted == 1  # settled once
 
 
+def test_live_a_settled_hit_is_a_gpu_hit_where_its_adapter_held_a_gpu_slot_and_else_waits_the_copy(
+    tmp_path: Path,
+) -> None:
+    """Settled a hit, a request counts as the stand-ins served it in the GPU tier too (the book's rule,
+    `use_gpu_slot`): a0's second request, while its first still ran, found a0 in its GPU slot — a GPU hit that
+    waited nothing; on an engine with one GPU slot that a1's request took in between, it waited the copy into
+    one, and is no GPU hit."""
+    for gpu_slots, between, gpu in ((2, False, True), (1, True, False)):
+        (tmp_path / str(gpu_slots)).mkdir()
+        session = _settling(tmp_path / str(gpu_slots), [{"kind": "vllm", "max_loras": gpu_slots, "max_cpu_loras": 4}])
+        _read_live(session, _line("a3", 990.0, 995.0))
+        if between:
+            _read_live(session, _line("a1", 1001.0, 1001.1))
+        _read_live(session, _line("a0", 1003.0, 1004.0))  # counted a miss: the book knows of no a0
+        _read_live(session, _line("a0", 1000.0, 1010.0))
+        counts = session.counts
+        gpu_hits, paid = counts.gpu_hits, counts.cold_ms_paid
+        session.settle_all()
+        [moved] = [a for a in session.take_answers() if isinstance(a, Recounted)]
+        copy = session.copy_ms("h/e0", "a0")
+        assert (moved.event.time, moved.counted.outcome, moved.outcome, moved.gpu) == (1003.0, MISS, HIT, gpu)
+        assert moved.waited_ms == (0.0 if gpu else pytest.approx(copy)), gpu_slots
+        assert counts.gpu_hits == gpu_hits + gpu
+        assert counts.cold_ms_paid == pytest.approx(paid - moved.counted.waited_ms + moved.waited_ms)
+
+
 def test_live_a_request_the_book_counted_warm_is_settled_a_miss_where_an_earlier_arrival_had_evicted_it(
     tmp_path: Path,
 ) -> None:

@@ -34,7 +34,8 @@ def test_a_request_loads_its_adapter_itself_and_the_least_recently_used_goes(tmp
     outcome, waited = served(engines, 1000.0 + cold / 2000.0, "a0")
     assert outcome == LATE and waited == pytest.approx(cold / 2)  # its load is half done
     served(engines, 1010.0, "a1")
-    assert served(engines, 1020.0, "a0") == (HIT, 0.0)  # a0 now the most recent
+    copy = core.load_ms["h/e0"].copy_ms(core.sizes["a0"])
+    assert served(engines, 1020.0, "a0") == (HIT, copy)  # a0 now the most recent; a1 had its one GPU slot
     served(engines, 1030.0, "a2")  # two slots: a1, the least recently used, goes
     assert engines.holds("h/e0") == ["a0", "a2"]
 
@@ -194,3 +195,32 @@ def test_the_gateway_takes_an_engine_whose_load_ends_at_that_instant_as_holding_
     assert done is not None and done > (engines.ready_at("h/e1", "a0") or 0.0)
     assert engines.route("a0", ["h/e0", "h/e1"], done) == "h/e0"
     assert engines.route("a0", ["h/e0", "h/e1"], done - 0.001) == "h/e1"
+
+
+def test_a_hit_outside_the_gpu_slots_waits_the_copy_into_one_and_a_hit_inside_waits_nothing(tmp_path: Path) -> None:
+    """The book's GPU tier rule (`use_gpu_slot`), on the engine alone: a request takes a slot, least recently used
+    out; a touch (a 1-token request) takes one; a load takes one only on a kind whose load fills a slot (vLLM);
+    an adapter evicted from host memory leaves its slot."""
+    engines, core = standins(tmp_path)
+    copy = core.load_ms["h/e0"].copy_ms(core.sizes["a0"])
+    served(engines, 1000.0, "a0")  # a miss: its request's batch takes the one GPU slot
+    assert served(engines, 1010.0, "a0") == (HIT, 0.0) and engines.gpu_hits == 1
+    served(engines, 1020.0, "a1")  # a1 takes the slot
+    assert served(engines, 1030.0, "a0") == (HIT, copy) and engines.gpu_hits == 1
+    engines.use(1040.0, "h/e0", "a1", request=True)  # a touch of a1: the slot is a1's again
+    assert served(engines, 1050.0, "a0") == (HIT, copy)
+    engines.use(1060.0, "h/e0", "a1")  # a vLLM load fills a slot: a1's
+    assert served(engines, 1070.0, "a0") == (HIT, copy) and engines.gpu_hits == 1
+    sglang, core = standins(tmp_path, "sglang")
+    served(sglang, 1000.0, "a0")
+    sglang.use(1010.0, "h/e0", "a1")  # an SGLang load does not: a0 keeps the slot
+    assert served(sglang, 1020.0, "a0") == (HIT, 0.0)
+    sglang.use(1025.0, "h/e0", "a1")  # most recent in host memory: a0 is the least recently used there
+    sglang.use(1030.0, "h/e0", "a2")  # two host slots: a0 goes from host memory, and from its GPU slot
+    assert sglang.holds("h/e0") == ["a1", "a2"] and not sglang.engines["h/e0"].gpu
+    served(sglang, 1040.0, "a1")
+    sglang.unload("h/e0", "a1")  # an unload frees its GPU slot too
+    assert not sglang.engines["h/e0"].gpu
+    served(sglang, 1050.0, "a0")
+    sglang.use(1060.0, "h/e0", "a2", request=True)  # a touch is a request on any kind: a2 takes the slot
+    assert served(sglang, 1070.0, "a0") == (HIT, core.load_ms["h/e0"].copy_ms(core.sizes["a0"]))

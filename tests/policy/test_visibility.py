@@ -6,6 +6,8 @@ import dataclasses
 import random
 from pathlib import Path
 
+import pytest
+
 from lorafleet.drive.late import LateFleet
 from lorafleet.drive.leader import LeaderPolicy
 from lorafleet.drive.session import Session
@@ -495,3 +497,19 @@ def test_with_hints_a_request_goes_where_the_gateway_sends_it_and_its_line_tells
         assert {key for key, state in session.core.book.engines.items() if adapter in state.resident} == holders
         assert [outcome for _, outcome in fleet.outcomes] == ["miss"]  # served once, where the gateway sent it
         assert (session.counts.requests, session.counts.misses) == (1, 1)
+
+
+def test_a_log_with_durations_counts_the_gpu_tier_as_one_without_them(tmp_path: Path) -> None:
+    """Replayed on the stand-in engines (a log with durations), a hit outside the engine's GPU slots waits the copy
+    into one and a hit inside counts as a GPU hit, as on the simulated engines (a log without): the cold time and
+    the GPU hits of requests that do not overlap are the same either way."""
+    inv = two_slot_inventory(tmp_path)  # one GPU slot, two in host memory
+    timed = [
+        RequestEvent(1000.0 + i, ADAPTER, f"a{(i // 2) % 2}", tenant="t", base_model="m", seen=1000.2 + i)
+        for i in range(40)
+    ]
+    untimed = [dataclasses.replace(e, time=e.seen, seen=None) for e in timed]
+    stand_ins, simulated = simulate(inv, "lru", timed), simulate(inv, "lru", untimed)
+    assert 0 < stand_ins.gpu_hits < stand_ins.hits  # a0, a0, a1, a1, ...: hits both inside the slot and outside
+    assert (stand_ins.hits, stand_ins.gpu_hits) == (simulated.hits, simulated.gpu_hits)
+    assert stand_ins.cold_ms_paid == pytest.approx(simulated.cold_ms_paid)
