@@ -397,14 +397,16 @@ class Session:
 
     def _settling(self, start: float) -> None:
         """The engines replayed behind the lines from `start` (the first line's time), from what the book holds
-        and is loading now."""
-        core, stays, started, cold = self.core, self.stays, self.load_started, self.cold_ms
+        now (pins included), its loads in flight taken as calls made when they were sent, their answers to come."""
+        core, stays, started = self.core, self.stays, self.load_started
         held: dict[str, list[tuple[str, float]]] = {}
+        loading: dict[str, list[tuple[str, float]]] = {}
         for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
-            since = [(a, min(start, stays.since(key, a))) for a in state.resident]
-            loads = [(a, min(start, started.get((key, a), start)) + cold(key, a) / 1e3) for a in state.in_flight]
-            held[key] = since + loads
-        self.settling = Settling(core.book.engines, core.load_ms, core.sizes, start, held, self.read_after_s)
+            held[key] = [(a, min(start, stays.since(key, a))) for a in state.resident]
+            loading[key] = [(a, min(start, started.get((key, a), start))) for a in state.in_flight]
+        settling = Settling(core.book.engines, core.load_ms, core.sizes, start, held, self.read_after_s, loading)
+        self.settling = settling
+        self.settle_loads.update(settling.seeded)  # their answers reach the stand-ins as the loads sent since do
 
     def _settle(self, settled: list[Settled]) -> None:
         """Requests the engines served otherwise than they were counted (`Settling`): counted again, as they were
@@ -680,6 +682,8 @@ class Session:
             if size is not None and not state.holds(adapter) and state.has_room(size):
                 state.admit(adapter, size)
                 self.stays.began(engine, adapter, now)
+                if self.settling is not None:
+                    self.settling.adopted(now, engine, adapter)
         for p in self.plan:
             if p.engine == engine and p.adapter not in vanished:
                 wanted[p.adapter] = wanted.get(p.adapter, False) or p.pinned

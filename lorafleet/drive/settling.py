@@ -19,10 +19,12 @@ it overlapped.
 Time here is the log's: arrivals and ends are the lines' times, and a call is placed at the session's clock but
 no further than a horizon past the newest line (a daemon reading an old log from its start decides at the wall
 clock, hours past the lines; a live one's clock is the newest line's time plus the time since). The stand-ins
-start from what the book holds (and is loading) when the first line with a duration is read, as of the least
-horizon before that line: the requests that came since have their lines to come, and are settled in order; one
+start from what the book holds, its pins included, when the first line with a duration is read, as of the least
+horizon before that line, and take the book's loads then in flight as calls made when they were sent (one that
+fails loads nothing): the requests that came since have their lines to come, and are settled in order; one
 that came before is served for what it leaves on its engine, never settled. They follow what else changes the
-engines: another process's loads and unloads, a reconcile's finding that an adapter is no longer registered.
+engines: another process's loads and unloads, a reconcile's finding that an adapter is no longer registered, or
+is held by another process's load (what the book adopts, the stand-ins hold too, while it fits).
 Requests learned from start hints are counted as the engine takes them, so they are not settled, but they are
 served here too as they start, in use until their line comes. Instants are epoch seconds, waits milliseconds.
 """
@@ -35,7 +37,7 @@ from typing import NamedTuple, Protocol, cast
 
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
-from lorafleet.policy.core import HIT, LATE, MISS, TOUCH, UNLOAD
+from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
@@ -47,6 +49,7 @@ MAX_PENDING = 100_000
 # At one instant: requests ended, calls made, arrivals, then the ends of requests taken late (after their arrival)
 _END, _CALL, _ARRIVE, _LATE_END = 0, 1, 2, 3
 REGISTRY = "registry"  # a reconcile's finding, beside the calls' actions
+ADOPT = "adopt"  # a reconcile found an adapter another process loaded, which the book took
 OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count, in Counts and in a rollup
 
 
@@ -142,14 +145,17 @@ class Settling:
         start: float,
         held: Mapping[str, list[tuple[str, float]]],
         margin_s: float = 0.0,
+        loading: Mapping[str, list[tuple[str, float]]] | None = None,
     ) -> None:
         """Stand-ins for `engines` from the least horizon before `start` (the first line's time) on, holding
-        `held` (per engine, (adapter, when its load is done), least recently used first); `margin_s`: how late a
-        line may be read after one written later (a follower's poll)."""
+        `held` (per engine, (adapter, when its load is done), least recently used first) with the book's pins;
+        `loading`: the loads in flight, per engine (adapter, when it was sent), each made a call then (in
+        `seeded`, for its answer: one that fails before its turn loads nothing, as any call's); `margin_s`: how
+        late a line may be read after one written later (a follower's poll)."""
         self.standins = StandInEngines(engines, loads, sizes)
         self.loads_on_request = {key for key, state in engines.items() if state.profile.loads_on_request}
         for key, adapters in held.items():
-            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes])
+            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes], engines[key].pins)
         self.newest = start
         self.at = start - MIN_HORIZON_S  # how far the stand-ins have run (the requests since have lines to come)
         self.margin_s = margin_s
@@ -157,6 +163,12 @@ class Settling:
         self.max_pending = MAX_PENDING
         self.timeline: list[tuple[float, int, int, _Arrival | Change | _End]] = []
         self.order = 0
+        self.seeded: dict[tuple[str, str], Change] = {}  # the loads in flight at the start, by (engine, adapter)
+        for key, sent in (loading or {}).items():
+            for adapter, at in sent:  # no name they hold: a demand load's skip (`called`) never applies
+                if adapter in sizes:
+                    change = self.seeded[(key, adapter)] = Change(LOAD, key, adapter, adapter in engines[key].pins)
+                    self._push(at, _CALL, change)
 
     def __len__(self) -> int:
         return len(self.timeline)
@@ -207,6 +219,11 @@ class Settling:
         """A reconcile found only `registry` registered on `engine`: nothing else is held there from then on."""
         self._push(self._now(clock), _CALL, Change(REGISTRY, engine, "", registry=frozenset(registry)))
 
+    def adopted(self, clock: float, engine: str, adapter: str) -> None:
+        """A reconcile found `adapter` held on `engine`, loaded by another process, and the book took it: held
+        there from then on, while it fits (`StandInEngines.adopt`)."""
+        self._push(self._now(clock), _CALL, Change(ADOPT, engine, adapter))
+
     def run(self) -> list[Settled]:
         """Serve everything that came a horizon before the newest line, and the oldest past `max_pending`; returns
         the requests the stand-ins served otherwise than they were counted, in arrival order."""
@@ -248,6 +265,8 @@ class Settling:
                 engine, adapter = change.engine, change.adapter
                 if change.action == REGISTRY:
                     standins.keep_only(engine, set(change.registry))
+                elif change.action == ADOPT:
+                    standins.adopt(at, engine, adapter)
                 elif change.action == UNLOAD:
                     standins.unload(engine, adapter)
                 elif not change.failed and not (
@@ -258,6 +277,7 @@ class Settling:
 
 
 __all__ = [
+    "ADOPT",
     "MAX_HORIZON_S",
     "MAX_PENDING",
     "MIN_HORIZON_S",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import HIT, LATE, MISS
@@ -169,9 +169,9 @@ class StandInEngines:
         if state.pins is not None:
             state.pins.discard(adapter)
 
-    def hold(self, engine: str, adapters: list[tuple[str, float]]) -> None:
-        """The engine holds these, each (adapter, when its load is done), least recently used first, registered:
-        a starting point."""
+    def hold(self, engine: str, adapters: list[tuple[str, float]], pins: Collection[str] = ()) -> None:
+        """The engine holds these, each (adapter, when its load is done), least recently used first, registered,
+        those of `pins` pinned where the engine holds pins: a starting point."""
         state = self.engines[engine]
         for adapter, ready in adapters:
             if adapter not in state.held:
@@ -180,6 +180,22 @@ class StandInEngines:
             state.held[adapter] = ready
             state.held.move_to_end(adapter)
             state.registered.add(adapter)
+            if adapter in pins and state.pins is not None:
+                state.pins.add(adapter)
+
+    def adopt(self, now: float, engine: str, adapter: str) -> bool:
+        """Another process loaded `adapter` on the engine (a reconcile found it there): held from `now`, most
+        recent, while it fits — the book's rule for what it adopts (it evicts nothing for it). True when held."""
+        state = self.engines[engine]
+        size = self.sizes[adapter]
+        budget = state.budget
+        fits = (budget.host_slots is None or len(state.held) < budget.host_slots) and (
+            budget.budget_bytes is None or state.used_bytes + size <= budget.budget_bytes
+        )
+        if adapter in state.held or not fits:
+            return False
+        self.hold(engine, [(adapter, now)])
+        return True
 
     def keep_only(self, engine: str, registry: set[str]) -> None:
         """The engine has only `registry` registered (a reconcile's finding): the rest is gone."""

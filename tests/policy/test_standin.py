@@ -224,3 +224,18 @@ def test_a_hit_outside_the_gpu_slots_waits_the_copy_into_one_and_a_hit_inside_wa
     served(sglang, 1050.0, "a0")
     sglang.use(1060.0, "h/e0", "a2", request=True)  # a touch is a request on any kind: a2 takes the slot
     assert served(sglang, 1070.0, "a0") == (HIT, core.load_ms["h/e0"].copy_ms(core.sizes["a0"]))
+
+
+def test_an_adapter_another_process_loaded_is_held_while_it_fits_and_evicts_nothing(tmp_path: Path) -> None:
+    """What a reconcile finds another process loaded, the book adopts while it has room (it evicts nothing for
+    it): the stand-ins take it the same way, most recent, ready at once."""
+    engines, _ = standins(tmp_path)  # two host slots
+    served(engines, 1000.0, "a0")
+    ready = engines.ready_at("h/e0", "a0")
+    assert engines.adopt(1005.0, "h/e0", "a0") is False  # held already: left as it was
+    assert engines.ready_at("h/e0", "a0") == ready
+    assert engines.adopt(1010.0, "h/e0", "a1") is True
+    assert engines.holds("h/e0") == ["a0", "a1"] and engines.ready_at("h/e0", "a1") == 1010.0
+    assert engines.registered("h/e0", "a1")
+    assert engines.adopt(1020.0, "h/e0", "a2") is False  # full: a0 and a1 stay, a2 is not taken
+    assert engines.holds("h/e0") == ["a0", "a1"]
