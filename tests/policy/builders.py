@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet.drive.session import Counts, Session
+from lorafleet.drive.session import KEEP, Counts, Session
 from lorafleet.inventory import Inventory, load_inventory
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import PREFETCH, TOUCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 
 BASE = "  m: {hidden_size: 64, intermediate_size: 128, num_layers: 2, num_attention_heads: 4}\n"
@@ -85,3 +85,30 @@ def full_engine(tmp: Path, touch_budget: float = 0.0) -> PolicyCore:
     for a in ("a0", "a1", "a2", "a3"):
         state.admit(a, core.sizes[a])
     return core
+
+
+class Scripted(Policy):
+    """Decides at set instants, each a wakeup of its own: (at, engine, adapter) a prefetch, or (at, engine, adapter,
+    what) with what "prefetch", "pinned" (a pinned prefetch) or TOUCH (as the core touches before an eviction by
+    the engine's own LRU)."""
+
+    honours_pins = True
+
+    def __init__(self, plan: list[tuple[float, str, str]] | list[tuple[float, str, str, str]]) -> None:
+        self.plan = sorted((*step, "prefetch")[:4] for step in plan)
+
+    def next_wakeup(self) -> float | None:
+        return self.plan[0][0] if self.plan else None
+
+    def tick(self, now: float) -> list[Decision]:
+        decisions: list[Decision] = []
+        while self.plan and self.plan[0][0] <= now:
+            _, engine, adapter, what = self.plan.pop(0)
+            state = self.core.book.engines[engine]
+            if what == TOUCH:
+                state.keep_all([adapter])
+                decisions.append(Decision(TOUCH, engine, adapter, KEEP))
+                continue
+            order = lambda s=state: list(s.resident)  # noqa: E731
+            decisions += self.core.load(now, engine, adapter, PREFETCH, order, pin=what == "pinned")
+        return decisions

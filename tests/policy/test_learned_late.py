@@ -20,33 +20,15 @@ from lorafleet.drive.session import LOADED, UNLOADED, Recounted, Session
 from lorafleet.inventory import Inventory, load_inventory
 from lorafleet.logs.reader import read_events
 from lorafleet.policy.baselines import LruPolicy, MarkovPolicy
-from lorafleet.policy.core import HIT, MISS, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.core import HIT, MISS, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
 from lorafleet.replay.synth import synthesize
 from lorafleet.times import FOLLOW_POLL_S
-from tests.policy.builders import make_inventory
+from tests.policy.builders import Scripted, make_inventory
 
 TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
 ONE_EACH = [{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 1}] * 2
-
-
-class _Script(Policy):
-    """Loads ahead of demand at set instants: (at, engine, adapter), each a wakeup of its own."""
-
-    def __init__(self, plan: list[tuple[float, str, str]]) -> None:
-        self.plan = sorted(plan)
-
-    def next_wakeup(self) -> float | None:
-        return self.plan[0][0] if self.plan else None
-
-    def tick(self, now: float) -> list[Decision]:
-        decisions: list[Decision] = []
-        while self.plan and self.plan[0][0] <= now:
-            _, engine, adapter = self.plan.pop(0)
-            resident = self.core.book[engine].resident
-            decisions += self.core.load(now, engine, adapter, PREFETCH, lambda r=resident: list(r))
-        return decisions
 
 
 def _line(adapter: str, arrival: float, end: float, engine: str | None = None) -> RequestEvent:
@@ -71,7 +53,7 @@ def _read(session: Session, line: RequestEvent) -> None:
 def test_an_adapter_loaded_after_the_request_came_is_no_hit_for_it(tmp_path: Path) -> None:
     """a1 is prefetched at 1001, after its request came at 1000.5 and before its line is read at 1002: the engine
     had to load it for the request, so it counts a miss; a request that came after the prefetch is a hit."""
-    session = _copy(tmp_path, _Script([(1001.0, "h/e0", "a1")]), TWO_SLOTS)
+    session = _copy(tmp_path, Scripted([(1001.0, "h/e0", "a1")]), TWO_SLOTS)
     _read(session, _line("a1", 1000.5, 1002.0))
     counts = session.counts
     assert (counts.requests, counts.hits, counts.misses, counts.prefetch_used) == (1, 0, 1, 1)
@@ -241,7 +223,7 @@ def test_live_settling_replays_lorafleets_own_calls_and_what_a_reconcile_found_g
     """A prefetch of a0 sent at 1001 (answered at 1001.2) made a0's request at 1002 a hit, and a reconcile at
     1005 found a1 no longer registered, so a1's request at 1006 was a miss: the stand-ins take both, and settle
     neither otherwise than the book counted them."""
-    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a0")]))
+    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a0")]))
     _read_live(session, _line("a1", 1000.0, 1000.5))
     (call,) = session.advance(1001.0)
     session.answered(1001.2, call, LOADED, True, 200.0)
@@ -347,7 +329,7 @@ def test_live_a_failed_load_loads_nothing_on_the_stand_ins_but_takes_nothing_a_r
     """A prefetch of a2 at 1001 failed: a2's request at 1002 found the engine without it (a miss for the book and
     the stand-ins alike). The load asked for a0's request of 1000 (its line read at 1001) failed too: the book let
     a0 go, but the request had brought it in, so a0's request at 1005 was a hit — settled one."""
-    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a2")]))
+    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
     _read_live(session, _line("a3", 990.0, 995.0))
     for call in session.request(_line("a0", 1000.0, 1001.0)):  # the demand load of a0, and the prefetch of a2
         session.answered(1001.0, call, "error", False, 100.0, "timeout")
@@ -361,7 +343,7 @@ def test_live_a_failed_load_loads_nothing_on_the_stand_ins_but_takes_nothing_a_r
 def test_live_a_load_that_fails_after_hanging_past_the_horizon_is_dropped_when_it_fails(tmp_path: Path) -> None:
     """A prefetch of a2 sent at 1001 hung until 1046 and failed; meanwhile lines came for 45 s, so the stand-ins
     had taken it as a load. a2's request at 1060 found the engine without it: a miss, not settled a hit."""
-    session = _settling(tmp_path, policy=_Script([(1001.0, "h/e0", "a2")]))
+    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
     _read_live(session, _line("a1", 1000.0, 1000.5))
     (prefetch,) = session.advance(1001.0)
     for t in range(1002, 1046, 4):
@@ -387,7 +369,7 @@ def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(t
     first reconcile at 5000): a prefetch of a2 made on reading the line of 1001 is placed within a horizon of
     that line, so a2's request at 1040 found it loaded — a hit, where the book, which saw the load answered at
     5000, counted a miss."""
-    session = _settling(tmp_path, policy=_Script([(5000.5, "h/e0", "a2")]))
+    session = _settling(tmp_path, policy=Scripted([(5000.5, "h/e0", "a2")]))
     session.reconciled(5000.0, "h/e0", [], [], [])
     _read_live(session, _line("a1", 1000.0, 1001.0))
     (call,) = session.advance(5000.5)
@@ -405,7 +387,7 @@ def test_live_a_line_read_while_the_books_load_of_its_adapter_runs_is_late_only_
     1001.5 waited on that load (late); the one that came at 1000.5, before the load was sent, came to an engine
     without a0 (a miss), though the book's load was in flight when its line was read."""
     inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}])
-    session = Session(PolicyCore(inv, _Script([(1001.0, "h/e0", "a0")])))
+    session = Session(PolicyCore(inv, Scripted([(1001.0, "h/e0", "a0")])))
     session.start(999.0)
     assert [c.adapter for c in session.advance(1001.0)] == ["a0"]  # in flight from here on
     session.request(_line("a0", 1001.5, 1002.0))
@@ -426,7 +408,7 @@ def test_the_experts_runs_never_settle_what_only_the_stand_ins_score(tmp_path: P
 def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_path: Path) -> None:
     """a1's load, asked at 1001, was answered at 1001.2; a request for it that came at 1000.5 found the engine
     without it (the engine loaded it for the request), though by its line at 1002 the book holds it."""
-    session = _live(tmp_path, _Script([(1001.0, "h/e0", "a1")]))
+    session = _live(tmp_path, Scripted([(1001.0, "h/e0", "a1")]))
     calls = session.advance(1001.0)
     assert [(c.engine, c.adapter) for c in calls] == [("h/e0", "a1")]
     session.answered(1001.2, calls[0], LOADED, True, 200.0)
@@ -489,10 +471,10 @@ def test_a_request_is_routed_where_its_adapter_was_when_it_came(tmp_path: Path, 
     rule would pick e0; a line that names e0 was served there, a miss."""
     last = f"h/e{engines - 1}"
     script = [(1000.0, last, "a0"), (1005.0, last, "a1"), (1006.0, "h/e0", "a0")]
-    session = _copy(tmp_path, _Script(script), ONE_EACH[:1] * engines)
+    session = _copy(tmp_path, Scripted(script), ONE_EACH[:1] * engines)
     _read(session, _line("a0", 1002.0, 1010.0))
     assert session.last_engine == last and session.counts.hits == 1
-    named = _copy(tmp_path, _Script(script), ONE_EACH[:1] * engines)
+    named = _copy(tmp_path, Scripted(script), ONE_EACH[:1] * engines)
     _read(named, _line("a0", 1002.0, 1010.0, engine="h/e0"))
     assert named.last_engine == "h/e0" and (named.counts.hits, named.counts.misses) == (0, 1)
 
@@ -853,7 +835,7 @@ def test_a_load_a_wakeup_makes_is_answered_before_a_later_arrival_when_it_ends_f
     stand-in finishes before a request comes at 1001 is done in the session's book when the request's start
     hint is taken (a hit), not still loading."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
-    fleet = LateFleet(Session(PolicyCore(inv, _Script([(1000.5, "h/e0", "a1")])), answers=False), hints=True)
+    fleet = LateFleet(Session(PolicyCore(inv, Scripted([(1000.5, "h/e0", "a1")])), answers=False), hints=True)
     fleet.add(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m", seen=1000.1))
     order = fleet.add(RequestEvent(1001.0, ADAPTER, "a1", tenant="t", base_model="m"))
     fleet.run(1001.0)
@@ -868,13 +850,13 @@ def test_a_wakeup_the_run_has_passed_is_carried_out_at_the_instant_already_run(t
     """A policy that asks for a wakeup at an instant the run has gone past (a prefetch due at 1002, asked for
     after the run reached 1004) has its calls reach the stand-ins then, not back in time."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
-    script = _Script([])
+    script = Scripted([])
     fleet = LateFleet(Session(PolicyCore(inv, script), answers=False))
     fleet.add(_line("a0", 1000.0, 1000.1))
     fleet.add(_line("a0", 1004.0, 1004.1))  # a hit: the loader has been free since a0's load
     fleet.run(1005.0)
     assert fleet.last >= 1004.0
-    script.plan.append((1002.0, "h/e0", "a1"))
+    script.plan.append((1002.0, "h/e0", "a1", "prefetch"))
     fleet.add(_line("a2", 1006.0, 1006.1))
     fleet.run(1010.0)
     ready = fleet.standins.ready_at("h/e0", "a1")

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lorafleet.drive.session import KEEP, LOADED, UNLOADED, Counts, Recounted, Session
+import pytest
+
+from lorafleet.drive.session import LOADED, UNLOADED, Counts, Recounted, Session
 from lorafleet.drive.settling import MAX_HORIZON_S, Counted, Settled, Settling, recount
 from lorafleet.policy.baselines import LruPolicy
-from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, Decision, Policy, PolicyCore
+from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from tests.policy.builders import make_inventory
+from tests.policy.builders import Scripted, make_inventory
 
 ONE_SLOT = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}]
 TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
@@ -300,31 +302,6 @@ def test_a_settled_move_takes_back_the_gpu_hit_and_the_wait_avoided_and_moves_th
 # --- the session's use of it ---------------------------------------------------------------------------------
 
 
-class _Script(Policy):
-    """Decides at set instants: (at, engine, adapter, what) — a prefetch, pinned or not, or a touch."""
-
-    honours_pins = True
-
-    def __init__(self, plan: list[tuple[float, str, str, str]]) -> None:
-        self.plan = sorted(plan)
-
-    def next_wakeup(self) -> float | None:
-        return self.plan[0][0] if self.plan else None
-
-    def tick(self, now: float) -> list[Decision]:
-        decisions: list[Decision] = []
-        while self.plan and self.plan[0][0] <= now:
-            _, engine, adapter, what = self.plan.pop(0)
-            state = self.core.book.engines[engine]
-            if what == TOUCH:
-                state.keep_all([adapter])  # as the core does before an eviction by the engine's own LRU
-                decisions.append(Decision(TOUCH, engine, adapter, KEEP))
-                continue
-            order = lambda s=state: list(s.resident)  # noqa: E731
-            decisions += self.core.load(now, engine, adapter, PREFETCH, order, pin=what == "pinned")
-        return decisions
-
-
 def _settling(
     tmp: Path,
     engines: list[dict[str, object]] | None = None,
@@ -397,7 +374,7 @@ def test_live_a_recount_takes_back_a_gpu_hit_and_the_wait_a_prefetch_avoided(tmp
     the prefetch's load time avoided; but a2's request (1001.5-1010, its line last) and a3's at 1001.6 had pushed
     a0 out on the engine. Settled a miss: no GPU hit, no wait avoided, its cold load paid."""
     engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 2}]
-    session = _settling(tmp_path, engines, policy=_Script([(1001.0, E0, "a0", PREFETCH)]))
+    session = _settling(tmp_path, engines, policy=Scripted([(1001.0, E0, "a0", PREFETCH)]))
     _read_live(session, _line("a1", 1000.0, 1000.1))
     (call,) = session.advance(1001.0)
     session.answered(1001.2, call, LOADED, True, session.model_ms(E0, "a0"))
@@ -417,7 +394,7 @@ def test_live_a_recount_takes_back_a_gpu_hit_and_the_wait_a_prefetch_avoided(tmp
 def test_live_the_stand_ins_take_the_sessions_touches(tmp_path: Path) -> None:
     """Two host slots holding a0 and a1: a touch of a0 at 1002 (to keep it on the engine's own LRU) made a2's
     request at 1003 evict a1 there as in the book, so a0's at 1004 stays a hit."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=_Script([(1002.0, E0, "a0", TOUCH)]))
+    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1002.0, E0, "a0", TOUCH)]))
     for line in (_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1)):
         _read_live(session, line)
     calls = session.advance(1002.0)
@@ -446,11 +423,15 @@ def test_live_the_stand_ins_take_the_sessions_unloads(tmp_path: Path) -> None:
     assert [r for r in _recounted(session) if r[0] == 1005.0] == []
 
 
-def test_live_a_pinned_prefetch_reaches_the_stand_ins_pinned(tmp_path: Path) -> None:
-    """SGLang, two slots: a0 prefetched pinned at 1001 stays through a1's and a2's requests, on the engine as in
-    the book, so a0's request at 1004 stays a hit."""
-    session = _settling(tmp_path, SGLANG_TWO, policy=_Script([(1001.0, E0, "a0", "pinned")]))
-    _read_live(session, _line("a3", 999.0, 1000.0))
+@pytest.mark.parametrize("started", [True, False], ids=["prefetched-after-the-start", "held-at-the-start"])
+def test_live_a_pinned_prefetch_stays_pinned_on_the_stand_ins(tmp_path: Path, started: bool) -> None:
+    """SGLang, which holds pins itself, two slots: a0 prefetched pinned at 1001 — after the first line with a
+    duration (a call the stand-ins take pinned), or before any (held by them from the start with the book's pins)
+    — stays through a1's and a2's requests (a2's load evicted a1), on the engine as in the book: a0's request at
+    1004 stays a hit, not to be settled a miss."""
+    session = _settling(tmp_path, SGLANG_TWO, policy=Scripted([(1001.0, E0, "a0", "pinned")]))
+    if started:
+        _read_live(session, _line("a3", 999.0, 1000.0))
     (call,) = session.advance(1001.0)
     assert call.pinned
     session.answered(1001.1, call, LOADED, True, 10.0)
@@ -479,7 +460,7 @@ def test_live_the_stand_ins_start_holding_what_the_book_holds_least_recently_use
 def test_live_the_stand_ins_start_with_a_load_in_flight_behind_what_the_book_holds(tmp_path: Path) -> None:
     """Two host slots: a1 held (since 1000), and a prefetch of a0 sent at 1000.5, not answered by the first line
     with a duration (a2's, 1001): the load in flight is the most recent, so a2's request evicted a1."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=_Script([(1000.5, E0, "a0", PREFETCH)]))
+    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
     _read_live(session, RequestEvent(1000.0, ADAPTER, "a1", tenant="t", base_model="m"))
     assert [c.adapter for c in session.advance(1000.5)] == ["a0"]
     for line in (_line("a2", 1000.9, 1001.0), _line("a1", 1002.0, 1002.5)):
@@ -496,7 +477,7 @@ def test_live_a_load_in_flight_when_the_stand_ins_start_is_held_from_its_start_p
     when the first line with a duration (1001) is read is taken as begun at that line, at the latest: a0 is
     still loading for a request half a cold load later (which the book, whose load began after it came, counted
     a miss), held for one two cold loads later."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=_Script([(5000.5, E0, "a0", PREFETCH)]))
+    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(5000.5, E0, "a0", PREFETCH)]))
     session.reconciled(5000.0, E0, [], [], [])
     assert [c.adapter for c in session.advance(5000.5)] == ["a0"]
     cold = session.cold_ms(E0, "a0") / 1000.0
@@ -551,7 +532,7 @@ def test_live_a_load_sent_before_a_new_inventory_that_fails_after_it_takes_nothi
     as loaded); a0's request at 1001 starts the new stand-ins, and the engine had a0 for it. The prefetch then
     fails, at 1002: the new stand-ins never took that call, so they keep a0 — a0's request at 1003 was a hit,
     where the book, which lost a0 with its load, counted a miss."""
-    session = _settling(tmp_path, FOUR_SLOTS, policy=_Script([(1000.5, E0, "a0", PREFETCH)]))
+    session = _settling(tmp_path, FOUR_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
     _read_live(session, _line("a1", 999.0, 1000.0))
     (prefetch,) = session.advance(1000.5)
     session.replace_inventory(make_inventory(tmp_path, adapters=4, engines=FOUR_SLOTS, name="again.yaml"))
@@ -565,28 +546,11 @@ def test_live_a_load_sent_before_a_new_inventory_that_fails_after_it_takes_nothi
 # --- faults a review found: the stand-ins differed from the engines they stand for --------------------------------
 
 
-def test_live_an_adapter_pinned_before_the_first_line_with_a_duration_stays_pinned_on_the_stand_ins(
-    tmp_path: Path,
-) -> None:
-    """SGLang, which holds pins itself, two slots: a0 prefetched pinned at 1000.5, before any line with a duration.
-    The engine keeps it through a1's and a2's requests (a2's load evicted a1), as the book does: a0's request at
-    1004 was a hit, not to be settled a miss."""
-    session = _settling(tmp_path, SGLANG_TWO, policy=_Script([(1000.5, E0, "a0", "pinned")]))
-    (call,) = session.advance(1000.5)
-    assert call.pinned
-    session.answered(1000.6, call, LOADED, True, 10.0)
-    for line in (_line("a1", 1002.0, 1002.1), _line("a2", 1003.0, 1003.1), _line("a0", 1004.0, 1004.5)):
-        _read_live(session, line)
-    assert session.counts.hits == 1
-    session.settle_all()
-    assert _recounted(session) == []
-
-
 def test_live_a_load_in_flight_when_the_stand_ins_start_that_then_fails_loads_nothing_there(tmp_path: Path) -> None:
     """A prefetch of a0 sent at 1000.5 is in flight when the first line with a duration (1001) starts the
     stand-ins, and fails at 1001.2: the engine never held a0, so a0's request at 1003 was a miss, for the book
     and the stand-ins alike (`Settling.failed`: a load answered with an error loads nothing)."""
-    session = _settling(tmp_path, policy=_Script([(1000.5, E0, "a0", PREFETCH)]))
+    session = _settling(tmp_path, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
     (prefetch,) = session.advance(1000.5)
     _read_live(session, _line("a1", 999.0, 1001.0))
     session.answered(1001.2, prefetch, "error", False, 700.0, "timed out")
