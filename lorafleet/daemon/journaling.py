@@ -191,13 +191,15 @@ class Journaling:
     def _recount(self, recounted: Recounted) -> None:
         """A request counted from its line that settling found served otherwise (`Recounted`): its rollup, filed
         again under its arrival's minute (the commit adds to it), moves it from what it was counted as to what it
-        was, with the wait it did wait; the metrics, counters that only grow, count the move apart
-        (`lorafleet_requests_recounted_total`; a wait counted that was not waited in
-        `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds)."""
+        was (or, served as counted, corrects only its wait and GPU hit), with the wait it did wait; the metrics,
+        counters that only grow, count a move of outcome apart (`lorafleet_requests_recounted_total`; a wait
+        counted that was not waited in `lorafleet_cold_seconds_recounted_total`, one waited that was not counted
+        in the paid seconds)."""
         engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
         o = self.batch.outcome(self._key_of(recounted.event, engine))
         more = recount(o, was, outcome, recounted.waited_ms, recounted.gpu, "cold_ms", "avoided_ms")
-        self._recounted[(engine, was.outcome, outcome)] += 1
+        if outcome != was.outcome:
+            self._recounted[(engine, was.outcome, outcome)] += 1
         if more > 0:
             self._paid_s[engine] += more / 1000.0
         else:

@@ -123,8 +123,8 @@ class Waited(NamedTuple):
 class Recounted(NamedTuple):
     """A request counted from its log line that the engines, replayed in arrival order once every request that
     came before it was known (drive/settling.py), served otherwise: it was counted as `counted` says and counts as
-    `outcome` now, having waited `waited_ms` (a hit: none in a GPU slot, `gpu`, else the copy into one; no wait
-    avoided)."""
+    `outcome` now (the same, where only its wait or GPU slot differed), having waited `waited_ms` (a hit: none in
+    a GPU slot, `gpu`, else the copy into one; moved to another outcome, no wait avoided)."""
 
     at: float
     event: RequestEvent
@@ -264,7 +264,7 @@ class Session:
         self.settle = settle and self.sim is None
         self.settling: Settling | None = None
         self.settle_loads: dict[tuple[str, str], Change] = {}  # loads in flight, as the stand-ins take them
-        self.recounted = 0  # requests whose count settling changed
+        self.recounted = 0  # requests whose outcome settling changed (their waits too: not counted here)
 
     # --- the driver interface -----------------------------------------------------------------------------
     def start(self, now: float) -> list[Call]:
@@ -404,7 +404,8 @@ class Session:
         for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
             held[key] = [(a, min(start, stays.since(key, a))) for a in state.resident]
             loading[key] = [(a, min(start, started.get((key, a), start))) for a in state.in_flight]
-        settling = Settling(core.book.engines, core.load_ms, core.sizes, start, held, self.read_after_s, loading)
+        book, speed = core.book.engines, self.speed
+        settling = Settling(book, core.load_ms, core.sizes, start, held, self.read_after_s, loading, speed)
         self.settling = settling
         self.settle_loads.update(settling.seeded)  # their answers reach the stand-ins as the loads sent since do
 
@@ -418,7 +419,7 @@ class Session:
             recount(counts, s.counted, s.outcome, s.waited_ms, s.gpu, "cold_ms_paid", "cold_ms_avoided")
             if answers is not None:
                 answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms, s.gpu))
-        self.recounted += len(settled)
+        self.recounted += sum(s.outcome != s.counted.outcome for s in settled)
 
     def settle_all(self) -> None:
         """Every request counted from a line is settled now, with what is known (the daemon stops)."""

@@ -51,6 +51,10 @@ _END, _CALL, _ARRIVE, _LATE_END = 0, 1, 2, 3
 REGISTRY = "registry"  # a reconcile's finding, beside the calls' actions
 ADOPT = "adopt"  # a reconcile found an adapter another process loaded, which the book took
 OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count, in Counts and in a rollup
+# A request served as it was counted is settled all the same where the stand-ins' wait differs from the count's by
+# this much or more (a miss queued behind other loads: the count from a line knows only its own load's time), or
+# where a hit's GPU slot does: so the cold time, as the outcomes, is what replay says. Less is left as counted.
+WAIT_SETTLED_MS = 1.0
 
 
 class Counted(NamedTuple):
@@ -63,7 +67,8 @@ class Counted(NamedTuple):
 
 
 class Settled(NamedTuple):
-    """A request the stand-ins served otherwise than it was counted: its count, and what they did."""
+    """A request the stand-ins served otherwise than it was counted (another outcome, or its wait or GPU slot:
+    `WAIT_SETTLED_MS`): its count, and what they did."""
 
     event: RequestEvent
     engine: str
@@ -87,15 +92,16 @@ def recount(
 ) -> float:
     """Move one request in `counts` (the session's `Counts`, a journal rollup: each names its wait fields,
     `paid` and `avoided`) from how it was `counted` to `outcome`, having waited `waited_ms`, a GPU hit where
-    `gpu`: it keeps no wait avoided that it was counted with (a prefetch's use the stand-ins do not know).
-    Returns the change in wait, for the metrics' paid and unpaid seconds. The one home of a settling's
-    arithmetic."""
-    was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
-    setattr(counts, was, getattr(counts, was) - 1)
-    setattr(counts, now, getattr(counts, now) + 1)
+    `gpu`: moved to another outcome, it keeps no wait avoided that it was counted with (a prefetch's use the
+    stand-ins do not know); served as counted, only its wait and GPU slot change. Returns the change in wait,
+    for the metrics' paid and unpaid seconds. The one home of a settling's arithmetic."""
+    if outcome != counted.outcome:
+        was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
+        setattr(counts, was, getattr(counts, was) - 1)
+        setattr(counts, now, getattr(counts, now) + 1)
+        setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
     more = waited_ms - counted.waited_ms
     setattr(counts, paid, getattr(counts, paid) + more)
-    setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
     counts.gpu_hits += gpu - counted.gpu
     return more
 
@@ -105,6 +111,7 @@ class _Arrival(NamedTuple):
     engine: str
     adapter: str
     counted: Counted | None
+    scale: float  # the engine's calibration as the request was counted (`Settling`'s `speed`)
 
 
 class _End(NamedTuple):
@@ -116,7 +123,7 @@ class Change:
     """A call made to an engine, or a change another process made (REGISTRY: a reconcile's finding). Mutable in
     one respect: a load answered with an error is marked `failed`, and loads nothing when its turn comes."""
 
-    __slots__ = ("action", "adapter", "demand", "engine", "failed", "loaded", "pinned", "registry")
+    __slots__ = ("action", "adapter", "demand", "engine", "failed", "loaded", "pinned", "registry", "scale")
 
     def __init__(
         self,
@@ -132,6 +139,7 @@ class Change:
         self.demand = demand  # a load for a request the engine took
         self.failed = False
         self.loaded = False  # it loaded the adapter on the stand-ins (its turn came)
+        self.scale = 1.0  # the engine's calibration when it was made (`Settling`'s `speed`)
 
 
 class Settling:
@@ -146,16 +154,21 @@ class Settling:
         held: Mapping[str, list[tuple[str, float]]],
         margin_s: float = 0.0,
         loading: Mapping[str, list[tuple[str, float]]] | None = None,
+        speed: Mapping[str, float] | None = None,
     ) -> None:
         """Stand-ins for `engines` from the least horizon before `start` (the first line's time) on, holding
         `held` (per engine, (adapter, when its load is done), least recently used first) with the book's pins;
         `loading`: the loads in flight, per engine (adapter, when it was sent), each made a call then (in
         `seeded`, for its answer: one that fails before its turn loads nothing, as any call's); `margin_s`: how
-        late a line may be read after one written later (a follower's poll)."""
+        late a line may be read after one written later (a follower's poll); `speed`: the session's calibration of
+        each engine's load times (measured over modelled, read as it changes): each request and call is served
+        with the engine's as it was when it came here, as its count was made. The GPU slots start as the book's."""
         self.standins = StandInEngines(engines, loads, sizes)
+        self.speed: Mapping[str, float] = speed if speed is not None else {}
         self.loads_on_request = {key for key, state in engines.items() if state.profile.loads_on_request}
         for key, adapters in held.items():
-            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes], engines[key].pins)
+            state = engines[key]
+            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes], state.pins, state.gpu)
         self.newest = start
         self.at = start - MIN_HORIZON_S  # how far the stand-ins have run (the requests since have lines to come)
         self.margin_s = margin_s
@@ -168,6 +181,7 @@ class Settling:
             for adapter, at in sent:  # no name they hold: a demand load's skip (`called`) never applies
                 if adapter in sizes:
                     change = self.seeded[(key, adapter)] = Change(LOAD, key, adapter, adapter in engines[key].pins)
+                    change.scale = self.speed.get(key, 1.0)
                     self._push(at, _CALL, change)
 
     def __len__(self) -> int:
@@ -182,14 +196,15 @@ class Settling:
         self.newest = max(self.newest, end)
         self.horizon = min(MAX_HORIZON_S, max(self.horizon, end - event.time))
         late = event.time < self.at  # taken now: what it found is not known here (before the start, among others)
-        self._push(event.time, _ARRIVE, _Arrival(event, engine, adapter, None if late else counted))
+        scale = self.speed.get(engine, 1.0)
+        self._push(event.time, _ARRIVE, _Arrival(event, engine, adapter, None if late else counted, scale))
         self._push(end, _LATE_END if late else _END, _End(engine, adapter))
 
     def began(self, event: RequestEvent, engine: str) -> None:
         """A request taken at its start hint on `engine`, as the engine takes it: counted then, never settled,
         served on the stand-ins at its arrival, in use there until `ended`."""
         assert event.adapter is not None
-        self._push(event.time, _ARRIVE, _Arrival(event, engine, event.adapter, None))
+        self._push(event.time, _ARRIVE, _Arrival(event, engine, event.adapter, None, self.speed.get(engine, 1.0)))
 
     def ended(self, clock: float, engine: str, adapter: str) -> None:
         """A request `began` took has ended (its line read at the session's `clock`, or its hint closed without
@@ -204,6 +219,7 @@ class Settling:
         request the engine took, which an engine that loads on request answers "already loaded" for a name it
         knows, doing nothing (drive/late.py does the same). Returns the change, for `failed`."""
         change = Change(action, engine, adapter, pinned, demand=demand)
+        change.scale = self.speed.get(engine, 1.0)
         self._push(self._now(clock), _CALL, change)
         return change
 
@@ -253,11 +269,16 @@ class Settling:
             if kind == _ARRIVE:
                 arrival = cast(_Arrival, what)
                 gpu_hits = standins.gpu_hits
-                outcome, waited = standins.arrive(at, arrival.engine, arrival.adapter)
+                outcome, waited = standins.arrive(at, arrival.engine, arrival.adapter, arrival.scale)
                 counted = arrival.counted
-                if counted is not None and outcome != counted.outcome:
+                if counted is not None:
                     gpu = standins.gpu_hits > gpu_hits
-                    settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited, gpu))
+                    if (
+                        outcome != counted.outcome
+                        or gpu != counted.gpu
+                        or abs(waited - counted.waited_ms) >= WAIT_SETTLED_MS
+                    ):
+                        settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited, gpu))
             elif kind != _CALL:
                 standins.end(what.engine, what.adapter)
             else:
@@ -272,7 +293,8 @@ class Settling:
                 elif not change.failed and not (
                     change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)
                 ):
-                    change.loaded = standins.use(at, engine, adapter, change.pinned, change.action == TOUCH)
+                    touch = change.action == TOUCH
+                    change.loaded = standins.use(at, engine, adapter, change.pinned, touch, change.scale)
         return settled
 
 
@@ -283,6 +305,7 @@ __all__ = [
     "MIN_HORIZON_S",
     "OUTCOME_FIELD",
     "REGISTRY",
+    "WAIT_SETTLED_MS",
     "Change",
     "Counted",
     "Settled",

@@ -11,9 +11,10 @@ recently used, and its request's end leaves it the most recent; a load, a
 touch (a 1-token request naming the adapter) and a prefetch of a registered adapter (vLLM: a 1-token request)
 make it most recent, loading it when absent; an unload drops it. Past its slots or bytes the engine evicts its
 least recently used — pinned ones only on a kind whose engine holds pins (SGLang). The GPU tier is the book's rule
-(`use_gpu_slot`, policy/residency.py): a request's adapter takes one of the engine's GPU slots, least recently
-used out, and a hit outside them waits the host-to-device copy; a request's load, a touch and a load on a kind
-whose load fills a slot (vLLM) take one too; the tier starts empty (a stand-in's first hits pay their copies).
+(`use_gpu_slot`, policy/residency.py, with the engine's own pins: none on vLLM): a hit takes one of the engine's
+GPU slots, least recently used out, and a hit outside them waits the host-to-device copy; a touch takes one; a
+load takes one when it is done, where a request waited on it or the kind's load fills a slot (vLLM), as the
+book's `finish_load` gives it; an adoption takes one where a load would. The tier starts empty unless given.
 
 Each engine has one serial loader taking loads in the order they come, a load taking the load-time model's cold
 time for its size. The gateway in front of them routes a request the log places on no engine by what they hold
@@ -22,9 +23,10 @@ time for its size. The gateway in front of them routes a request the log places 
 
 from __future__ import annotations
 
+import heapq
 import zlib
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import HIT, LATE, MISS
@@ -37,6 +39,7 @@ class _Engine:
         "fills_gpu",
         "free_at",
         "gpu",
+        "gpu_due",
         "held",
         "key",
         "load",
@@ -57,6 +60,8 @@ class _Engine:
         self.running: dict[str, int] = {}  # requests in progress, per adapter
         self.registered: set[str] = set()  # loaded once, not unloaded since (an eviction keeps the name)
         self.gpu: dict[str, None] = {}  # the adapters in GPU slots, least recently used first
+        # GPU slots to take when loads are done: (when, order, adapter), a heap; taken before anything at or after
+        self.gpu_due: list[tuple[float, int, str]] = []
         self.fills_gpu = state.profile.load_fills_gpu
 
 
@@ -72,6 +77,7 @@ class StandInEngines:
         self.busy_ms = 0.0
         self.last_done = float("-inf")
         self.gpu_hits = 0  # hits whose adapter held a GPU slot
+        self._order = 0
 
     def route(self, adapter: str, pool: Sequence[str], now: float) -> str | None:
         """The engine of `pool` a gateway with adapter affinity sends a request for `adapter` to: one that holds
@@ -106,23 +112,26 @@ class StandInEngines:
             return None
         return pool[zlib.crc32(adapter.encode()) % len(pool)]
 
-    def arrive(self, now: float, engine: str, adapter: str) -> tuple[str, float]:
+    def arrive(self, now: float, engine: str, adapter: str, scale: float = 1.0) -> tuple[str, float]:
         """A request at its arrival: its outcome and how long it waits (ms) for its adapter (a hit outside the
-        GPU slots: the copy into one). The adapter is in use until `end` is called for the request."""
+        GPU slots: the copy into one). The adapter is in use until `end` is called for the request. `scale`: the
+        load-time model's times scaled (a live session's calibration of the engine, as the count had it)."""
         state = self.engines[engine]
+        self._loaded_by(state, now)
         state.running[adapter] = state.running.get(adapter, 0) + 1
         ready = state.held.get(adapter)
-        gpu = self._use_gpu(state, adapter)
         if ready is None:
-            done = self._load(now, state, adapter)
+            done = self._load(now, state, adapter, scale)
+            self._gpu_when(state, adapter, done, now)  # its batch, once loaded
             return MISS, (done - now) * 1000.0
         state.held.move_to_end(adapter)
         if ready > now:
+            self._gpu_when(state, adapter, ready, now)
             return LATE, (ready - now) * 1000.0
-        if gpu:
+        if self._use_gpu(state, adapter):
             self.gpu_hits += 1
             return HIT, 0.0
-        return HIT, state.load.copy_ms(self.sizes[adapter])
+        return HIT, state.load.copy_ms(self.sizes[adapter]) * scale
 
     def end(self, engine: str, adapter: str) -> None:
         """A request `arrive` took has ended: its adapter is the most recent, and in use no more by it."""
@@ -135,19 +144,25 @@ class StandInEngines:
         if adapter in state.held:
             state.held.move_to_end(adapter)
 
-    def use(self, now: float, engine: str, adapter: str, pin: bool = False, request: bool = False) -> bool:
+    def use(
+        self, now: float, engine: str, adapter: str, pin: bool = False, request: bool = False, scale: float = 1.0
+    ) -> bool:
         """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads.
         `request`: a 1-token request (a touch), which takes a GPU slot as any request does; a load takes one on a
         kind whose load fills a slot."""
         state = self.engines[engine]
-        if request or state.fills_gpu:
-            self._use_gpu(state, adapter)
+        self._loaded_by(state, now)
+        gpu = request or state.fills_gpu
         if pin and state.pins is not None:
             state.pins.add(adapter)
         if adapter in state.held:
             state.held.move_to_end(adapter)
+            if gpu:
+                self._gpu_when(state, adapter, state.held[adapter], now)
             return False
-        self._load(now, state, adapter)
+        done = self._load(now, state, adapter, scale)
+        if gpu:
+            self._gpu_when(state, adapter, done, now)
         return True
 
     def ready_at(self, engine: str, adapter: str) -> float | None:
@@ -169,9 +184,12 @@ class StandInEngines:
         if state.pins is not None:
             state.pins.discard(adapter)
 
-    def hold(self, engine: str, adapters: list[tuple[str, float]], pins: Collection[str] = ()) -> None:
+    def hold(
+        self, engine: str, adapters: list[tuple[str, float]], pins: Collection[str] = (), gpu: Iterable[str] = ()
+    ) -> None:
         """The engine holds these, each (adapter, when its load is done), least recently used first, registered,
-        those of `pins` pinned where the engine holds pins: a starting point."""
+        those of `pins` pinned where the engine holds pins, those of `gpu` (least recently used first) in its GPU
+        slots: a starting point."""
         state = self.engines[engine]
         for adapter, ready in adapters:
             if adapter not in state.held:
@@ -182,19 +200,21 @@ class StandInEngines:
             state.registered.add(adapter)
             if adapter in pins and state.pins is not None:
                 state.pins.add(adapter)
+        for adapter in gpu:
+            if adapter in state.held:
+                self._use_gpu(state, adapter)
 
     def adopt(self, now: float, engine: str, adapter: str) -> bool:
         """Another process loaded `adapter` on the engine (a reconcile found it there): held from `now`, most
-        recent, while it fits — the book's rule for what it adopts (it evicts nothing for it). True when held."""
+        recent, while it fits — the book's rule for what it adopts (it evicts nothing for it), in a GPU slot where
+        a load fills one (vLLM adopts what runs). True when held."""
         state = self.engines[engine]
-        size = self.sizes[adapter]
-        budget = state.budget
-        fits = (budget.host_slots is None or len(state.held) < budget.host_slots) and (
-            budget.budget_bytes is None or state.used_bytes + size <= budget.budget_bytes
-        )
-        if adapter in state.held or not fits:
+        if adapter in state.held or not state.budget.room_for(len(state.held), state.used_bytes, self.sizes[adapter]):
             return False
+        self._loaded_by(state, now)
         self.hold(engine, [(adapter, now)])
+        if state.fills_gpu:
+            self._use_gpu(state, adapter)
         return True
 
     def keep_only(self, engine: str, registry: set[str]) -> None:
@@ -211,9 +231,27 @@ class StandInEngines:
     def _use_gpu(state: _Engine, adapter: str) -> bool:
         return use_gpu_slot(state.gpu, adapter, state.budget.gpu_slots, state.pins or ())
 
-    def _load(self, now: float, state: _Engine, adapter: str) -> float:
+    def _gpu_when(self, state: _Engine, adapter: str, ready: float, now: float) -> None:
+        """`adapter` takes a GPU slot when its load is done (`ready`), as the book's `finish_load` gives it one:
+        now, if it is done."""
+        if ready <= now:
+            self._use_gpu(state, adapter)
+        else:
+            self._order += 1
+            heapq.heappush(state.gpu_due, (ready, self._order, adapter))
+
+    def _loaded_by(self, state: _Engine, now: float) -> None:
+        """The GPU slots loads done by `now` took, in the order they were done (one evicted or loaded anew since
+        takes none for its old load)."""
+        due = state.gpu_due
+        while due and due[0][0] <= now:
+            ready, _, adapter = heapq.heappop(due)
+            if state.held.get(adapter) == ready:
+                self._use_gpu(state, adapter)
+
+    def _load(self, now: float, state: _Engine, adapter: str, scale: float = 1.0) -> float:
         size = self.sizes[adapter]
-        cold = state.load.cold_ms(size)
+        cold = state.load.cold_ms(size) * scale
         done = max(now, state.free_at) + cold / 1000.0
         state.free_at = done
         self.busy_ms += cold
@@ -230,12 +268,7 @@ class StandInEngines:
         always stay: an engine never takes more distinct adapters into a step than its slots, so this lets it run
         over only where more are in use at once than it holds)."""
         budget, held, pins, running = state.budget, state.held, state.pins, state.running
-
-        def over() -> bool:
-            slots = budget.host_slots is not None and len(held) > budget.host_slots
-            return slots or (budget.budget_bytes is not None and state.used_bytes > budget.budget_bytes)
-
-        while over():
+        while budget.over(len(held), state.used_bytes):
             victim = next(
                 (a for a in held if a != newest and a not in running and (pins is None or a not in pins)), None
             )

@@ -38,6 +38,16 @@ class Budget:
     def slot_cap(self) -> int:
         return slot_cap(self.gpu_slots, self.host_slots)
 
+    def over(self, used_slots: int, used_bytes: int) -> bool:
+        """Whether `used_slots` adapters of `used_bytes` bytes in all are past this budget's slots or bytes."""
+        return (self.host_slots is not None and used_slots > self.host_slots) or (
+            self.budget_bytes is not None and used_bytes > self.budget_bytes
+        )
+
+    def room_for(self, used_slots: int, used_bytes: int, size: int) -> bool:
+        """Whether one more adapter of `size` bytes fits beside `used_slots` adapters of `used_bytes` bytes."""
+        return not self.over(used_slots + 1, used_bytes + size)
+
     def share(self, size: int) -> float:
         """The share of this budget an adapter of `size` bytes takes: one slot's, or its bytes' when that is more
         (where bytes bind before slots, what the budget holds is a knapsack)."""
@@ -138,10 +148,7 @@ class EngineResidency:
 
     def past_budget(self) -> bool:
         """Whether it holds more than its slots or bytes (an engine runs past them with every resident in use)."""
-        b = self.budget
-        return (b.host_slots is not None and self.used_slots > b.host_slots) or (
-            b.budget_bytes is not None and self.used_bytes > b.budget_bytes
-        )
+        return self.budget.over(self.used_slots, self.used_bytes)
 
     def holds(self, adapter: str) -> bool:
         return adapter in self.resident or adapter in self.in_flight
@@ -151,10 +158,7 @@ class EngineResidency:
         return (b.host_slots is None or b.host_slots >= 1) and (b.budget_bytes is None or size <= b.budget_bytes)
 
     def has_room(self, size: int) -> bool:
-        b = self.budget
-        return (b.host_slots is None or self.used_slots + 1 <= b.host_slots) and (
-            b.budget_bytes is None or self.used_bytes + size <= b.budget_bytes
-        )
+        return self.budget.room_for(self.used_slots, self.used_bytes, size)
 
     def victims_for(self, size: int, order: Iterable[str], overrun: bool = False) -> list[str] | None:
         """The first victims from `order` that make room for `size` bytes, or None if they cannot.

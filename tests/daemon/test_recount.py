@@ -173,3 +173,30 @@ def test_kill_9_while_settling_neither_loses_nor_double_counts_nor_leaves_a_row_
         for table in ("rollups", "rollups_hourly"):
             rows = c.execute(f"SELECT requests, hits, late, misses FROM {table}").fetchall()
             assert rows and all(min(row) >= 0 and row[0] == sum(row[1:]) for row in rows), (table, rows)
+
+
+def test_a_request_settled_as_counted_moves_only_its_wait_and_gpu_hit_not_its_outcome(tmp_path: Path) -> None:
+    """A miss the stand-ins served as a miss that waited longer (queued behind another load): its rollup keeps
+    the miss and takes the longer wait; the metrics count no move of outcome, and the wait it did wait beyond the
+    count's goes to the paid seconds. A hit the stand-ins found in a GPU slot becomes a GPU hit."""
+    metrics = DaemonMetrics()
+    journal = Journaling(metrics, shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
+    miss = RequestEvent(1_800_000_003.0, ADAPTER, "a0", tenant="t", seen=1_800_000_004.0)
+    hit = RequestEvent(1_800_000_005.0, ADAPTER, "a1", tenant="t", seen=1_800_000_006.0)
+    served = Served(1_800_000_004.0, miss, "h/e0", MISS, False, False, 0.0)
+    journal.fold([served, Waited(served, 100.0, 0.0), Served(1_800_000_006.0, hit, "h/e0", HIT, False, False, 0.0)])
+    journal.fold(
+        [
+            Recounted(1_800_000_040.0, miss, "h/e0", Counted(MISS, 100.0, False, 0.0), MISS, 250.0),
+            Recounted(1_800_000_040.0, hit, "h/e0", Counted(HIT, 0.0, False, 0.0), HIT, 0.0, gpu=True),
+        ]
+    )
+    with open_store(tmp_path / "s.db") as store:
+        commit_progress(store, journal.take().rollups)
+        journal.publish()
+        with sqlite3.connect(tmp_path / "s.db") as c:
+            assert c.execute(f"{_SUMS}, SUM(gpu_hits) FROM rollups").fetchone() == (2, 1, 0, 1, 250.0, 1)
+    sample = metrics.registry.get_sample_value
+    labels = {"engine": "h/e0", "mode": "live"}
+    assert sample("lorafleet_requests_recounted_total", {**labels, "counted": "miss", "outcome": "miss"}) is None
+    assert sample("lorafleet_cold_seconds_paid_total", labels) == 0.25

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet.drive.session import LOADED, UNLOADED, Counts, Recounted, Session
-from lorafleet.drive.settling import MAX_HORIZON_S, Counted, Settled, Settling, recount
+from lorafleet.drive.settling import MAX_HORIZON_S, WAIT_SETTLED_MS, Counted, Settled, Settling, recount
 from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
@@ -299,6 +299,16 @@ def test_a_settled_move_takes_back_the_gpu_hit_and_the_wait_avoided_and_moves_th
     assert (counts.hits, counts.misses, counts.gpu_hits, counts.cold_ms_paid) == (1, 1, 1, 120.0)
 
 
+def test_a_request_settled_as_it_was_counted_keeps_its_outcome_and_the_wait_its_prefetch_avoided() -> None:
+    """Served as counted, a request's wait and GPU slot alone change: a hit on a prefetch (40 ms avoided) counted
+    outside the GPU slots (3 ms copy) that the stand-ins found in one stays a hit that avoided 40 ms, now a GPU
+    hit that waited nothing."""
+    counts = Counts(requests=1, hits=1, cold_ms_paid=3.0, cold_ms_avoided=40.0)
+    more = recount(counts, Counted(HIT, 3.0, False, 40.0), HIT, 0.0, True, "cold_ms_paid", "cold_ms_avoided")
+    assert more == -3.0
+    assert (counts.hits, counts.gpu_hits, counts.cold_ms_paid, counts.cold_ms_avoided) == (1, 1, 0.0, 40.0)
+
+
 # --- the session's use of it ---------------------------------------------------------------------------------
 
 
@@ -476,7 +486,8 @@ def test_live_a_load_in_flight_when_the_stand_ins_start_is_held_from_its_start_p
     """The clock far past the log (a reconcile at 5000): a prefetch of a0 sent at 5000.5 and not yet answered
     when the first line with a duration (1001) is read is taken as begun at that line, at the latest: a0 is
     still loading for a request half a cold load later (which the book, whose load began after it came, counted
-    a miss), held for one two cold loads later."""
+    a miss), held for one two cold loads later (counted a hit from its line, in no GPU slot known: settled a GPU
+    hit, the stand-ins' load of a0 having filled the slot)."""
     session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(5000.5, E0, "a0", PREFETCH)]))
     session.reconciled(5000.0, E0, [], [], [])
     assert [c.adapter for c in session.advance(5000.5)] == ["a0"]
@@ -487,7 +498,7 @@ def test_live_a_load_in_flight_when_the_stand_ins_start_is_held_from_its_start_p
         _read_live(session, line)
     assert (session.counts.hits, session.counts.misses) == (1, 2)  # the second: a0 loaded for the first
     session.settle_all()
-    assert _recounted(session) == [(early, "a0", MISS, LATE)]
+    assert _recounted(session) == [(early, "a0", MISS, LATE), (later, "a0", HIT, HIT)]
 
 
 def test_live_an_adapter_the_book_held_since_past_the_first_line_is_held_by_the_stand_ins_from_that_line(
@@ -529,9 +540,10 @@ def test_live_a_load_sent_before_a_new_inventory_that_fails_after_it_takes_nothi
     tmp_path: Path,
 ) -> None:
     """A prefetch of a0 sent at 1000.5 is still unanswered when the inventory changes (the old stand-ins take it
-    as loaded); a0's request at 1001 starts the new stand-ins, and the engine had a0 for it. The prefetch then
-    fails, at 1002: the new stand-ins never took that call, so they keep a0 — a0's request at 1003 was a hit,
-    where the book, which lost a0 with its load, counted a miss."""
+    as loaded); a0's request at 1001 starts the new stand-ins, which take the load in flight as a call made at
+    1000.5. The prefetch then fails, at 1002, before their turn came to it: it loads nothing there, a0's request
+    at 1001 loaded a0 itself, so a0's request at 1003 was a hit, where the book, which lost a0 with its load,
+    counted a miss."""
     session = _settling(tmp_path, FOUR_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
     _read_live(session, _line("a1", 999.0, 1000.0))
     (prefetch,) = session.advance(1000.5)
@@ -571,3 +583,61 @@ def test_live_an_adapter_a_reconcile_finds_registered_on_sglang_is_held_by_the_s
     assert session.counts.hits == 1
     session.settle_all()
     assert _recounted(session) == []
+
+
+# --- waits: a request served as counted, its wait or GPU slot otherwise ----------------------------------------
+
+
+def test_live_a_miss_queued_behind_another_load_is_settled_a_miss_with_the_wait_it_waited(tmp_path: Path) -> None:
+    """a0's and a1's requests came at the same instant to an engine with one loader: a1's load waited for a0's.
+    Counted from its line, a1's miss waited its own load's time; settled, a miss still (not counted among the
+    requests settling moved), with a0's load's time added to its wait, and to the cold time paid."""
+    session = _settling(tmp_path)
+    _read_live(session, _line("a3", 990.0, 995.0))
+    for line in (_line("a0", 1000.0, 1001.0), _line("a1", 1000.0, 1001.5)):
+        _read_live(session, line)
+    counts = session.counts
+    paid = counts.cold_ms_paid
+    session.settle_all()
+    moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
+    assert [(a.event.adapter, a.counted.outcome, a.outcome) for a in moves] == [("a1", MISS, MISS)]
+    ahead = session.cold_ms(E0, "a0")
+    assert moves[0].waited_ms == pytest.approx(moves[0].counted.waited_ms + ahead)
+    assert counts.cold_ms_paid == pytest.approx(paid + ahead)
+    assert (counts.misses, session.recounted) == (3, 0)
+
+
+def test_a_wait_differing_by_less_than_a_millisecond_is_left_as_counted(tmp_path: Path) -> None:
+    """The stand-ins' wait for a miss on an idle loader is its cold load's time: counted within `WAIT_SETTLED_MS`
+    of it, the request is left; counted that much off or more, it is settled."""
+    (probe,) = (s for s in _probe_waits(tmp_path / "p"))
+    for off, settled in ((WAIT_SETTLED_MS * 0.9, False), (WAIT_SETTLED_MS, True), (-WAIT_SETTLED_MS, True)):
+        (tmp_path / str(off)).mkdir()
+        settling = _standins(tmp_path / str(off))
+        settling.served(_line("a0", 1000.0, 1001.0), E0, Counted(MISS, probe + off, False, 0.0))
+        assert bool(settling.drain()) is settled, off
+
+
+def _probe_waits(tmp: Path) -> list[float]:
+    tmp.mkdir()
+    settling = _standins(tmp)
+    _serve(settling, "a0", 1000.0, 1001.0)
+    return [s.waited_ms for s in settling.drain()]
+
+
+def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_counted(tmp_path: Path) -> None:
+    """The session's calibration of an engine's load times (measured over modelled) changes as loads are answered:
+    a request counted while loads took twice the model's time is served with twice its cold time, one counted
+    after they took three times with three, and a call with the calibration as it was made."""
+    speed = {E0: 2.0}
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=FOUR_SLOTS), LruPolicy())
+    settling = Settling(core.book.engines, core.load_ms, core.sizes, 1000.0, {E0: []}, 0.0, None, speed)
+    cold = {a: core.load_ms[E0].cold_ms(core.sizes[a]) for a in ("a0", "a1", "a2")}
+    settling.served(_line("a0", 1000.0, 1001.0), E0, PROBE)
+    speed[E0] = 3.0
+    settling.served(_line("a1", 1010.0, 1011.0), E0, PROBE)
+    settling.called(1020.0, LOAD, E0, "a2")
+    speed[E0] = 1.0
+    settling.served(_line("a2", 1020.0, 1020.5), E0, PROBE)  # came as the load was made: waits all of it
+    waits = {s.event.adapter: s.waited_ms for s in settling.drain()}
+    assert waits == pytest.approx({"a0": 2 * cold["a0"], "a1": 3 * cold["a1"], "a2": 3 * cold["a2"]})

@@ -239,3 +239,45 @@ def test_an_adapter_another_process_loaded_is_held_while_it_fits_and_evicts_noth
     assert engines.registered("h/e0", "a1")
     assert engines.adopt(1020.0, "h/e0", "a2") is False  # full: a0 and a1 stay, a2 is not taken
     assert engines.holds("h/e0") == ["a0", "a1"]
+
+
+def test_a_load_takes_its_gpu_slot_when_it_is_done_not_when_it_is_asked_for(tmp_path: Path) -> None:
+    """As the book's `finish_load`: a1's request came at 1002 to an engine with one GPU slot, a0's; a0's request a
+    few ms later, while a1 still loaded, found a0 in the slot. Once a1's load was done, its batch had the slot:
+    a0's next request waited the copy. An adapter evicted before its load was done takes no slot for it."""
+    engines, core = standins(tmp_path)
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a1"]) / 1000.0
+    served(engines, 1000.0, "a0")
+    served(engines, 1002.0, "a1")  # a miss: loading until 1002 + cold
+    assert served(engines, 1002.0 + cold / 2, "a0") == (HIT, 0.0)
+    assert served(engines, 1002.0 + 2 * cold, "a0")[1] > 0.0  # a1 took the slot as its load was done
+    engines.use(1010.0, "h/e0", "a2")  # loading until 1010 + cold; two host slots: a1 goes
+    engines.unload("h/e0", "a2")  # gone before its load was done
+    assert served(engines, 1011.0, "a0") == (HIT, 0.0)  # a0 kept the slot: a2's load took none
+
+
+def test_an_adapter_adopted_on_vllm_takes_a_gpu_slot_as_the_book_admits_it(tmp_path: Path) -> None:
+    """vLLM's reconcile adopts what runs, in a GPU slot (the book's `admit` fills one where a load does); SGLang's
+    adopts what is registered, in host memory only."""
+    engines, _ = standins(tmp_path)
+    served(engines, 1000.0, "a0")
+    engines.adopt(1010.0, "h/e0", "a1")
+    assert served(engines, 1011.0, "a1") == (HIT, 0.0)
+    sglang, core = standins(tmp_path, "sglang")
+    served(sglang, 1000.0, "a0")
+    sglang.adopt(1010.0, "h/e0", "a1")
+    assert served(sglang, 1011.0, "a1") == (HIT, core.load_ms["h/e0"].copy_ms(core.sizes["a1"]))
+
+
+def test_a_request_that_waited_on_a_load_takes_a_gpu_slot_when_it_is_done_where_loads_fill_none(
+    tmp_path: Path,
+) -> None:
+    """SGLang's load fills no GPU slot, but a request that came while it loaded runs with the adapter once it is
+    done (the book's `finish_load`: a waiting request's batch): the next request finds it in its slot."""
+    engines, core = standins(tmp_path, "sglang")
+    engines.use(1000.0, "h/e0", "a0")
+    ready = engines.ready_at("h/e0", "a0")
+    assert ready is not None and served(engines, (1000.0 + ready) / 2, "a0")[0] == LATE
+    assert served(engines, ready + 1.0, "a0") == (HIT, 0.0)
+    engines.use(1100.0, "h/e0", "a1")  # no request waited on it: no slot
+    assert served(engines, 1101.0, "a1") == (HIT, core.load_ms["h/e0"].copy_ms(core.sizes["a1"]))
