@@ -11,8 +11,9 @@ the trace generators' tool loops 13 points under the engines' own hit ratio, on 
 each request at its arrival, in use until its end, and each of lorafleet's calls when made — once every request
 that came before has had its line read, a `horizon` behind the newest line: the longest request seen, at least
 `MIN_HORIZON_S`. Each request counted from its line is then served by the stand-ins, and where they say
-otherwise than the count did, the count is settled: the session counts it again (`Recounted`), so the daemon's
-journal, summary and metrics say what replay says of the same log. A request that came more than the horizon
+otherwise than the count did — its outcome, or its wait or GPU slot (`WAIT_SETTLED_MS`) — the count is settled:
+the session counts it again (`Recounted`), so the daemon's journal, summary and metrics say what replay says of
+the same log. A request that came more than the horizon
 before the newest line when its own line is read (longer than any before it) is taken then, behind the requests
 it overlapped.
 
