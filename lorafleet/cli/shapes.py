@@ -334,8 +334,8 @@ def daemon(summary: Summary, policy: str, shadow: bool, state: str) -> dict[str,
     "unknown_names", "engines_alone": {"hit_ratio", "requests", "hits", "late", "misses", "cold_ms_paid", "loads"}}` —
     counts over this run; `unread_logs` counts files matching the logs' patterns that could not be opened at the end
     (their lines were not read: too many open files, no permission); `recounted` the requests counted from their
-    log line that settling counted again (the engines, replayed in arrival order, served them otherwise: the other
-    counts are already the settled ones);
+    log line that settling counted again as another outcome (the engines, replayed in arrival order, served them
+    otherwise: the other counts, waits included, are already the settled ones);
     `touches_per_request` is touches per adapter request (the touch budget's unit); `state` is the journal's path;
     `unknown_names` maps the names read that the inventory does not know to how often (the ten most frequent);
     `engines_alone` is lru simulated over the same requests: what the engines do by themselves."""
