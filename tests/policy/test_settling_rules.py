@@ -433,17 +433,20 @@ def test_live_the_stand_ins_take_the_sessions_unloads(tmp_path: Path) -> None:
     assert [r for r in _recounted(session) if r[0] == 1005.0] == []
 
 
-@pytest.mark.parametrize("started", [True, False], ids=["prefetched-after-the-start", "held-at-the-start"])
-def test_live_a_pinned_prefetch_stays_pinned_on_the_stand_ins(tmp_path: Path, started: bool) -> None:
+@pytest.mark.parametrize("when", ["after-the-start", "before-the-start", "in-flight-at-the-start"])
+def test_live_a_pinned_prefetch_stays_pinned_on_the_stand_ins(tmp_path: Path, when: str) -> None:
     """SGLang, which holds pins itself, two slots: a0 prefetched pinned at 1001 — after the first line with a
-    duration (a call the stand-ins take pinned), or before any (held by them from the start with the book's pins)
-    — stays through a1's and a2's requests (a2's load evicted a1), on the engine as in the book: a0's request at
-    1004 stays a hit, not to be settled a miss."""
+    duration (a call the stand-ins take pinned), before any (held by them from the start with the book's pins), or
+    still loading when the first one is read (a call made when it was sent, pinned) — stays through a1's and a2's
+    requests (a2's load evicted a1), on the engine as in the book: a0's request at 1004 stays a hit, not to be
+    settled a miss."""
     session = _settling(tmp_path, SGLANG_TWO, policy=Scripted([(1001.0, E0, "a0", "pinned")]))
-    if started:
+    if when == "after-the-start":
         _read_live(session, _line("a3", 999.0, 1000.0))
     (call,) = session.advance(1001.0)
     assert call.pinned
+    if when == "in-flight-at-the-start":
+        _read_live(session, _line("a3", 999.0, 1001.05))
     session.answered(1001.1, call, LOADED, True, 10.0)
     for line in (_line("a1", 1002.0, 1002.1), _line("a2", 1003.0, 1003.1), _line("a0", 1004.0, 1004.5)):
         _read_live(session, line)
@@ -639,5 +642,9 @@ def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_
     settling.called(1020.0, LOAD, E0, "a2")
     speed[E0] = 1.0
     settling.served(_line("a2", 1020.0, 1020.5), E0, PROBE)  # came as the load was made: waits all of it
-    waits = {s.event.adapter: s.waited_ms for s in settling.drain()}
-    assert waits == pytest.approx({"a0": 2 * cold["a0"], "a1": 3 * cold["a1"], "a2": 3 * cold["a2"]})
+    speed[E0] = 2.0
+    settling.served(_line("a0", 1030.0, 1030.5), E0, PROBE)  # two GPU slots, a1's and a2's: a0 waits its copy
+    waits = {s.event.time: s.waited_ms for s in settling.drain()}
+    copy = core.load_ms[E0].copy_ms(core.sizes["a0"])
+    expected = {1000.0: 2 * cold["a0"], 1010.0: 3 * cold["a1"], 1020.0: 3 * cold["a2"], 1030.0: 2 * copy}
+    assert waits == pytest.approx(expected)

@@ -281,3 +281,17 @@ def test_a_request_that_waited_on_a_load_takes_a_gpu_slot_when_it_is_done_where_
     assert served(engines, ready + 1.0, "a0") == (HIT, 0.0)
     engines.use(1100.0, "h/e0", "a1")  # no request waited on it: no slot
     assert served(engines, 1101.0, "a1") == (HIT, core.load_ms["h/e0"].copy_ms(core.sizes["a1"]))
+
+
+def test_a_starting_point_counts_its_bytes_and_pins_only_where_the_engine_holds_pins(tmp_path: Path) -> None:
+    """Held from the start, adapters take their bytes of the budget: a load past it evicts the least recently
+    used. vLLM holds no pins of its own: one the book pinned is evicted there like any other."""
+    spec = {"kind": "vllm", "max_loras": 2, "max_cpu_loras": 8, "lora_budget_mb": 0.1}
+    core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=[spec], name="bytes.yaml"), Policy())
+    engines = StandInEngines(core.book.engines, core.load_ms, core.sizes)
+    sizes, budget = core.sizes, 0.1 * 1024 * 1024
+    assert sizes["a0"] + sizes["a1"] + sizes["a2"] <= budget < sum(sizes.values())  # a3 fits only if a0 goes
+    engines.hold("h/e0", [("a0", 0.0), ("a1", 0.0), ("a2", 0.0)], pins={"a0"})
+    assert engines.engines["h/e0"].used_bytes == sizes["a0"] + sizes["a1"] + sizes["a2"]
+    served(engines, 1000.0, "a3")
+    assert engines.holds("h/e0") == ["a2", "a3"]  # a0 (pinned by the book) and a1 went, least recent first
