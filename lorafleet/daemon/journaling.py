@@ -197,7 +197,7 @@ class Journaling:
         in the paid seconds)."""
         engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
         o = self.batch.outcome(self._key_of(recounted.event, engine))
-        more = recount(o, was, outcome, recounted.waited_ms, recounted.gpu, "cold_ms", "avoided_ms")
+        more = recount(o, was, outcome, recounted.waited_ms, recounted.gpu, "cold_ms", "avoided_ms", "prefetch_hits")
         if outcome != was.outcome:
             self._recounted[(engine, was.outcome, outcome)] += 1
         if more > 0:

@@ -160,17 +160,27 @@ Answer = Served | Waited | Unserved | Performed | Recounted
 _NO_CALLS: list[Call] = []
 
 
-_Tally = tuple[int, int, int, float, int, float]
-_NO_TALLY: _Tally = (0, 0, 0, 0.0, 0, 0.0)
+# A settled request's fields in `Counts` (`recount`'s paid, avoided and used)
+_SETTLED_FIELDS = ("cold_ms_paid", "cold_ms_avoided", "prefetch_used")
+_Tally = tuple[int, int, int, float, int, float, int]
+_NO_TALLY: _Tally = (0, 0, 0, 0.0, 0, 0.0, 0)
 
 
 def _tally(counts: Counts) -> _Tally:
-    return (counts.hits, counts.late, counts.misses, counts.cold_ms_paid, counts.gpu_hits, counts.cold_ms_avoided)
+    return (
+        counts.hits,
+        counts.late,
+        counts.misses,
+        counts.cold_ms_paid,
+        counts.gpu_hits,
+        counts.cold_ms_avoided,
+        counts.prefetch_used,
+    )
 
 
 def _counted(before: _Tally, counts: Counts) -> Counted | None:
     """How a request was just counted, from the counts before and after (None: not as served)."""
-    hits, late, misses, paid, gpu, avoided = before
+    hits, late, misses, paid, gpu, avoided, used = before
     if counts.hits > hits:
         outcome = HIT
     elif counts.late > late:
@@ -179,7 +189,13 @@ def _counted(before: _Tally, counts: Counts) -> Counted | None:
         outcome = MISS
     else:
         return None
-    return Counted(outcome, counts.cold_ms_paid - paid, counts.gpu_hits > gpu, counts.cold_ms_avoided - avoided)
+    return Counted(
+        outcome,
+        counts.cold_ms_paid - paid,
+        counts.gpu_hits > gpu,
+        counts.cold_ms_avoided - avoided,
+        counts.prefetch_used > used,
+    )
 
 
 _COUNTED = tuple(f.name for f in fields(Counts))
@@ -416,7 +432,7 @@ class Session:
             return
         counts, answers = self.counts, self.answers
         for s in settled:
-            recount(counts, s.counted, s.outcome, s.waited_ms, s.gpu, "cold_ms_paid", "cold_ms_avoided")
+            recount(counts, s.counted, s.outcome, s.waited_ms, s.gpu, *_SETTLED_FIELDS)
             if answers is not None:
                 answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms, s.gpu))
         self.recounted += sum(s.outcome != s.counted.outcome for s in settled)

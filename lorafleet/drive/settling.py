@@ -65,6 +65,7 @@ class Counted(NamedTuple):
     waited_ms: float
     gpu: bool
     avoided_ms: float
+    used: bool = False  # the first use of a prefetched adapter
 
 
 class Settled(NamedTuple):
@@ -89,18 +90,28 @@ class Tallied(Protocol):
 
 
 def recount(
-    counts: Tallied, counted: Counted, outcome: str, waited_ms: float, gpu: bool, paid: str, avoided: str
+    counts: Tallied,
+    counted: Counted,
+    outcome: str,
+    waited_ms: float,
+    gpu: bool,
+    paid: str,
+    avoided: str,
+    used: str,
 ) -> float:
     """Move one request in `counts` (the session's `Counts`, a journal rollup: each names its wait fields,
-    `paid` and `avoided`) from how it was `counted` to `outcome`, having waited `waited_ms`, a GPU hit where
-    `gpu`: moved to another outcome, it keeps no wait avoided that it was counted with (a prefetch's use the
-    stand-ins do not know); served as counted, only its wait and GPU slot change. Returns the change in wait,
+    `paid` and `avoided`, and its count of prefetches used, `used`) from how it was `counted` to `outcome`, having
+    waited `waited_ms`, a GPU hit where `gpu`: moved to another outcome, it keeps no wait avoided that it was
+    counted with (a prefetch's use the stand-ins do not know), and a miss used no prefetch (the engine had let
+    it go, or never had it); served as counted, only its wait and GPU slot change. Returns the change in wait,
     for the metrics' paid and unpaid seconds. The one home of a settling's arithmetic."""
     if outcome != counted.outcome:
         was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
         setattr(counts, was, getattr(counts, was) - 1)
         setattr(counts, now, getattr(counts, now) + 1)
         setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
+        if counted.used and outcome == MISS:
+            setattr(counts, used, getattr(counts, used) - 1)
     more = waited_ms - counted.waited_ms
     setattr(counts, paid, getattr(counts, paid) + more)
     counts.gpu_hits += gpu - counted.gpu

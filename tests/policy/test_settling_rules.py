@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.drive.session import LOADED, UNLOADED, Counts, Recounted, Session
+from lorafleet.daemon.journaling import Journaling
+from lorafleet.daemon.metrics import DaemonMetrics
+from lorafleet.drive.session import LOADED, UNLOADED, Counts, Recounted, Served, Session
 from lorafleet.drive.settling import MAX_HORIZON_S, WAIT_SETTLED_MS, Counted, Settled, Settling, recount
 from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, Policy, PolicyCore
@@ -285,18 +287,22 @@ def test_a_line_that_ended_before_the_newest_holds_the_stand_ins_where_they_were
 
 
 def test_a_settled_move_takes_back_the_gpu_hit_and_the_wait_avoided_and_moves_the_wait_paid() -> None:
-    """A request counted a GPU hit on a prefetch (50 ms avoided, 2 ms paid) that the stand-ins served as a miss
-    waiting 120 ms: a miss that kept no GPU hit and avoided nothing, its paid wait moved by 118 ms. Another,
-    counted a miss that waited 120 ms, served as a hit in a GPU slot: a GPU hit that waited nothing."""
-    fields = {"paid": "cold_ms_paid", "avoided": "cold_ms_avoided"}
+    """A request counted a GPU hit, the first use of a prefetch (50 ms avoided, 2 ms paid), that the stand-ins
+    served as a miss waiting 120 ms: a miss that kept no GPU hit, avoided nothing and used no prefetch, its paid
+    wait moved by 118 ms. Another, counted a miss that waited 120 ms, served as a hit in a GPU slot: a GPU hit
+    that waited nothing."""
+    fields = {"paid": "cold_ms_paid", "avoided": "cold_ms_avoided", "used": "prefetch_used"}
     counts = Counts(requests=2, hits=1, misses=1, gpu_hits=1, cold_ms_paid=122.0, cold_ms_avoided=50.0)
-    more = recount(counts, Counted(HIT, 2.0, True, 50.0), MISS, 120.0, gpu=False, **fields)
+    counts.prefetch_used = 1
+    more = recount(counts, Counted(HIT, 2.0, True, 50.0, True), MISS, 120.0, gpu=False, **fields)
     assert more == 118.0
     assert (counts.requests, counts.hits, counts.misses, counts.gpu_hits) == (2, 0, 2, 0)
-    assert (counts.cold_ms_paid, counts.cold_ms_avoided) == (240.0, 0.0)
+    assert (counts.cold_ms_paid, counts.cold_ms_avoided, counts.prefetch_used) == (240.0, 0.0, 0)
     back = recount(counts, Counted(MISS, 120.0, False, 0.0), HIT, 0.0, gpu=True, **fields)
     assert back == -120.0
     assert (counts.hits, counts.misses, counts.gpu_hits, counts.cold_ms_paid) == (1, 1, 1, 120.0)
+    recount(counts, Counted(HIT, 0.0, True, 0.0), MISS, 50.0, gpu=False, **fields)  # a hit that used no prefetch
+    assert (counts.hits, counts.misses, counts.prefetch_used) == (0, 2, 0)
 
 
 def test_a_request_settled_as_it_was_counted_keeps_its_outcome_and_the_wait_its_prefetch_avoided() -> None:
@@ -304,9 +310,30 @@ def test_a_request_settled_as_it_was_counted_keeps_its_outcome_and_the_wait_its_
     outside the GPU slots (3 ms copy) that the stand-ins found in one stays a hit that avoided 40 ms, now a GPU
     hit that waited nothing."""
     counts = Counts(requests=1, hits=1, cold_ms_paid=3.0, cold_ms_avoided=40.0)
-    more = recount(counts, Counted(HIT, 3.0, False, 40.0), HIT, 0.0, True, "cold_ms_paid", "cold_ms_avoided")
+    fields = ("cold_ms_paid", "cold_ms_avoided", "prefetch_used")
+    counts.prefetch_used = 1
+    more = recount(counts, Counted(HIT, 3.0, False, 40.0, True), HIT, 0.0, True, *fields)
     assert more == -3.0
     assert (counts.hits, counts.gpu_hits, counts.cold_ms_paid, counts.cold_ms_avoided) == (1, 1, 0.0, 40.0)
+    assert counts.prefetch_used == 1
+
+
+def test_a_request_settled_late_from_a_prefetch_hit_still_used_it() -> None:
+    """Counted a hit on a prefetch that the stand-ins served late (the prefetch still loading when it came): it
+    waited on that load, so it used the prefetch, which it keeps; the wait it avoided is taken back, as on any
+    move (how much of the load it did not wait, the stand-ins do not know apart)."""
+    counts = Counts(requests=1, hits=1, cold_ms_avoided=40.0, prefetch_used=1)
+    recount(
+        counts,
+        Counted(HIT, 0.0, True, 40.0, True),
+        LATE,
+        12.0,
+        False,
+        "cold_ms_paid",
+        "cold_ms_avoided",
+        "prefetch_used",
+    )
+    assert (counts.hits, counts.late, counts.prefetch_used, counts.cold_ms_avoided) == (0, 1, 1, 0.0)
 
 
 # --- the session's use of it ---------------------------------------------------------------------------------
@@ -648,3 +675,27 @@ def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_
     copy = core.load_ms[E0].copy_ms(core.sizes["a0"])
     expected = {1000.0: 2 * cold["a0"], 1010.0: 3 * cold["a1"], 1020.0: 3 * cold["a2"], 1030.0: 2 * copy}
     assert waits == pytest.approx(expected)
+
+
+def test_live_a_prefetch_hit_settled_a_miss_used_no_prefetch(tmp_path: Path) -> None:
+    """Two host slots. a0 prefetched at 1001 (answered at 1001.1); a1's request at 1001.5 made a1 the most
+    recent; a2's, at 1002 and running until 1010, evicted a0 on the engine. a0's request at 1003, its line read
+    at 1004, found the book still holding the prefetch: counted a hit that used it. Settled, a miss that used no
+    prefetch: the count of prefetches used goes back by one, and the journal's rows (their prefetch hits) too."""
+    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1001.0, E0, "a0")]))
+    _read_live(session, _line("a1", 999.0, 1000.1))
+    (call,) = session.advance(1001.0)
+    session.answered(1001.1, call, LOADED, True, 10.0)
+    _read_live(session, _line("a1", 1001.5, 1001.6))
+    _read_live(session, _line("a0", 1003.0, 1004.0))
+    counts = session.counts
+    assert (counts.hits, counts.prefetch_used) == (2, 1)
+    _read_live(session, _line("a2", 1002.0, 1010.0))
+    session.settle_all()
+    moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
+    assert [(a.event.time, a.counted.outcome, a.counted.used, a.outcome) for a in moves] == [(1003.0, HIT, True, MISS)]
+    assert counts.prefetch_used == 0
+    journal = Journaling(DaemonMetrics(), shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
+    journal.fold([Served(1004.0, moves[0].event, E0, HIT, False, True, 0.0), *moves])
+    (o,) = journal.batch.rollups.values()
+    assert (o.requests, o.hits, o.misses, o.prefetch_hits) == (1, 0, 1, 0)
