@@ -124,7 +124,8 @@ class Recounted(NamedTuple):
     """A request counted from its log line that the engines, replayed in arrival order once every request that
     came before it was known (drive/settling.py), served otherwise: it was counted as `counted` says and counts as
     `outcome` now (the same, where only its wait or GPU slot differed), having waited `waited_ms` (a hit: none in
-    a GPU slot, `gpu`, else the copy into one; moved to another outcome, no wait avoided)."""
+    a GPU slot, `gpu`, else the copy into one; moved to another outcome, no wait avoided, and moved to a miss, no
+    prefetch used: `settling.recount`)."""
 
     at: float
     event: RequestEvent
