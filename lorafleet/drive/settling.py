@@ -145,13 +145,14 @@ class Change:
         pinned: bool = False,
         registry: frozenset[str] = frozenset(),
         demand: bool = False,
+        scale: float = 1.0,
     ) -> None:
         self.action, self.engine, self.adapter, self.pinned = action, engine, adapter, pinned
         self.registry = registry
         self.demand = demand  # a load for a request the engine took
         self.failed = False
         self.loaded = False  # it loaded the adapter on the stand-ins (its turn came)
-        self.scale = 1.0  # the engine's calibration when it was made (`Settling`'s `speed`)
+        self.scale = scale  # the engine's calibration when it was made (`Settling`'s `speed`)
 
 
 class Settling:
@@ -192,8 +193,8 @@ class Settling:
         for key, sent in (loading or {}).items():
             for adapter, at in sent:  # no name they hold: a demand load's skip (`called`) never applies
                 if adapter in sizes:
-                    change = self.seeded[(key, adapter)] = Change(LOAD, key, adapter, adapter in engines[key].pins)
-                    change.scale = self.speed.get(key, 1.0)
+                    pinned, scale = adapter in engines[key].pins, self.speed.get(key, 1.0)
+                    change = self.seeded[(key, adapter)] = Change(LOAD, key, adapter, pinned, scale=scale)
                     self._push(at, _CALL, change)
 
     def __len__(self) -> int:
@@ -230,8 +231,7 @@ class Settling:
         makes the adapter most recent there (loading it when absent), an unload drops it. `demand`: a load for a
         request the engine took, which an engine that loads on request answers "already loaded" for a name it
         knows, doing nothing (drive/late.py does the same). Returns the change, for `failed`."""
-        change = Change(action, engine, adapter, pinned, demand=demand)
-        change.scale = self.speed.get(engine, 1.0)
+        change = Change(action, engine, adapter, pinned, demand=demand, scale=self.speed.get(engine, 1.0))
         self._push(self._now(clock), _CALL, change)
         return change
 

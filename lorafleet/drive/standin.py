@@ -177,10 +177,8 @@ class StandInEngines:
     def unload(self, engine: str, adapter: str) -> None:
         state = self.engines[engine]
         state.registered.discard(adapter)
-        if state.held.pop(adapter, None) is not None:
-            state.used_bytes -= self.sizes[adapter]
-            self.holders[adapter].discard(state.key)
-            state.gpu.pop(adapter, None)
+        if adapter in state.held:
+            self._drop(state, adapter)
         if state.pins is not None:
             state.pins.discard(adapter)
 
@@ -212,9 +210,7 @@ class StandInEngines:
         if adapter in state.held or not state.budget.room_for(len(state.held), state.used_bytes, self.sizes[adapter]):
             return False
         self._loaded_by(state, now)
-        self.hold(engine, [(adapter, now)])
-        if state.fills_gpu:
-            self._use_gpu(state, adapter)
+        self.hold(engine, [(adapter, now)], gpu=[adapter] if state.fills_gpu else ())
         return True
 
     def keep_only(self, engine: str, registry: set[str]) -> None:
@@ -274,10 +270,14 @@ class StandInEngines:
             )
             if victim is None:
                 return
-            del held[victim]
-            state.gpu.pop(victim, None)
-            self.holders[victim].discard(state.key)
-            state.used_bytes -= self.sizes[victim]
+            self._drop(state, victim)
+
+    def _drop(self, state: _Engine, adapter: str) -> None:
+        """The engine no longer holds `adapter` (held): its bytes, its holder entry and its GPU slot go with it."""
+        del state.held[adapter]
+        state.used_bytes -= self.sizes[adapter]
+        self.holders[adapter].discard(state.key)
+        state.gpu.pop(adapter, None)
 
 
 __all__ = ["StandInEngines"]
