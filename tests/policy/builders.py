@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet.drive.session import KEEP, Counts, Session
+from lorafleet.drive.session import KEEP, LOADED, Counts, Recounted, Session
 from lorafleet.inventory import Inventory, load_inventory
+from lorafleet.policy.baselines import LruPolicy
 from lorafleet.policy.core import PREFETCH, TOUCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 
@@ -112,3 +113,38 @@ class Scripted(Policy):
             order = lambda s=state: list(s.resident)  # noqa: E731
             decisions += self.core.load(now, engine, adapter, PREFETCH, order, pin=what == "pinned")
         return decisions
+
+
+# --- a live session learning from log lines with durations, and its settling (drive/settling.py) ---------------
+def timed_line(adapter: str, arrival: float, end: float, engine: str | None = None) -> RequestEvent:
+    """A log line of tenant t written at its request's `end`, its duration known."""
+    return RequestEvent(arrival, ADAPTER, adapter, tenant="t", base_model="m", seen=end, engine=engine)
+
+
+def live_session(
+    tmp: Path,
+    engines: list[dict[str, object]] | None = None,
+    policy: Policy | None = None,
+    read_after_s: float = 0.0,
+    settle: bool = True,
+) -> Session:
+    """A live session as the daemon's (its answers kept), by default on an engine with four host slots."""
+    inv = make_inventory(tmp, adapters=4, engines=engines or [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}])
+    session = Session(PolicyCore(inv, policy or LruPolicy()), read_after_s=read_after_s, settle=settle)
+    session.start(999.0)
+    return session
+
+
+def read_live(session: Session, line: RequestEvent) -> None:
+    """The daemon reads `line`: its calls are answered at once, each load as long as modelled."""
+    for call in session.request(line):
+        session.answered(line.seen or line.time, call, LOADED, True, session.model_ms(call.engine, call.adapter))
+
+
+def recounted(session: Session) -> list[tuple[float, str, str, str]]:
+    """What settling counted again since the answers were last taken: (arrival, adapter, counted, outcome)."""
+    return [
+        (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
+        for a in session.take_answers()
+        if isinstance(a, Recounted)
+    ]

@@ -25,14 +25,10 @@ from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.driver import HINTS, LOG, in_arrival_order, simulate
 from lorafleet.replay.synth import synthesize
 from lorafleet.times import FOLLOW_POLL_S
-from tests.policy.builders import Scripted, make_inventory
+from tests.policy.builders import Scripted, live_session, make_inventory, read_live, recounted, timed_line
 
 TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
 ONE_EACH = [{"kind": "sglang", "max_loras_per_batch": 1, "max_loaded_loras": 1}] * 2
-
-
-def _line(adapter: str, arrival: float, end: float, engine: str | None = None) -> RequestEvent:
-    return RequestEvent(arrival, ADAPTER, adapter, tenant="t", base_model="m", seen=end, engine=engine)
 
 
 def _copy(tmp: Path, policy: Policy, engines: list[dict[str, object]]) -> Session:
@@ -54,10 +50,10 @@ def test_an_adapter_loaded_after_the_request_came_is_no_hit_for_it(tmp_path: Pat
     """a1 is prefetched at 1001, after its request came at 1000.5 and before its line is read at 1002: the engine
     had to load it for the request, so it counts a miss; a request that came after the prefetch is a hit."""
     session = _copy(tmp_path, Scripted([(1001.0, "h/e0", "a1")]), TWO_SLOTS)
-    _read(session, _line("a1", 1000.5, 1002.0))
+    _read(session, timed_line("a1", 1000.5, 1002.0))
     counts = session.counts
     assert (counts.requests, counts.hits, counts.misses, counts.prefetch_used) == (1, 0, 1, 1)
-    _read(session, _line("a1", 1001.5, 1003.0))
+    _read(session, timed_line("a1", 1001.5, 1003.0))
     assert (counts.requests, counts.hits, counts.misses) == (2, 1, 1)
 
 
@@ -67,9 +63,9 @@ def test_a_request_that_came_while_its_adapter_loaded_for_an_earlier_one_is_no_h
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
     session = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
     session.start(999.0)
-    _read(session, _line("a0", 1000.0, 1010.0))
-    _read(session, _line("a0", 1000.005, 1011.0))
-    _read(session, _line("a0", 1001.0, 1012.0))
+    _read(session, timed_line("a0", 1000.0, 1010.0))
+    _read(session, timed_line("a0", 1000.005, 1011.0))
+    _read(session, timed_line("a0", 1001.0, 1012.0))
     assert (session.counts.requests, session.counts.hits) == (3, 1)
 
 
@@ -77,13 +73,13 @@ def test_an_adapter_evicted_while_its_request_ran_was_a_hit_for_it(tmp_path: Pat
     """a0, loaded at 1000, is evicted at 1003 by a1 and a2; a request for it came at 1001 and its line at 1010:
     the engine held it when the request came, so it counts a hit (the book then loads it back, as ever)."""
     session = _copy(tmp_path, LruPolicy(), TWO_SLOTS)
-    _read(session, _line("a0", 1000.0, 1000.0))
-    _read(session, _line("a1", 1002.0, 1002.1))
-    _read(session, _line("a2", 1003.0, 1003.1))
+    _read(session, timed_line("a0", 1000.0, 1000.0))
+    _read(session, timed_line("a1", 1002.0, 1002.1))
+    _read(session, timed_line("a2", 1003.0, 1003.1))
     assert "a0" not in session.core.book["h/e0"].resident
-    _read(session, _line("a0", 1001.0, 1010.0))
+    _read(session, timed_line("a0", 1001.0, 1010.0))
     assert (session.counts.hits, session.counts.misses) == (1, 3)
-    _read(session, _line("a2", 1011.0, 1011.5))  # the load that put a0 back took the least recently used, a1
+    _read(session, timed_line("a2", 1011.0, 1011.5))  # the load that put a0 back took the least recently used, a1
     assert session.counts.hits == 2 and "a1" not in session.core.book["h/e0"].resident
 
 
@@ -92,8 +88,8 @@ def test_a_line_for_an_adapter_no_engine_can_serve_counts_unserved(tmp_path: Pat
     inv = make_inventory(tmp_path, adapters=2, engines=TWO_SLOTS, ranks=[8, 128], zero_load=True)
     session = Session(PolicyCore(inv, LruPolicy()), simulate=True, answers=False)
     session.start(999.0)
-    _read(session, _line("a1", 1000.0, 1001.0))
-    _read(session, _line("a0", 1001.5, 1002.0))
+    _read(session, timed_line("a1", 1000.0, 1001.0))
+    _read(session, timed_line("a0", 1001.5, 1002.0))
     counts = session.counts
     assert (counts.unserved, counts.requests, counts.misses) == (1, 1, 1)
 
@@ -111,42 +107,21 @@ def test_live_an_adapter_the_book_evicted_while_its_request_ran_was_a_hit_for_it
     the book stood at the line, the daemon counted it a miss (32% hits where the engines hit 93%, with
     seconds-long requests); it counts what the engine held when the request came."""
     session = _live(tmp_path, LruPolicy())
-    for line in (_line("a0", 1000.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a2", 1003.0, 1003.1)):
+    for line in (timed_line("a0", 1000.0, 1000.1), timed_line("a1", 1001.0, 1001.1), timed_line("a2", 1003.0, 1003.1)):
         for call in session.request(line):  # the load that registers it: answered at once
             session.answered(line.seen or 0.0, call, LOADED, True, 10.0)
     assert "a0" not in session.core.book["h/e0"].resident
-    session.request(_line("a0", 1002.0, 1010.0))
+    session.request(timed_line("a0", 1002.0, 1010.0))
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (4, 1, 3)
-
-
-def _settling(tmp: Path, engines: list[dict[str, object]] | None = None, policy: Policy | None = None) -> Session:
-    """A live session as the daemon's (its answers kept), by default on an engine with four host slots."""
-    engines = engines or [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]
-    session = Session(PolicyCore(make_inventory(tmp, adapters=4, engines=engines), policy or LruPolicy()))
-    session.start(999.0)
-    return session
-
-
-def _read_live(session: Session, line: RequestEvent) -> None:
-    for call in session.request(line):  # a load that registers it: answered at once, as long as modelled
-        session.answered(line.seen or 0.0, call, LOADED, True, session.model_ms(call.engine, call.adapter))
 
 
 def _settled(session: Session, lines: list[RequestEvent]) -> tuple[tuple[int, int], list[tuple[float, str, str, str]]]:
     """Read the lines; (hits, misses) as counted, and what settling all of them then counted again."""
     for line in lines:
-        _read_live(session, line)
+        read_live(session, line)
     counted = (session.counts.hits, session.counts.misses)
     session.settle_all()
-    return counted, _recounted(session)
-
-
-def _recounted(session: Session) -> list[tuple[float, str, str, str]]:
-    return [
-        (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
-        for a in session.take_answers()
-        if isinstance(a, Recounted)
-    ]
+    return counted, recounted(session)
 
 
 def test_live_a_request_that_came_while_an_earlier_one_ran_is_settled_a_hit_once_the_longest_request_has_passed(
@@ -158,21 +133,21 @@ def test_live_a_request_that_came_while_an_earlier_one_ran_is_settled_a_hit_once
     newest line — the engines, replayed in arrival order, served it warm: it is counted again, a hit, its wait
     taken back, with an answer that says so (the journal's correction). The first, which came to an engine
     without a0, stays a miss."""
-    session = _settling(tmp_path)
-    _read_live(session, _line("a3", 990.0, 995.0))  # the first line with a duration: settling from 995 on
-    for line in (_line("a1", 1001.0, 1001.1), _line("a2", 1002.0, 1002.1), _line("a0", 1003.0, 1004.0)):
-        _read_live(session, line)
+    session = live_session(tmp_path)
+    read_live(session, timed_line("a3", 990.0, 995.0))  # the first line with a duration: settling from 995 on
+    for line in (timed_line("a1", 1001.0, 1001.1), timed_line("a2", 1002.0, 1002.1), timed_line("a0", 1003.0, 1004.0)):
+        read_live(session, line)
     counts = session.counts
-    _read_live(session, _line("a0", 1000.0, 1010.0))
+    read_live(session, timed_line("a0", 1000.0, 1010.0))
     assert (counts.requests, counts.hits, counts.misses) == (5, 0, 5)
-    assert _recounted(session) == []  # a request that came before 1003 may still be running
+    assert recounted(session) == []  # a request that came before 1003 may still be running
     paid = counts.cold_ms_paid
-    _read_live(session, _line("a3", 1030.0, 1033.5))  # 30 s, the least horizon, before it: 1003.5 is known
-    assert _recounted(session) == [(1003.0, "a0", MISS, HIT)]
+    read_live(session, timed_line("a3", 1030.0, 1033.5))  # 30 s, the least horizon, before it: 1003.5 is known
+    assert recounted(session) == [(1003.0, "a0", MISS, HIT)]
     assert (counts.requests, counts.hits, counts.misses, session.recounted) == (6, 2, 4, 1)
     assert counts.cold_ms_paid < paid  # its wait taken back
     session.settle_all()
-    assert _recounted(session) == [] and session.recounted == 1  # settled once
+    assert recounted(session) == [] and session.recounted == 1  # settled once
 
 
 def test_live_a_settled_hit_is_a_gpu_hit_where_its_adapter_held_a_gpu_slot_and_else_waits_the_copy(
@@ -184,12 +159,14 @@ def test_live_a_settled_hit_is_a_gpu_hit_where_its_adapter_held_a_gpu_slot_and_e
     one, and is no GPU hit."""
     for gpu_slots, between, gpu in ((2, False, True), (1, True, False)):
         (tmp_path / str(gpu_slots)).mkdir()
-        session = _settling(tmp_path / str(gpu_slots), [{"kind": "vllm", "max_loras": gpu_slots, "max_cpu_loras": 4}])
-        _read_live(session, _line("a3", 990.0, 995.0))
+        session = live_session(
+            tmp_path / str(gpu_slots), [{"kind": "vllm", "max_loras": gpu_slots, "max_cpu_loras": 4}]
+        )
+        read_live(session, timed_line("a3", 990.0, 995.0))
         if between:
-            _read_live(session, _line("a1", 1001.0, 1001.1))
-        _read_live(session, _line("a0", 1003.0, 1004.0))  # counted a miss: the book knows of no a0
-        _read_live(session, _line("a0", 1000.0, 1010.0))
+            read_live(session, timed_line("a1", 1001.0, 1001.1))
+        read_live(session, timed_line("a0", 1003.0, 1004.0))  # counted a miss: the book knows of no a0
+        read_live(session, timed_line("a0", 1000.0, 1010.0))
         counts = session.counts
         gpu_hits, paid = counts.gpu_hits, counts.cold_ms_paid
         session.settle_all()
@@ -207,15 +184,15 @@ def test_live_a_request_the_book_counted_warm_is_settled_a_miss_where_an_earlier
     """Two host slots holding a0 and a1: a2's request came at 1002 and ran until 1010 — the engine loaded a2
     then, evicting a0, its least recently used. a0's request at 1003, its line read at 1004, found the book
     still holding a0: counted a hit. Settled, it was a miss that waited a cold load."""
-    session = _settling(tmp_path, TWO_SLOTS)
-    _read_live(session, _line("a0", 999.0, 1000.1))
-    _read_live(session, _line("a1", 1001.0, 1001.1))
-    _read_live(session, _line("a0", 1003.0, 1004.0))
+    session = live_session(tmp_path, TWO_SLOTS)
+    read_live(session, timed_line("a0", 999.0, 1000.1))
+    read_live(session, timed_line("a1", 1001.0, 1001.1))
+    read_live(session, timed_line("a0", 1003.0, 1004.0))
     counts = session.counts
     assert (counts.requests, counts.hits, counts.misses) == (3, 1, 2)
-    _read_live(session, _line("a2", 1002.0, 1010.0))
+    read_live(session, timed_line("a2", 1002.0, 1010.0))
     session.settle_all()
-    assert _recounted(session) == [(1003.0, "a0", HIT, MISS)]
+    assert recounted(session) == [(1003.0, "a0", HIT, MISS)]
     assert (counts.requests, counts.hits, counts.misses) == (4, 0, 4)
 
 
@@ -223,17 +200,17 @@ def test_live_settling_replays_lorafleets_own_calls_and_what_a_reconcile_found_g
     """A prefetch of a0 sent at 1001 (answered at 1001.2) made a0's request at 1002 a hit, and a reconcile at
     1005 found a1 no longer registered, so a1's request at 1006 was a miss: the stand-ins take both, and settle
     neither otherwise than the book counted them."""
-    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a0")]))
-    _read_live(session, _line("a1", 1000.0, 1000.5))
+    session = live_session(tmp_path, policy=Scripted([(1001.0, "h/e0", "a0")]))
+    read_live(session, timed_line("a1", 1000.0, 1000.5))
     (call,) = session.advance(1001.0)
     session.answered(1001.2, call, LOADED, True, 200.0)
-    _read_live(session, _line("a0", 1002.0, 1003.0))
+    read_live(session, timed_line("a0", 1002.0, 1003.0))
     session.reconciled(1005.0, "h/e0", ["a0"], [], [])
-    _read_live(session, _line("a1", 1006.0, 1006.5))
+    read_live(session, timed_line("a1", 1006.0, 1006.5))
     counts = session.counts
     assert (counts.requests, counts.hits, counts.misses) == (3, 1, 2)
     session.settle_all()
-    assert _recounted(session) == [] and (counts.hits, counts.misses) == (1, 2)
+    assert recounted(session) == [] and (counts.hits, counts.misses) == (1, 2)
 
 
 def test_live_a_request_counted_at_its_start_hint_is_never_settled_but_runs_on_the_stand_ins_from_its_start(
@@ -243,42 +220,42 @@ def test_live_a_request_counted_at_its_start_hint_is_never_settled_but_runs_on_t
     requests (1001, 1002, known from their lines) pushed out a3 and a1, not a0, and a0's request at 1003 was a
     hit — for the book, which runs a hinted request until its line, and for the stand-ins, which take it as it
     starts (taken only at its line, behind the others, it would have been evicted and the hit settled a miss)."""
-    session = _settling(tmp_path, TWO_SLOTS)
-    _read_live(session, _line("a3", 999.0, 999.1))  # a line with a duration: settling begins
+    session = live_session(tmp_path, TWO_SLOTS)
+    read_live(session, timed_line("a3", 999.0, 999.1))  # a line with a duration: settling begins
     calls, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
     for call in calls:
         session.answered(1000.1, call, LOADED, True, session.model_ms(call.engine, call.adapter))
-    for line in (_line("a1", 1001.0, 1001.1), _line("a2", 1002.0, 1002.1), _line("a0", 1003.0, 1004.0)):
-        _read_live(session, line)
-    session.request(_line("a0", 1000.0, 1010.0), held=held)
+    for line in (timed_line("a1", 1001.0, 1001.1), timed_line("a2", 1002.0, 1002.1), timed_line("a0", 1003.0, 1004.0)):
+        read_live(session, line)
+    session.request(timed_line("a0", 1000.0, 1010.0), held=held)
     counts = session.counts
     assert (counts.requests, counts.hits, counts.misses) == (5, 1, 4)
     session.settle_all()
-    assert _recounted(session) == [] and (counts.hits, counts.misses) == (1, 4)
+    assert recounted(session) == [] and (counts.hits, counts.misses) == (1, 4)
 
 
 def test_live_a_hinted_request_leaves_the_stand_ins_use_of_its_adapter_when_its_line_comes(tmp_path: Path) -> None:
     """Two host slots. a0's hinted request ran 1000-1002; a1's and a2's requests (1003, 1004) then pushed it out
     — no longer in use, it was the least recently used — so a0's request at 1005 was a miss, for the book and the
     stand-ins alike: nothing is settled otherwise."""
-    session = _settling(tmp_path, TWO_SLOTS)
-    _read_live(session, _line("a3", 999.0, 999.1))
+    session = live_session(tmp_path, TWO_SLOTS)
+    read_live(session, timed_line("a3", 999.0, 999.1))
     calls, held = session.hint(RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
     for call in calls:
         session.answered(1000.1, call, LOADED, True, session.model_ms(call.engine, call.adapter))
-    session.request(_line("a0", 1000.0, 1002.0), held=held)
-    for line in (_line("a1", 1003.0, 1003.1), _line("a2", 1004.0, 1004.1), _line("a0", 1005.0, 1005.5)):
-        _read_live(session, line)
+    session.request(timed_line("a0", 1000.0, 1002.0), held=held)
+    for line in (timed_line("a1", 1003.0, 1003.1), timed_line("a2", 1004.0, 1004.1), timed_line("a0", 1005.0, 1005.5)):
+        read_live(session, line)
     assert (session.counts.hits, session.counts.misses) == (0, 5)
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_the_stand_ins_start_from_what_the_book_holds_at_the_first_line_with_a_duration(tmp_path: Path) -> None:
     """a0 was loaded for a request from a line without a duration (1000); the first line with one (1002) starts
     the stand-ins: they hold a0 then, so a0's request at 1003, a hit, stays one."""
-    lines = [RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"), _line("a1", 1001.0, 1002.0)]
-    assert _settled(_settling(tmp_path), [*lines, _line("a0", 1003.0, 1004.0)]) == ((1, 2), [])
+    lines = [RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"), timed_line("a1", 1001.0, 1002.0)]
+    assert _settled(live_session(tmp_path), [*lines, timed_line("a0", 1003.0, 1004.0)]) == ((1, 2), [])
 
 
 def test_live_a_demand_load_of_a_name_vllm_knows_does_nothing_on_the_stand_ins(tmp_path: Path) -> None:
@@ -286,16 +263,16 @@ def test_live_a_demand_load_of_a_name_vllm_knows_does_nothing_on_the_stand_ins(t
     book, reading a0's line only at 1001.6, asks for the load a miss makes: vLLM answers "already loaded" for a
     name it knows, doing nothing. So a0's request at 1002 was a miss, though the book, holding a0 since that
     call, counted a hit: settled a miss (taken as a load, the call would have put a0 back)."""
-    session = _settling(tmp_path, TWO_SLOTS)
-    _read_live(session, _line("a3", 990.0, 995.0))
-    _read_live(session, _line("a1", 1001.1, 1001.15))
-    _read_live(session, _line("a2", 1001.2, 1001.25))
+    session = live_session(tmp_path, TWO_SLOTS)
+    read_live(session, timed_line("a3", 990.0, 995.0))
+    read_live(session, timed_line("a1", 1001.1, 1001.15))
+    read_live(session, timed_line("a2", 1001.2, 1001.25))
     session.advance(1001.6)  # the clock: a follower's poll later
-    _read_live(session, _line("a0", 1000.0, 1001.0))
-    _read_live(session, _line("a0", 1002.0, 1002.5))
+    read_live(session, timed_line("a0", 1000.0, 1001.0))
+    read_live(session, timed_line("a0", 1002.0, 1002.5))
     assert session.counts.hits == 1
     session.settle_all()
-    assert _recounted(session) == [(1002.0, "a0", HIT, MISS)]
+    assert recounted(session) == [(1002.0, "a0", HIT, MISS)]
 
 
 def test_live_settling_takes_in_order_the_requests_that_came_shortly_before_the_first_line_with_a_duration(
@@ -303,24 +280,24 @@ def test_live_settling_takes_in_order_the_requests_that_came_shortly_before_the_
 ) -> None:
     """The first line read ends at 1010; requests that came up to 30 s before it have their lines to come, so they
     are served in arrival order too: a0's at 1005, counted a miss, came while a0's request of 1000 ran."""
-    session = _settling(tmp_path)
-    for line in (_line("a1", 1009.0, 1010.0), _line("a0", 1005.0, 1011.0), _line("a0", 1000.0, 1012.0)):
-        _read_live(session, line)
+    session = live_session(tmp_path)
+    for line in (timed_line("a1", 1009.0, 1010.0), timed_line("a0", 1005.0, 1011.0), timed_line("a0", 1000.0, 1012.0)):
+        read_live(session, line)
     assert session.counts.misses == 3
     session.settle_all()
-    assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
+    assert recounted(session) == [(1005.0, "a0", MISS, HIT)]
 
 
 def test_live_settling_holds_at_most_its_bound_of_entries_serving_the_oldest_early(tmp_path: Path) -> None:
     """Bounded to 6 entries (each request two: its arrival and its end), the stand-ins serve the oldest at once
     whatever the horizon: the memory a long horizon at a high rate would take stays bounded."""
-    session = _settling(tmp_path)
-    _read_live(session, _line("a3", 990.0, 995.0))
+    session = live_session(tmp_path)
+    read_live(session, timed_line("a3", 990.0, 995.0))
     settling = session.settling
     assert settling is not None
     settling.max_pending = 6
     for i in range(10):
-        _read_live(session, _line(f"a{i % 3}", 1000.0 + i, 1000.5 + i))
+        read_live(session, timed_line(f"a{i % 3}", 1000.0 + i, 1000.5 + i))
         assert len(settling) <= 6
     assert settling.at > 1000.0  # served long before the newest line's horizon (30 s) had passed them
 
@@ -329,39 +306,39 @@ def test_live_a_failed_load_loads_nothing_on_the_stand_ins_but_takes_nothing_a_r
     """A prefetch of a2 at 1001 failed: a2's request at 1002 found the engine without it (a miss for the book and
     the stand-ins alike). The load asked for a0's request of 1000 (its line read at 1001) failed too: the book let
     a0 go, but the request had brought it in, so a0's request at 1005 was a hit — settled one."""
-    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
-    _read_live(session, _line("a3", 990.0, 995.0))
-    for call in session.request(_line("a0", 1000.0, 1001.0)):  # the demand load of a0, and the prefetch of a2
+    session = live_session(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
+    read_live(session, timed_line("a3", 990.0, 995.0))
+    for call in session.request(timed_line("a0", 1000.0, 1001.0)):  # the demand load of a0, and the prefetch of a2
         session.answered(1001.0, call, "error", False, 100.0, "timeout")
-    _read_live(session, _line("a2", 1002.0, 1003.0))
-    _read_live(session, _line("a0", 1005.0, 1006.0))
+    read_live(session, timed_line("a2", 1002.0, 1003.0))
+    read_live(session, timed_line("a0", 1005.0, 1006.0))
     assert (session.counts.hits, session.counts.misses) == (0, 4)
     session.settle_all()
-    assert _recounted(session) == [(1005.0, "a0", MISS, HIT)]
+    assert recounted(session) == [(1005.0, "a0", MISS, HIT)]
 
 
 def test_live_a_load_that_fails_after_hanging_past_the_horizon_is_dropped_when_it_fails(tmp_path: Path) -> None:
     """A prefetch of a2 sent at 1001 hung until 1046 and failed; meanwhile lines came for 45 s, so the stand-ins
     had taken it as a load. a2's request at 1060 found the engine without it: a miss, not settled a hit."""
-    session = _settling(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
-    _read_live(session, _line("a1", 1000.0, 1000.5))
+    session = live_session(tmp_path, policy=Scripted([(1001.0, "h/e0", "a2")]))
+    read_live(session, timed_line("a1", 1000.0, 1000.5))
     (prefetch,) = session.advance(1001.0)
     for t in range(1002, 1046, 4):
-        _read_live(session, _line("a1", t, t + 0.5))
+        read_live(session, timed_line("a1", t, t + 0.5))
     session.answered(1046.0, prefetch, "error", False, 45000.0, "timed out")
-    _read_live(session, _line("a2", 1060.0, 1061.0))
+    read_live(session, timed_line("a2", 1060.0, 1061.0))
     assert session.counts.misses == 2
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_a_line_without_a_duration_is_served_on_the_stand_ins_too(tmp_path: Path) -> None:
     """Two host slots holding a0 and a1: a line without a duration (a0 at 1002, a hit counted on arrival, no call
     made) left a0 the most recent, so a2's request at 1003 pushed a1 out, and a0's at 1004 was a hit — for the
     book and the stand-ins, which take that line too."""
-    lines = [_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1)]
-    lines += [RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m"), _line("a2", 1003.0, 1003.5)]
-    assert _settled(_settling(tmp_path, TWO_SLOTS), [*lines, _line("a0", 1004.0, 1004.5)]) == ((2, 3), [])
+    lines = [timed_line("a0", 999.0, 1000.1), timed_line("a1", 1001.0, 1001.1)]
+    lines += [RequestEvent(1002.0, ADAPTER, "a0", tenant="t", base_model="m"), timed_line("a2", 1003.0, 1003.5)]
+    assert _settled(live_session(tmp_path, TWO_SLOTS), [*lines, timed_line("a0", 1004.0, 1004.5)]) == ((2, 3), [])
 
 
 def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(tmp_path: Path) -> None:
@@ -369,15 +346,15 @@ def test_live_a_call_made_with_the_clock_far_past_the_log_is_placed_by_the_log(t
     first reconcile at 5000): a prefetch of a2 made on reading the line of 1001 is placed within a horizon of
     that line, so a2's request at 1040 found it loaded — a hit, where the book, which saw the load answered at
     5000, counted a miss."""
-    session = _settling(tmp_path, policy=Scripted([(5000.5, "h/e0", "a2")]))
+    session = live_session(tmp_path, policy=Scripted([(5000.5, "h/e0", "a2")]))
     session.reconciled(5000.0, "h/e0", [], [], [])
-    _read_live(session, _line("a1", 1000.0, 1001.0))
+    read_live(session, timed_line("a1", 1000.0, 1001.0))
     (call,) = session.advance(5000.5)
     session.answered(5000.7, call, LOADED, True, 200.0)
-    _read_live(session, _line("a2", 1040.0, 1041.0))
+    read_live(session, timed_line("a2", 1040.0, 1041.0))
     assert (session.counts.hits, session.counts.misses) == (0, 2)
     session.settle_all()
-    assert _recounted(session) == [(1040.0, "a2", MISS, HIT)]
+    assert recounted(session) == [(1040.0, "a2", MISS, HIT)]
 
 
 def test_live_a_line_read_while_the_books_load_of_its_adapter_runs_is_late_only_if_that_load_began_before_it_came(
@@ -390,9 +367,9 @@ def test_live_a_line_read_while_the_books_load_of_its_adapter_runs_is_late_only_
     session = Session(PolicyCore(inv, Scripted([(1001.0, "h/e0", "a0")])))
     session.start(999.0)
     assert [c.adapter for c in session.advance(1001.0)] == ["a0"]  # in flight from here on
-    session.request(_line("a0", 1001.5, 1002.0))
+    session.request(timed_line("a0", 1001.5, 1002.0))
     assert (session.counts.requests, session.counts.late, session.counts.misses) == (1, 1, 0)
-    session.request(_line("a0", 1000.5, 1002.5))
+    session.request(timed_line("a0", 1000.5, 1002.5))
     assert (session.counts.requests, session.counts.late, session.counts.misses) == (2, 1, 1)
 
 
@@ -402,7 +379,7 @@ def test_the_experts_runs_never_settle_what_only_the_stand_ins_score(tmp_path: P
     leader = LeaderPolicy(experts=[("lru", LruPolicy), ("markov", MarkovPolicy)])
     Session(PolicyCore(inv, leader), answers=False)
     assert not leader._scorer(LruPolicy, False).session.settle
-    assert _settling(tmp_path).settle
+    assert live_session(tmp_path).settle
 
 
 def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_path: Path) -> None:
@@ -412,9 +389,9 @@ def test_live_an_adapter_loaded_after_its_request_came_was_a_miss_for_it(tmp_pat
     calls = session.advance(1001.0)
     assert [(c.engine, c.adapter) for c in calls] == [("h/e0", "a1")]
     session.answered(1001.2, calls[0], LOADED, True, 200.0)
-    session.request(_line("a1", 1000.5, 1002.0))
+    session.request(timed_line("a1", 1000.5, 1002.0))
     assert (session.counts.requests, session.counts.hits, session.counts.misses) == (1, 0, 1)
-    session.request(_line("a1", 1001.5, 1003.0))
+    session.request(timed_line("a1", 1001.5, 1003.0))
     assert (session.counts.requests, session.counts.hits) == (2, 1)
 
 
@@ -424,17 +401,17 @@ def test_live_what_a_reconcile_or_another_process_changed_counts_from_then(tmp_p
     until then; a2, loaded by `warm` at 1007, is a hit for a request that came at 1008."""
     session = _live(tmp_path, LruPolicy())
     for adapter in ("a0", "a1"):
-        for call in session.request(_line(adapter, 1000.0, 1000.5)):
+        for call in session.request(timed_line(adapter, 1000.0, 1000.5)):
             session.answered(1000.5, call, LOADED, True, 10.0)
     session.reconciled(1005.0, "h/e0", ["a1"], [], [])
     session.noticed("h/e0", "a1", UNLOADED, False)  # at the newest instant seen: 1005
-    session.request(_line("a3", 1006.9, 1007.0))  # the clock at 1007
+    session.request(timed_line("a3", 1006.9, 1007.0))  # the clock at 1007
     session.noticed("h/e0", "a2", LOADED, False)
     before = session.counts.hits
-    session.request(_line("a0", 1005.5, 1009.0))
-    session.request(_line("a1", 1006.5, 1009.5))
+    session.request(timed_line("a0", 1005.5, 1009.0))
+    session.request(timed_line("a1", 1006.5, 1009.5))
     assert session.counts.hits == before
-    session.request(_line("a2", 1008.0, 1010.0))
+    session.request(timed_line("a2", 1008.0, 1010.0))
     assert session.counts.hits == before + 1
 
 
@@ -449,18 +426,18 @@ def test_live_what_the_book_evicted_or_a_reconcile_adopted_counts_from_then(tmp_
         for call in session.request(line):
             session.answered(line.seen or 0.0, call, LOADED, True, 10.0)
 
-    for line in (_line("a0", 1000.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a2", 1003.0, 1003.1)):
+    for line in (timed_line("a0", 1000.0, 1000.1), timed_line("a1", 1001.0, 1001.1), timed_line("a2", 1003.0, 1003.1)):
         read(line)
-    read(_line("a2", 1004.4, 1004.5))  # the clock at 1004.5
+    read(timed_line("a2", 1004.4, 1004.5))  # the clock at 1004.5
     session.noticed("h/e0", "a3", LOADED, False)  # displaces a1, the least recently used
     hits = session.counts.hits
-    read(_line("a0", 1004.0, 1005.0))
-    read(_line("a1", 1004.6, 1005.5))
+    read(timed_line("a0", 1004.0, 1005.0))
+    read(timed_line("a1", 1004.6, 1005.5))
     assert session.counts.hits == hits
     assert set(session.core.book["h/e0"].resident) == {"a0", "a1"}  # the lines' misses loaded them again
     session.reconciled(1006.0, "h/e0", ["a2"], [], ["a2"])  # only a2, which it runs, is there
     assert set(session.core.book["h/e0"].resident) == {"a2"}
-    read(_line("a2", 1007.0, 1007.5))
+    read(timed_line("a2", 1007.0, 1007.5))
     assert session.counts.hits == hits + 1
 
 
@@ -472,10 +449,10 @@ def test_a_request_is_routed_where_its_adapter_was_when_it_came(tmp_path: Path, 
     last = f"h/e{engines - 1}"
     script = [(1000.0, last, "a0"), (1005.0, last, "a1"), (1006.0, "h/e0", "a0")]
     session = _copy(tmp_path, Scripted(script), ONE_EACH[:1] * engines)
-    _read(session, _line("a0", 1002.0, 1010.0))
+    _read(session, timed_line("a0", 1002.0, 1010.0))
     assert session.last_engine == last and session.counts.hits == 1
     named = _copy(tmp_path, Scripted(script), ONE_EACH[:1] * engines)
-    _read(named, _line("a0", 1002.0, 1010.0, engine="h/e0"))
+    _read(named, timed_line("a0", 1002.0, 1010.0, engine="h/e0"))
     assert named.last_engine == "h/e0" and (named.counts.hits, named.counts.misses) == (0, 1)
 
 
@@ -491,7 +468,7 @@ def test_the_leaders_copy_serves_where_the_live_engines_did_and_the_others_route
     core = PolicyCore(inv, policy)
     session = Session(core, answers=False)
     session.start(999.0)
-    session.request(_line("a0", 1000.0, 1000.5), engine="h/e1")
+    session.request(timed_line("a0", 1000.0, 1000.5), engine="h/e1")
     policy.idle()
     leader, other = (shadow.session for shadow in policy.shadows)
     assert leader.last_engine == "h/e1"  # as the live engines served it
@@ -572,7 +549,7 @@ def test_after_a_restart_the_default_experts_are_made_again_to_score_lines_and_o
     engines that are no more): the default experts are made again by name; experts given otherwise cannot be,
     and their copies of the fleet score the lines instead."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
-    lines = [_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
+    lines = [timed_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
     for policy, scored in ((LeaderPolicy(), True), (LeaderPolicy(experts=[("own", LruPolicy)]), False)):
         PolicyCore(inv, policy)
         restored = pickle.loads(pickle.dumps(policy))
@@ -603,7 +580,7 @@ def test_on_a_log_with_durations_each_request_scores_the_standings_once_from_the
     session = Session(PolicyCore(inv, policy), answers=False)
     session.start(999.0)
     for i in range(40):  # the first takes 5 s, the others 2 s
-        session.request(_line(f"a{i % 3}", 1000.0 + i, 1000.0 + i + (5.0 if i == 0 else 2.0)))
+        session.request(timed_line(f"a{i % 3}", 1000.0 + i, 1000.0 + i + (5.0 if i == 0 else 2.0)))
         policy.idle()
     assert policy.settle_s == 5.0
     assert len(scored) == 37  # those that came by the last line's time (1041) less 5 s: 1000 to 1036
@@ -614,7 +591,7 @@ def test_replay_of_lines_learned_late_spans_from_the_first_arrival_to_the_last_t
     """The loaders' span (their utilisation's denominator): from the first request's arrival to the last line
     read (its end plus a follower's poll), or the last load done if later."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
-    events = [_line(f"a{i}", 1000.0 + i, 1001.5 + i) for i in range(3)]
+    events = [timed_line(f"a{i}", 1000.0 + i, 1001.5 + i) for i in range(3)]
     result = simulate(inv, "lru", events, visibility=LOG)
     assert result.loader_span_ms == pytest.approx((1003.5 + FOLLOW_POLL_S - 1000.0) * 1000.0)
 
@@ -624,12 +601,12 @@ def test_a_new_inventory_starts_the_experts_runs_again_on_its_engines(tmp_path: 
     first = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
     session = Session(PolicyCore(first, policy), answers=False)
     session.start(999.0)
-    session.request(_line("a0", 1000.0, 1001.0))
+    session.request(timed_line("a0", 1000.0, 1001.0))
     policy.idle()
     assert policy._scorers is not None
     second = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS * 2, zero_load=True, name="second.yaml")
     session.replace_inventory(second)
-    session.request(_line("a1", 1002.0, 1003.0))
+    session.request(timed_line("a1", 1002.0, 1003.0))
     policy.idle()
     assert all(run.session.core.inventory is second for run in policy._scorers or ())
     assert set(policy._scorers[0].standins.engines) == {"h/e0", "h/e1"}  # type: ignore[index]
@@ -639,13 +616,13 @@ def test_an_engine_a_reload_empties_or_removes_held_nothing_before_it(tmp_path: 
     """A new budget starts the engine's book anew, empty: a line that came after the reload is a miss there,
     whatever the engine held before it."""
     session = _copy(tmp_path, LruPolicy(), TWO_SLOTS)
-    _read(session, _line("a1", 1000.0, 1001.0))
+    _read(session, timed_line("a1", 1000.0, 1001.0))
     session.advance(1002.0)  # its load done
     assert session.held_at("h/e0", "a1", 1005.0)
     larger = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}]
     session.replace_inventory(make_inventory(tmp_path, adapters=4, engines=larger, zero_load=True, name="b.yaml"))
     assert not session.held_at("h/e0", "a1", 1005.0)
-    _read(session, _line("a1", 1010.0, 1011.0))
+    _read(session, timed_line("a1", 1010.0, 1011.0))
     assert (session.counts.requests, session.counts.hits) == (2, 0)
 
 
@@ -684,7 +661,7 @@ def test_a_hint_closed_without_its_line_ends_its_request_on_the_runs_stand_in_an
     fleet.run(1001.0)
     assert fleet.standins.engines["h/e0"].running == {} and fleet.session.core.book.engines["h/e0"].running == {}
     later = fleet.add(RequestEvent(1002.0, ADAPTER, "a1", tenant="t", base_model="m"))
-    fleet.line(later, _line("a1", 1002.0, 1003.0))  # its line before its arrival ran: kept until it does
+    fleet.line(later, timed_line("a1", 1002.0, 1003.0))  # its line before its arrival ran: kept until it does
     fleet.run()
     assert fleet.standins.engines["h/e0"].running == {} and fleet.session.counts.requests == 1
     assert fleet.on == {} and fleet.held == {}  # nothing kept of either request (a long-lived run must not grow)
@@ -695,7 +672,7 @@ def test_with_start_hints_the_runs_score_when_they_can_be_made_and_the_copies_ot
     a restart, experts other than the default ones cannot be made again and their copies score the hints; runs
     made for lines go on taking lines (a hint then is scored by the copies)."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
-    lines = [_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
+    lines = [timed_line(f"a{i % 3}", 1000.0 + i, 1001.5 + i) for i in range(6)]
     for policy, runs in ((LeaderPolicy(), True), (LeaderPolicy(experts=[("own", LruPolicy)]), False)):
         PolicyCore(inv, policy)
         restored = pickle.loads(pickle.dumps(policy))
@@ -780,7 +757,7 @@ def test_a_run_short_of_an_instant_leaves_what_comes_at_that_instant(tmp_path: P
         Session(PolicyCore(inv, LruPolicy()), answers=False),
         lambda event, engine, outcome, ms: outcomes.append(outcome),
     )
-    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.add(timed_line("a0", 1000.0, 1001.0))
     fleet.run(1000.0, before=True)
     assert outcomes == []
     fleet.run(1000.0)
@@ -793,7 +770,7 @@ def test_on_stand_ins_the_policy_starts_at_the_first_arrival_and_loads_a_tenants
     engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 4}]
     inv = make_inventory(tmp_path, adapters=4, engines=engines, tenants={"t": "{pinned: [a3]}"})
     fleet = LateFleet(Session(PolicyCore(inv, LorafleetPolicy()), answers=False))
-    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.add(timed_line("a0", 1000.0, 1001.0))
     fleet.run(1000.5)
     assert fleet.session.started and "a3" in fleet.standins.holds("h/e0")
 
@@ -808,7 +785,7 @@ def test_a_request_added_after_the_run_passed_its_arrival_is_served_no_earlier_t
         lambda event, engine, outcome, ms: served_at.append(fleet.last),
     )
     fleet.run(1005.0)
-    fleet.add(_line("a0", 1000.0, 1001.0))
+    fleet.add(timed_line("a0", 1000.0, 1001.0))
     fleet.run(1005.0)
     assert served_at == [1005.0]
 
@@ -818,13 +795,13 @@ def test_a_line_read_after_the_run_passed_it_is_acted_on_at_the_instant_already_
     the line leads to reach the stand-ins then, not at the line's own earlier time."""
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
     fleet = LateFleet(Session(PolicyCore(inv, MarkovPolicy()), answers=False))
-    fleet.add(_line("a0", 1000.0, 1000.1))
-    fleet.add(_line("a1", 1000.2, 1000.3))  # t moves a0 -> a1
+    fleet.add(timed_line("a0", 1000.0, 1000.1))
+    fleet.add(timed_line("a1", 1000.2, 1000.3))  # t moves a0 -> a1
     for adapter, at in (("a2", 1003.0), ("a0", 1004.0)):  # another tenant's: a1 is evicted
         fleet.add(RequestEvent(at, ADAPTER, adapter, tenant="u", base_model="m", seen=at + 0.1))
     fleet.run(1005.0)
     assert fleet.standins.holds("h/e0") == ["a2", "a0"]
-    fleet.add(_line("a0", 1002.0, 1002.1))  # t's line, read only now: markov prefetches a1
+    fleet.add(timed_line("a0", 1002.0, 1002.1))  # t's line, read only now: markov prefetches a1
     fleet.run(1010.0)
     ready = fleet.standins.ready_at("h/e0", "a1")
     assert ready is not None and ready > 1005.0
@@ -841,7 +818,7 @@ def test_a_load_a_wakeup_makes_is_answered_before_a_later_arrival_when_it_ends_f
     fleet.run(1001.0)
     ready = fleet.standins.ready_at("h/e0", "a1")
     assert ready is not None and 1000.5 < ready < 1001.0
-    fleet.line(order, _line("a1", 1001.0, 1001.5))
+    fleet.line(order, timed_line("a1", 1001.0, 1001.5))
     fleet.run()
     assert (fleet.session.counts.requests, fleet.session.counts.hits) == (2, 1)
 
@@ -852,12 +829,12 @@ def test_a_wakeup_the_run_has_passed_is_carried_out_at_the_instant_already_run(t
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS)
     script = Scripted([])
     fleet = LateFleet(Session(PolicyCore(inv, script), answers=False))
-    fleet.add(_line("a0", 1000.0, 1000.1))
-    fleet.add(_line("a0", 1004.0, 1004.1))  # a hit: the loader has been free since a0's load
+    fleet.add(timed_line("a0", 1000.0, 1000.1))
+    fleet.add(timed_line("a0", 1004.0, 1004.1))  # a hit: the loader has been free since a0's load
     fleet.run(1005.0)
     assert fleet.last >= 1004.0
     script.plan.append((1002.0, "h/e0", "a1", "prefetch"))
-    fleet.add(_line("a2", 1006.0, 1006.1))
+    fleet.add(timed_line("a2", 1006.0, 1006.1))
     fleet.run(1010.0)
     ready = fleet.standins.ready_at("h/e0", "a1")
     assert ready is not None and ready > 1004.0

@@ -15,9 +15,9 @@ from lorafleet.daemon.metrics import DaemonMetrics
 from lorafleet.drive.session import LOADED, UNLOADED, Counts, Recounted, Served, Session
 from lorafleet.drive.settling import MAX_HORIZON_S, WAIT_SETTLED_MS, Counted, Settled, Settling, recount
 from lorafleet.policy.baselines import LruPolicy
-from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, Policy, PolicyCore
+from lorafleet.policy.core import HIT, LATE, LOAD, MISS, PREFETCH, TOUCH, UNLOAD, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
-from tests.policy.builders import Scripted, make_inventory
+from tests.policy.builders import Scripted, live_session, make_inventory, read_live, recounted, timed_line
 
 ONE_SLOT = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 1}]
 TWO_SLOTS = [{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}]
@@ -26,10 +26,6 @@ SGLANG_TWO = [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 2
 E0 = "h/e0"
 # Counted as no outcome is: every request the stand-ins serve with it is reported, with what they made of it
 PROBE = Counted("probe", 0.0, False, 0.0)
-
-
-def _line(adapter: str, arrival: float, end: float) -> RequestEvent:
-    return RequestEvent(arrival, ADAPTER, adapter, tenant="t", base_model="m", seen=end)
 
 
 # --- the stand-ins alone ---------------------------------------------------------------------------------------
@@ -49,7 +45,7 @@ def _standins(
 
 def _serve(settling: Settling, adapter: str, arrival: float, end: float, probe: bool = True) -> None:
     """A line read: probed (reported whatever the stand-ins made of it), or counted as known on arrival."""
-    settling.served(_line(adapter, arrival, end), E0, PROBE if probe else None)
+    settling.served(timed_line(adapter, arrival, end), E0, PROBE if probe else None)
 
 
 def _outcomes(settled: list[Settled]) -> list[tuple[float, str, str]]:
@@ -254,7 +250,7 @@ def test_a_load_is_marked_loaded_only_when_its_turn_came(tmp_path: Path) -> None
 def test_what_names_an_engine_the_stand_ins_do_not_have_is_passed_over(tmp_path: Path) -> None:
     """An engine gone from the inventory meanwhile: its requests and calls are skipped, the others served."""
     settling = _standins(tmp_path)
-    settling.served(_line("a0", 1001.0, 1001.5), "h/gone", PROBE)
+    settling.served(timed_line("a0", 1001.0, 1001.5), "h/gone", PROBE)
     settling.called(1001.2, LOAD, "h/gone", "a1")
     settling.registered(1001.3, "h/gone", [])
     _serve(settling, "a1", 1002.0, 1002.5)
@@ -339,71 +335,44 @@ def test_a_request_settled_late_from_a_prefetch_hit_still_used_it() -> None:
 # --- the session's use of it ---------------------------------------------------------------------------------
 
 
-def _settling(
-    tmp: Path,
-    engines: list[dict[str, object]] | None = None,
-    policy: Policy | None = None,
-    read_after_s: float = 0.0,
-    settle: bool = True,
-) -> Session:
-    """A live session as the daemon's (its answers kept), by default on an engine with four host slots."""
-    inv = make_inventory(tmp, adapters=4, engines=engines or FOUR_SLOTS)
-    session = Session(PolicyCore(inv, policy or LruPolicy()), read_after_s=read_after_s, settle=settle)
-    session.start(999.0)
-    return session
-
-
-def _read_live(session: Session, line: RequestEvent) -> None:
-    for call in session.request(line):  # a load that registers it: answered at once, as long as modelled
-        session.answered(line.seen or line.time, call, LOADED, True, session.model_ms(call.engine, call.adapter))
-
-
-def _recounted(session: Session) -> list[tuple[float, str, str, str]]:
-    return [
-        (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
-        for a in session.take_answers()
-        if isinstance(a, Recounted)
-    ]
-
-
 def _warm_settled_a_miss(session: Session) -> None:
     """Two host slots holding a0 and a1; a2's request (1002-1010) evicted a0 before a0's at 1003, which the book,
     reading its line at 1004, counted a hit."""
-    for line in (_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a0", 1003.0, 1004.0)):
-        _read_live(session, line)
-    _read_live(session, _line("a2", 1002.0, 1010.0))
+    for line in (timed_line("a0", 999.0, 1000.1), timed_line("a1", 1001.0, 1001.1), timed_line("a0", 1003.0, 1004.0)):
+        read_live(session, line)
+    read_live(session, timed_line("a2", 1002.0, 1010.0))
 
 
 def test_live_the_session_settles_a_poll_margin_later_than_the_horizon(tmp_path: Path) -> None:
     """a0's second request came at 1003 while its first (1000-1010) ran: counted a miss, a hit once settled. With
     lines read up to 5 s late (`read_after_s`), not when the newest line is 30 s past it, only 5 s after."""
-    session = _settling(tmp_path, read_after_s=5.0)
-    _read_live(session, _line("a3", 990.0, 995.0))
-    for line in (_line("a1", 1001.0, 1001.1), _line("a2", 1002.0, 1002.1), _line("a0", 1003.0, 1004.0)):
-        _read_live(session, line)
-    _read_live(session, _line("a0", 1000.0, 1010.0))
-    _read_live(session, _line("a3", 1030.0, 1033.5))
-    assert _recounted(session) == []
-    _read_live(session, _line("a3", 1035.0, 1038.5))
-    assert _recounted(session) == [(1003.0, "a0", MISS, HIT)]
+    session = live_session(tmp_path, read_after_s=5.0)
+    read_live(session, timed_line("a3", 990.0, 995.0))
+    for line in (timed_line("a1", 1001.0, 1001.1), timed_line("a2", 1002.0, 1002.1), timed_line("a0", 1003.0, 1004.0)):
+        read_live(session, line)
+    read_live(session, timed_line("a0", 1000.0, 1010.0))
+    read_live(session, timed_line("a3", 1030.0, 1033.5))
+    assert recounted(session) == []
+    read_live(session, timed_line("a3", 1035.0, 1038.5))
+    assert recounted(session) == [(1003.0, "a0", MISS, HIT)]
 
 
 def test_live_a_line_that_came_before_the_stand_ins_had_run_is_never_recounted(tmp_path: Path) -> None:
     """a0's request came at 1001 and ran 45 s, longer than any before it: by its line the stand-ins had run past
     1001, and past a0's load for a request at 1005. The book counted it a miss (a0 not held when it came); taken
     late, when the stand-ins held a0, it is not settled a hit."""
-    session = _settling(tmp_path)
-    for line in (_line("a3", 985.0, 990.0), _line("a0", 1005.0, 1005.5)):
-        _read_live(session, line)
+    session = live_session(tmp_path)
+    for line in (timed_line("a3", 985.0, 990.0), timed_line("a0", 1005.0, 1005.5)):
+        read_live(session, line)
     for i in range(18):  # a1's requests until 1040: the stand-ins run past 1005
-        _read_live(session, _line("a1", 1006.0 + 2 * i, 1006.5 + 2 * i))
+        read_live(session, timed_line("a1", 1006.0 + 2 * i, 1006.5 + 2 * i))
     settling = session.settling
     assert settling is not None and settling.at > 1005.5
     misses = session.counts.misses
-    _read_live(session, _line("a0", 1001.0, 1046.0))
+    read_live(session, timed_line("a0", 1001.0, 1046.0))
     assert session.counts.misses == misses + 1
     session.settle_all()
-    assert _recounted(session) == [] and session.recounted == 0
+    assert recounted(session) == [] and session.recounted == 0
 
 
 def test_live_a_recount_takes_back_a_gpu_hit_and_the_wait_a_prefetch_avoided(tmp_path: Path) -> None:
@@ -411,19 +380,19 @@ def test_live_a_recount_takes_back_a_gpu_hit_and_the_wait_a_prefetch_avoided(tmp
     the prefetch's load time avoided; but a2's request (1001.5-1010, its line last) and a3's at 1001.6 had pushed
     a0 out on the engine. Settled a miss: no GPU hit, no wait avoided, its cold load paid."""
     engines = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 2}]
-    session = _settling(tmp_path, engines, policy=Scripted([(1001.0, E0, "a0", PREFETCH)]))
-    _read_live(session, _line("a1", 1000.0, 1000.1))
+    session = live_session(tmp_path, engines, policy=Scripted([(1001.0, E0, "a0", PREFETCH)]))
+    read_live(session, timed_line("a1", 1000.0, 1000.1))
     (call,) = session.advance(1001.0)
     session.answered(1001.2, call, LOADED, True, session.model_ms(E0, "a0"))
-    _read_live(session, _line("a3", 1001.6, 1001.7))
+    read_live(session, timed_line("a3", 1001.6, 1001.7))
     counts = session.counts
     gpu, paid = counts.gpu_hits, counts.cold_ms_paid
-    _read_live(session, _line("a0", 1002.0, 1002.5))
+    read_live(session, timed_line("a0", 1002.0, 1002.5))
     assert (counts.gpu_hits, counts.hits) == (gpu + 1, 1)
     assert counts.cold_ms_avoided > 0.0 and counts.cold_ms_paid == paid
-    _read_live(session, _line("a2", 1001.5, 1010.0))
+    read_live(session, timed_line("a2", 1001.5, 1010.0))
     session.settle_all()
-    assert _recounted(session) == [(1002.0, "a0", HIT, MISS)]
+    assert recounted(session) == [(1002.0, "a0", HIT, MISS)]
     assert (counts.gpu_hits, counts.hits, counts.cold_ms_avoided) == (gpu, 0, 0.0)
     assert counts.cold_ms_paid > paid
 
@@ -431,33 +400,33 @@ def test_live_a_recount_takes_back_a_gpu_hit_and_the_wait_a_prefetch_avoided(tmp
 def test_live_the_stand_ins_take_the_sessions_touches(tmp_path: Path) -> None:
     """Two host slots holding a0 and a1: a touch of a0 at 1002 (to keep it on the engine's own LRU) made a2's
     request at 1003 evict a1 there as in the book, so a0's at 1004 stays a hit."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1002.0, E0, "a0", TOUCH)]))
-    for line in (_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1)):
-        _read_live(session, line)
+    session = live_session(tmp_path, TWO_SLOTS, policy=Scripted([(1002.0, E0, "a0", TOUCH)]))
+    for line in (timed_line("a0", 999.0, 1000.1), timed_line("a1", 1001.0, 1001.1)):
+        read_live(session, line)
     calls = session.advance(1002.0)
     assert [(c.action, c.adapter) for c in calls] == [(TOUCH, "a0")]
-    for line in (_line("a2", 1003.0, 1003.1), _line("a0", 1004.0, 1004.5)):
-        _read_live(session, line)
+    for line in (timed_line("a2", 1003.0, 1003.1), timed_line("a0", 1004.0, 1004.5)):
+        read_live(session, line)
     assert session.counts.hits == 1
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_the_stand_ins_take_the_sessions_unloads(tmp_path: Path) -> None:
     """SGLang, two slots. a0's request (1002-1010) kept it on the engine, a2's at 1004 evicting a1; the book,
     knowing only a1's later request, unloaded a0 for a2 at 1004.1. a0's request at 1005 found it gone, a miss
     for the book and the engine alike: not settled a hit."""
-    session = _settling(tmp_path, SGLANG_TWO)
-    for line in (_line("a0", 999.0, 1000.1), _line("a1", 1001.0, 1001.1), _line("a1", 1003.0, 1003.1)):
-        _read_live(session, line)
-    calls = session.request(_line("a2", 1004.0, 1004.1))
+    session = live_session(tmp_path, SGLANG_TWO)
+    for line in (timed_line("a0", 999.0, 1000.1), timed_line("a1", 1001.0, 1001.1), timed_line("a1", 1003.0, 1003.1)):
+        read_live(session, line)
+    calls = session.request(timed_line("a2", 1004.0, 1004.1))
     assert (UNLOAD, "a0") in [(c.action, c.adapter) for c in calls]
     for call in calls:
         session.answered(1004.1, call, UNLOADED if call.action == UNLOAD else LOADED, True, 10.0)
-    _read_live(session, _line("a0", 1005.0, 1005.5))
-    _read_live(session, _line("a0", 1002.0, 1010.0))
+    read_live(session, timed_line("a0", 1005.0, 1005.5))
+    read_live(session, timed_line("a0", 1002.0, 1010.0))
     session.settle_all()
-    assert [r for r in _recounted(session) if r[0] == 1005.0] == []
+    assert [r for r in recounted(session) if r[0] == 1005.0] == []
 
 
 @pytest.mark.parametrize("when", ["after-the-start", "before-the-start", "in-flight-at-the-start"])
@@ -467,47 +436,47 @@ def test_live_a_pinned_prefetch_stays_pinned_on_the_stand_ins(tmp_path: Path, wh
     still loading when the first one is read (a call made when it was sent, pinned) — stays through a1's and a2's
     requests (a2's load evicted a1), on the engine as in the book: a0's request at 1004 stays a hit, not to be
     settled a miss."""
-    session = _settling(tmp_path, SGLANG_TWO, policy=Scripted([(1001.0, E0, "a0", "pinned")]))
+    session = live_session(tmp_path, SGLANG_TWO, policy=Scripted([(1001.0, E0, "a0", "pinned")]))
     if when == "after-the-start":
-        _read_live(session, _line("a3", 999.0, 1000.0))
+        read_live(session, timed_line("a3", 999.0, 1000.0))
     (call,) = session.advance(1001.0)
     assert call.pinned
     if when == "in-flight-at-the-start":
-        _read_live(session, _line("a3", 999.0, 1001.05))
+        read_live(session, timed_line("a3", 999.0, 1001.05))
     session.answered(1001.1, call, LOADED, True, 10.0)
-    for line in (_line("a1", 1002.0, 1002.1), _line("a2", 1003.0, 1003.1), _line("a0", 1004.0, 1004.5)):
-        _read_live(session, line)
+    for line in (timed_line("a1", 1002.0, 1002.1), timed_line("a2", 1003.0, 1003.1), timed_line("a0", 1004.0, 1004.5)):
+        read_live(session, line)
     assert session.counts.hits == 1
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_the_stand_ins_start_holding_what_the_book_holds_least_recently_used_first(tmp_path: Path) -> None:
     """Two host slots. Lines without a duration loaded a0 (1000), then a1 (1001), then used a0 again (1002): the
     book holds a1 as its least recently used, a0 loaded first. From the first line with a duration (a2's, 1003)
     the stand-ins hold them in that order too: a2 evicted a1, and a0's request at 1004 stays a hit."""
-    session = _settling(tmp_path, TWO_SLOTS)
+    session = live_session(tmp_path, TWO_SLOTS)
     for adapter, at in (("a0", 1000.0), ("a1", 1001.0), ("a0", 1002.0)):
-        _read_live(session, RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m"))
+        read_live(session, RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m"))
     assert list(session.core.book.engines[E0].resident) == ["a1", "a0"]
-    for line in (_line("a2", 1003.0, 1003.5), _line("a0", 1004.0, 1004.5)):
-        _read_live(session, line)
+    for line in (timed_line("a2", 1003.0, 1003.5), timed_line("a0", 1004.0, 1004.5)):
+        read_live(session, line)
     assert session.counts.hits == 2
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_the_stand_ins_start_with_a_load_in_flight_behind_what_the_book_holds(tmp_path: Path) -> None:
     """Two host slots: a1 held (since 1000), and a prefetch of a0 sent at 1000.5, not answered by the first line
     with a duration (a2's, 1001): the load in flight is the most recent, so a2's request evicted a1."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
-    _read_live(session, RequestEvent(1000.0, ADAPTER, "a1", tenant="t", base_model="m"))
+    session = live_session(tmp_path, TWO_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
+    read_live(session, RequestEvent(1000.0, ADAPTER, "a1", tenant="t", base_model="m"))
     assert [c.adapter for c in session.advance(1000.5)] == ["a0"]
-    for line in (_line("a2", 1000.9, 1001.0), _line("a1", 1002.0, 1002.5)):
-        _read_live(session, line)
+    for line in (timed_line("a2", 1000.9, 1001.0), timed_line("a1", 1002.0, 1002.5)):
+        read_live(session, line)
     assert (session.counts.hits, session.counts.misses) == (0, 3)
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_a_load_in_flight_when_the_stand_ins_start_is_held_from_its_start_plus_its_cold_time(
@@ -518,17 +487,17 @@ def test_live_a_load_in_flight_when_the_stand_ins_start_is_held_from_its_start_p
     still loading for a request half a cold load later (which the book, whose load began after it came, counted
     a miss), held for one two cold loads later (counted a hit from its line, in no GPU slot known: settled a GPU
     hit, the stand-ins' load of a0 having filled the slot)."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(5000.5, E0, "a0", PREFETCH)]))
+    session = live_session(tmp_path, TWO_SLOTS, policy=Scripted([(5000.5, E0, "a0", PREFETCH)]))
     session.reconciled(5000.0, E0, [], [], [])
     assert [c.adapter for c in session.advance(5000.5)] == ["a0"]
     cold = session.cold_ms(E0, "a0") / 1000.0
-    _read_live(session, _line("a1", 999.0, 1001.0))
+    read_live(session, timed_line("a1", 999.0, 1001.0))
     early, later = 1001.0 + cold / 2, 1001.0 + 2 * cold
-    for line in (_line("a0", early, 1001.5), _line("a0", later, 1002.0)):
-        _read_live(session, line)
+    for line in (timed_line("a0", early, 1001.5), timed_line("a0", later, 1002.0)):
+        read_live(session, line)
     assert (session.counts.hits, session.counts.misses) == (1, 2)  # the second: a0 loaded for the first
     session.settle_all()
-    assert _recounted(session) == [(early, "a0", MISS, LATE), (later, "a0", HIT, HIT)]
+    assert recounted(session) == [(early, "a0", MISS, LATE), (later, "a0", HIT, HIT)]
 
 
 def test_live_an_adapter_the_book_held_since_past_the_first_line_is_held_by_the_stand_ins_from_that_line(
@@ -537,32 +506,32 @@ def test_live_an_adapter_the_book_held_since_past_the_first_line_is_held_by_the_
     """The clock far past the log: a0 loaded at 5000 for a line without a duration. The first line with one
     (1002) starts the stand-ins holding a0, done by then at the latest: a0's request at 1003 was a hit there (the
     book, whose record has a0 only from 5000, counted a miss)."""
-    session = _settling(tmp_path, TWO_SLOTS)
+    session = live_session(tmp_path, TWO_SLOTS)
     session.reconciled(5000.0, E0, [], [], [])
-    _read_live(session, RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
-    for line in (_line("a1", 1001.0, 1002.0), _line("a0", 1003.0, 1003.5)):
-        _read_live(session, line)
+    read_live(session, RequestEvent(1000.0, ADAPTER, "a0", tenant="t", base_model="m"))
+    for line in (timed_line("a1", 1001.0, 1002.0), timed_line("a0", 1003.0, 1003.5)):
+        read_live(session, line)
     session.settle_all()
-    assert _recounted(session) == [(1003.0, "a0", MISS, HIT)]
+    assert recounted(session) == [(1003.0, "a0", MISS, HIT)]
 
 
 def test_live_a_session_that_does_not_settle_makes_no_stand_ins(tmp_path: Path) -> None:
     """An expert's run (`settle` off): the request the stand-ins would settle a miss keeps its count."""
-    session = _settling(tmp_path, TWO_SLOTS, settle=False)
+    session = live_session(tmp_path, TWO_SLOTS, settle=False)
     _warm_settled_a_miss(session)
     session.settle_all()
-    assert session.settling is None and _recounted(session) == []
+    assert session.settling is None and recounted(session) == []
     assert (session.counts.hits, session.counts.misses) == (1, 3)
 
 
 def test_live_a_new_inventory_settles_first_what_came_on_the_engines_before_it(tmp_path: Path) -> None:
     """The requests read before an inventory change are settled on the engines they came to, then the stand-ins
     start anew from the next line."""
-    session = _settling(tmp_path, TWO_SLOTS)
+    session = live_session(tmp_path, TWO_SLOTS)
     _warm_settled_a_miss(session)
-    assert _recounted(session) == []
+    assert recounted(session) == []
     session.replace_inventory(make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, name="again.yaml"))
-    assert _recounted(session) == [(1003.0, "a0", HIT, MISS)]
+    assert recounted(session) == [(1003.0, "a0", HIT, MISS)]
     assert session.settling is None
 
 
@@ -574,15 +543,15 @@ def test_live_a_load_sent_before_a_new_inventory_that_fails_after_it_takes_nothi
     1000.5. The prefetch then fails, at 1002, before their turn came to it: it loads nothing there, a0's request
     at 1001 loaded a0 itself, so a0's request at 1003 was a hit, where the book, which lost a0 with its load,
     counted a miss."""
-    session = _settling(tmp_path, FOUR_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
-    _read_live(session, _line("a1", 999.0, 1000.0))
+    session = live_session(tmp_path, FOUR_SLOTS, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
+    read_live(session, timed_line("a1", 999.0, 1000.0))
     (prefetch,) = session.advance(1000.5)
     session.replace_inventory(make_inventory(tmp_path, adapters=4, engines=FOUR_SLOTS, name="again.yaml"))
-    _read_live(session, _line("a0", 1001.0, 1001.2))
+    read_live(session, timed_line("a0", 1001.0, 1001.2))
     session.answered(1002.0, prefetch, "error", False, 1500.0, "timed out")
-    _read_live(session, _line("a0", 1003.0, 1003.5))
+    read_live(session, timed_line("a0", 1003.0, 1003.5))
     session.settle_all()
-    assert (1003.0, "a0", MISS, HIT) in _recounted(session)
+    assert (1003.0, "a0", MISS, HIT) in recounted(session)
 
 
 # --- faults a review found: the stand-ins differed from the engines they stand for --------------------------------
@@ -592,27 +561,27 @@ def test_live_a_load_in_flight_when_the_stand_ins_start_that_then_fails_loads_no
     """A prefetch of a0 sent at 1000.5 is in flight when the first line with a duration (1001) starts the
     stand-ins, and fails at 1001.2: the engine never held a0, so a0's request at 1003 was a miss, for the book
     and the stand-ins alike (`Settling.failed`: a load answered with an error loads nothing)."""
-    session = _settling(tmp_path, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
+    session = live_session(tmp_path, policy=Scripted([(1000.5, E0, "a0", PREFETCH)]))
     (prefetch,) = session.advance(1000.5)
-    _read_live(session, _line("a1", 999.0, 1001.0))
+    read_live(session, timed_line("a1", 999.0, 1001.0))
     session.answered(1001.2, prefetch, "error", False, 700.0, "timed out")
-    _read_live(session, _line("a0", 1003.0, 1003.5))
+    read_live(session, timed_line("a0", 1003.0, 1003.5))
     assert session.counts.misses == 2
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 def test_live_an_adapter_a_reconcile_finds_registered_on_sglang_is_held_by_the_stand_ins_too(tmp_path: Path) -> None:
     """SGLang holds every registered adapter in host memory: a reconcile at 1001 found a0 registered (another
     process loaded it), and the book adopted it. a0's request at 1002 was a hit, not to be settled a miss."""
-    session = _settling(tmp_path, [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}])
-    _read_live(session, _line("a1", 999.0, 1000.0))
+    session = live_session(tmp_path, [{"kind": "sglang", "max_loras_per_batch": 2, "max_loaded_loras": 4}])
+    read_live(session, timed_line("a1", 999.0, 1000.0))
     session.reconciled(1001.0, E0, ["a1", "a0"], [], [])
     assert "a0" in session.core.book.engines[E0].resident
-    _read_live(session, _line("a0", 1002.0, 1002.5))
+    read_live(session, timed_line("a0", 1002.0, 1002.5))
     assert session.counts.hits == 1
     session.settle_all()
-    assert _recounted(session) == []
+    assert recounted(session) == []
 
 
 # --- waits: a request served as counted, its wait or GPU slot otherwise ----------------------------------------
@@ -622,10 +591,10 @@ def test_live_a_miss_queued_behind_another_load_is_settled_a_miss_with_the_wait_
     """a0's and a1's requests came at the same instant to an engine with one loader: a1's load waited for a0's.
     Counted from its line, a1's miss waited its own load's time; settled, a miss still (not counted among the
     requests settling moved), with a0's load's time added to its wait, and to the cold time paid."""
-    session = _settling(tmp_path)
-    _read_live(session, _line("a3", 990.0, 995.0))
-    for line in (_line("a0", 1000.0, 1001.0), _line("a1", 1000.0, 1001.5)):
-        _read_live(session, line)
+    session = live_session(tmp_path)
+    read_live(session, timed_line("a3", 990.0, 995.0))
+    for line in (timed_line("a0", 1000.0, 1001.0), timed_line("a1", 1000.0, 1001.5)):
+        read_live(session, line)
     counts = session.counts
     paid = counts.cold_ms_paid
     session.settle_all()
@@ -644,7 +613,7 @@ def test_a_wait_differing_by_less_than_a_millisecond_is_left_as_counted(tmp_path
     for off, settled in ((WAIT_SETTLED_MS * 0.9, False), (WAIT_SETTLED_MS, True), (-WAIT_SETTLED_MS, True)):
         (tmp_path / str(off)).mkdir()
         settling = _standins(tmp_path / str(off))
-        settling.served(_line("a0", 1000.0, 1001.0), E0, Counted(MISS, probe + off, False, 0.0))
+        settling.served(timed_line("a0", 1000.0, 1001.0), E0, Counted(MISS, probe + off, False, 0.0))
         assert bool(settling.drain()) is settled, off
 
 
@@ -663,14 +632,14 @@ def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_
     core = PolicyCore(make_inventory(tmp_path, adapters=4, engines=FOUR_SLOTS), LruPolicy())
     settling = Settling(core.book.engines, core.load_ms, core.sizes, 1000.0, {E0: []}, 0.0, None, speed)
     cold = {a: core.load_ms[E0].cold_ms(core.sizes[a]) for a in ("a0", "a1", "a2")}
-    settling.served(_line("a0", 1000.0, 1001.0), E0, PROBE)
+    settling.served(timed_line("a0", 1000.0, 1001.0), E0, PROBE)
     speed[E0] = 3.0
-    settling.served(_line("a1", 1010.0, 1011.0), E0, PROBE)
+    settling.served(timed_line("a1", 1010.0, 1011.0), E0, PROBE)
     settling.called(1020.0, LOAD, E0, "a2")
     speed[E0] = 1.0
-    settling.served(_line("a2", 1020.0, 1020.5), E0, PROBE)  # came as the load was made: waits all of it
+    settling.served(timed_line("a2", 1020.0, 1020.5), E0, PROBE)  # came as the load was made: waits all of it
     speed[E0] = 2.0
-    settling.served(_line("a0", 1030.0, 1030.5), E0, PROBE)  # two GPU slots, a1's and a2's: a0 waits its copy
+    settling.served(timed_line("a0", 1030.0, 1030.5), E0, PROBE)  # two GPU slots, a1's and a2's: a0 waits its copy
     waits = {s.event.time: s.waited_ms for s in settling.drain()}
     copy = core.load_ms[E0].copy_ms(core.sizes["a0"])
     expected = {1000.0: 2 * cold["a0"], 1010.0: 3 * cold["a1"], 1020.0: 3 * cold["a2"], 1030.0: 2 * copy}
@@ -682,15 +651,15 @@ def test_live_a_prefetch_hit_settled_a_miss_used_no_prefetch(tmp_path: Path) -> 
     recent; a2's, at 1002 and running until 1010, evicted a0 on the engine. a0's request at 1003, its line read
     at 1004, found the book still holding the prefetch: counted a hit that used it. Settled, a miss that used no
     prefetch: the count of prefetches used goes back by one, and the journal's rows (their prefetch hits) too."""
-    session = _settling(tmp_path, TWO_SLOTS, policy=Scripted([(1001.0, E0, "a0")]))
-    _read_live(session, _line("a1", 999.0, 1000.1))
+    session = live_session(tmp_path, TWO_SLOTS, policy=Scripted([(1001.0, E0, "a0")]))
+    read_live(session, timed_line("a1", 999.0, 1000.1))
     (call,) = session.advance(1001.0)
     session.answered(1001.1, call, LOADED, True, 10.0)
-    _read_live(session, _line("a1", 1001.5, 1001.6))
-    _read_live(session, _line("a0", 1003.0, 1004.0))
+    read_live(session, timed_line("a1", 1001.5, 1001.6))
+    read_live(session, timed_line("a0", 1003.0, 1004.0))
     counts = session.counts
     assert (counts.hits, counts.prefetch_used) == (2, 1)
-    _read_live(session, _line("a2", 1002.0, 1010.0))
+    read_live(session, timed_line("a2", 1002.0, 1010.0))
     session.settle_all()
     moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
     assert [(a.event.time, a.counted.outcome, a.counted.used, a.outcome) for a in moves] == [(1003.0, HIT, True, MISS)]
