@@ -7,8 +7,9 @@ Replay runs the daemon's live session against stand-in engines (drive/late.py): 
 at its arrival, as the engines do, and their outcomes are the truth replay reports; the live session learns of it
 when its line is read and counts it as the daemon does (its journal, `stats`, its metrics), settling each count
 once every earlier request is known (drive/settling.py; all of them at the end, as the daemon at its stop).
-Prints, per family, both hit ratios and the error of the daemon's count in points, and the error of the cold time
-it counts requests waited, in percent; then the mean and largest absolute errors.
+Prints, per family, both hit ratios and the error of the daemon's count in points, the error of the cold time
+it counts requests waited, in percent, and where lorafleet loaded ahead of demand the prefetches the daemon counts
+used against those the engines used; then the mean and largest absolute errors.
 Durations are benchmarks/durations.py's (Azure LLM 2023 token counts, median 2.4 s).
 """
 
@@ -69,7 +70,11 @@ def main() -> None:
             errors.append(abs(daemon - truth))
             paid = 100.0 * (counted.cold_ms_paid / result.cold_ms_paid - 1.0) if result.cold_ms_paid else 0.0
             waits.append(abs(paid))
-            cells.append(f"{policy} {truth:5.1f} / {daemon:5.1f} ({daemon - truth:+5.1f}; cold ms {paid:+5.1f}%)")
+            used = f"used {counted.prefetch_used}/{result.prefetch_used}" if result.prefetch_loads else ""
+            cells.append(
+                f"{policy} {truth:5.1f} / {daemon:5.1f} ({daemon - truth:+5.1f}; cold ms {paid:+5.1f}%{used and '; '}"
+                f"{used})"
+            )
         print(f"  {name:<22} " + "   ".join(cells), flush=True)
     if errors:
         print(f"absolute error, points: mean {sum(errors) / len(errors):.1f}, largest {max(errors):.1f}")

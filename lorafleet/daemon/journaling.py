@@ -102,6 +102,7 @@ class Journaling:
         self._paid_s: defaultdict[str, float] = defaultdict(float)
         self._recounted: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._unpaid_s: defaultdict[str, float] = defaultdict(float)  # recounted waits not waited
+        self._unavoided_s: defaultdict[str, float] = defaultdict(float)  # recounted avoided waits not avoided
         self._actions: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._load_s: list[tuple[str, float]] = []
         self._tenants_of: dict[str, set[str]] = {}  # minute -> the tenants its rollups name (MAX_TENANTS_A_MINUTE)
@@ -132,6 +133,8 @@ class Journaling:
             metrics.recounted.labels(engine, counted, outcome).inc(n)
         for engine, seconds in self._unpaid_s.items():
             metrics.cold_seconds_recounted.labels(engine).inc(seconds)
+        for engine, seconds in self._unavoided_s.items():
+            metrics.avoided_seconds_recounted.labels(engine).inc(seconds)
         for (engine, action, result), n in self._actions.items():
             metrics.actions.labels(engine, action, result).inc(n)
         for engine, seconds in self._load_s:
@@ -142,6 +145,7 @@ class Journaling:
             self._paid_s,
             self._recounted,
             self._unpaid_s,
+            self._unavoided_s,
             self._actions,
             self._load_s,
         ):
@@ -191,19 +195,26 @@ class Journaling:
     def _recount(self, recounted: Recounted) -> None:
         """A request counted from its line that settling found served otherwise (`Recounted`): its rollup, filed
         again under its arrival's minute (the commit adds to it), moves it from what it was counted as to what it
-        was (or, served as counted, corrects only its wait and GPU hit), with the wait it did wait; the metrics,
-        counters that only grow, count a move of outcome apart (`lorafleet_requests_recounted_total`; a wait
-        counted that was not waited in `lorafleet_cold_seconds_recounted_total`, one waited that was not counted
-        in the paid seconds)."""
-        engine, was, outcome = recounted.engine, recounted.counted, recounted.outcome
+        was (or, served as counted, corrects only its wait, GPU hit and use of a prefetch), with the wait it did
+        wait and the wait a prefetch did avoid; the metrics, counters that only grow, count a move of outcome apart
+        (`lorafleet_requests_recounted_total`; a wait counted that was not waited in
+        `lorafleet_cold_seconds_recounted_total`, one waited that was not counted in the paid seconds; a wait
+        counted avoided that was not in `lorafleet_cold_seconds_avoided_recounted_total`, one avoided that was not
+        counted in the avoided seconds)."""
+        engine, was, served = recounted.engine, recounted.counted, recounted.served
         o = self.batch.outcome(self._key_of(recounted.event, engine))
-        more = recount(o, was, outcome, recounted.waited_ms, recounted.gpu, "cold_ms", "avoided_ms", "prefetch_hits")
-        if outcome != was.outcome:
-            self._recounted[(engine, was.outcome, outcome)] += 1
+        more = recount(o, was, served, "cold_ms", "avoided_ms", "prefetch_hits")
+        if served.outcome != was.outcome:
+            self._recounted[(engine, was.outcome, served.outcome)] += 1
         if more > 0:
             self._paid_s[engine] += more / 1000.0
         else:
             self._unpaid_s[engine] -= more / 1000.0
+        avoided = served.avoided_ms - was.avoided_ms
+        if avoided > 0:
+            self._avoided_s[engine] += avoided / 1000.0
+        else:
+            self._unavoided_s[engine] -= avoided / 1000.0
 
     def _waited(self, waited: Waited) -> None:
         o = self.batch.outcome(self._key(waited.request))

@@ -102,6 +102,12 @@ class DaemonMetrics:
             "lorafleet_cold_seconds_recounted",
             "Load time counted in lorafleet_cold_seconds_paid that recounted requests did not wait",
         )
+        self.avoided_seconds_recounted = moded(
+            Counter,
+            "lorafleet_cold_seconds_avoided_recounted",
+            "Load time counted in lorafleet_cold_seconds_avoided that recounted requests did not avoid (the "
+            "prefetch they were counted on had been let go, or loaded nothing where the engine held the adapter)",
+        )
         self.resident = moded(Gauge, "lorafleet_resident_adapters", "Adapters lorafleet holds resident")
         self.resident_bytes = moded(Gauge, "lorafleet_resident_bytes", "Bytes of adapters held resident")
         self.budget_slots = moded(Gauge, "lorafleet_budget_slots", "Host-cache adapter slots (absent: no cap)")
@@ -172,7 +178,12 @@ class DaemonMetrics:
         for action in ("load", "touch", "unload", "reconcile"):
             for result in ("ok", "failed", "refused"):
                 self.actions.labels(engine, action, result)
-        cold = (self.cold_seconds_avoided, self.cold_seconds_paid, self.cold_seconds_recounted)
+        cold = (
+            self.cold_seconds_avoided,
+            self.cold_seconds_paid,
+            self.cold_seconds_recounted,
+            self.avoided_seconds_recounted,
+        )
         for metric in (self.load_seconds, *cold):
             metric.labels(engine)
         for metric in (self.engine_restarts, self.vanished, self.resident, self.resident_bytes):

@@ -177,7 +177,8 @@ class LateFleet:
                     and session.core.book.engines[engine].profile.loads_on_request
                     and standins.registered(engine, adapter)
                 )
-                loads = False if by_request else standins.use(now, engine, adapter, call.pinned)
+                ahead = call.reason != DEMAND  # a prefetch, a plan's: the first request after it uses it
+                loads = False if by_request else standins.use(now, engine, adapter, call.pinned, ahead=ahead)
                 ready = standins.ready_at(engine, adapter)
                 answer = LOADED if loads else RELOADED
                 if ready is not None and ready > now:  # answered once the engine has it

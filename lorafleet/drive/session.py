@@ -123,17 +123,15 @@ class Waited(NamedTuple):
 class Recounted(NamedTuple):
     """A request counted from its log line that the engines, replayed in arrival order once every request that
     came before it was known (drive/settling.py), served otherwise: it was counted as `counted` says and counts as
-    `outcome` now (the same, where only its wait or GPU slot differed), having waited `waited_ms` (a hit: none in
-    a GPU slot, `gpu`, else the copy into one; moved to another outcome, no wait avoided, and moved to a miss, no
-    prefetch used: `settling.recount`)."""
+    they `served` it now — its outcome (the same, where only its wait, GPU slot or use of a prefetch differed), the
+    wait (a hit: none in a GPU slot, else the copy into one), and the prefetch it used and the load time that
+    avoided, as they served it (`settling.recount`)."""
 
     at: float
     event: RequestEvent
     engine: str
     counted: Counted
-    outcome: str
-    waited_ms: float
-    gpu: bool = False
+    served: Counted
 
 
 class Unserved(NamedTuple):
@@ -418,11 +416,15 @@ class Session:
         core, stays, started = self.core, self.stays, self.load_started
         held: dict[str, list[tuple[str, float]]] = {}
         loading: dict[str, list[tuple[str, float]]] = {}
+        ahead: dict[str, set[str]] = {}  # loaded, or loading, ahead of demand, and no request used it yet
+        reasons, claimed = core.loading_reason, core.claimed
         for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
             held[key] = [(a, min(start, stays.since(key, a))) for a in state.resident]
             loading[key] = [(a, min(start, started.get((key, a), start))) for a in state.in_flight]
-        book, speed = core.book.engines, self.speed
-        settling = Settling(book, core.load_ms, core.sizes, start, held, self.read_after_s, loading, speed)
+            early = {a for a in state.in_flight if reasons.get((key, a), DEMAND) != DEMAND and (key, a) not in claimed}
+            ahead[key] = set(state.prefetched) | early
+        book, speed, poll = core.book.engines, self.speed, self.read_after_s
+        settling = Settling(book, core.load_ms, core.sizes, start, held, poll, loading, speed, ahead)
         self.settling = settling
         self.settle_loads.update(settling.seeded)  # their answers reach the stand-ins as the loads sent since do
 
@@ -433,10 +435,10 @@ class Session:
             return
         counts, answers = self.counts, self.answers
         for s in settled:
-            recount(counts, s.counted, s.outcome, s.waited_ms, s.gpu, *_SETTLED_FIELDS)
+            recount(counts, s.counted, s.served, *_SETTLED_FIELDS)
             if answers is not None:
-                answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.outcome, s.waited_ms, s.gpu))
-        self.recounted += sum(s.outcome != s.counted.outcome for s in settled)
+                answers.append(Recounted(self.clock, s.event, s.engine, s.counted, s.served))
+        self.recounted += sum(s.served.outcome != s.counted.outcome for s in settled)
 
     def settle_all(self) -> None:
         """Every request counted from a line is settled now, with what is known (the daemon stops)."""
@@ -1001,7 +1003,8 @@ class Session:
                     pinned = d.adapter in book[d.engine].pins
                     calls.append(Call(LOAD, d.engine, d.adapter, d.reason, pinned))
                     if settling is not None:
-                        sent = settling.called(now, LOAD, d.engine, d.adapter, pinned, d.reason == DEMAND)
+                        demand = d.reason == DEMAND
+                        sent = settling.called(now, LOAD, d.engine, d.adapter, pinned, demand, not demand)
                         self.settle_loads[(d.engine, d.adapter)] = sent
                     continue
                 sim.queue(now, d.engine, d.adapter, d.reason == DEMAND, d.overrun)

@@ -33,7 +33,7 @@ served here too as they start, in use until their line comes. Instants are epoch
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import NamedTuple, Protocol, cast
 
 from lorafleet.drive.standin import StandInEngines
@@ -59,25 +59,24 @@ WAIT_SETTLED_MS = 1.0
 
 
 class Counted(NamedTuple):
-    """How the session counted a request from its line: what settling compares the stand-ins' outcome with."""
+    """How a request counts: as the session counted it from its line, or as the stand-ins served it (what
+    settling compares)."""
 
     outcome: str
     waited_ms: float
-    gpu: bool
-    avoided_ms: float
-    used: bool = False  # the first use of a prefetched adapter
+    gpu: bool  # a hit whose adapter held a GPU slot
+    avoided_ms: float  # the load time it did not wait, thanks to a load ahead of demand
+    used: bool = False  # the first request after a load ahead of demand (a prefetch, a plan's): it used it
 
 
 class Settled(NamedTuple):
-    """A request the stand-ins served otherwise than it was counted (another outcome, or its wait or GPU slot:
-    `WAIT_SETTLED_MS`): its count, and what they did."""
+    """A request the stand-ins served otherwise than it was counted (another outcome, its wait or GPU slot:
+    `WAIT_SETTLED_MS`, or whether it used a prefetch): its count, and how they served it."""
 
     event: RequestEvent
     engine: str
     counted: Counted
-    outcome: str
-    waited_ms: float
-    gpu: bool = False  # a hit whose adapter held a GPU slot there
+    served: Counted
 
 
 class Tallied(Protocol):
@@ -89,32 +88,22 @@ class Tallied(Protocol):
     gpu_hits: int
 
 
-def recount(
-    counts: Tallied,
-    counted: Counted,
-    outcome: str,
-    waited_ms: float,
-    gpu: bool,
-    paid: str,
-    avoided: str,
-    used: str,
-) -> float:
+def recount(counts: Tallied, counted: Counted, served: Counted, paid: str, avoided: str, used: str) -> float:
     """Move one request in `counts` (the session's `Counts`, a journal rollup: each names its wait fields,
-    `paid` and `avoided`, and its count of prefetches used, `used`) from how it was `counted` to `outcome`, having
-    waited `waited_ms`, a GPU hit where `gpu`: moved to another outcome, it keeps no wait avoided that it was
-    counted with (a prefetch's use the stand-ins do not know), and a miss used no prefetch (the engine had let
-    it go, or never had it); served as counted, only its wait and GPU slot change. Returns the change in wait,
-    for the metrics' paid and unpaid seconds. The one home of a settling's arithmetic."""
-    if outcome != counted.outcome:
-        was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[outcome]
+    `paid` and `avoided`, and its count of prefetches used, `used`) from how it was `counted` to how the stand-ins
+    `served` it: its outcome, its wait, its GPU hit, the load time it avoided and whether it used a prefetch, each
+    as they served it (a request counted on a prefetch the engine had let go, or never loaded because it already
+    held the adapter, used none). Returns the change in wait, for the metrics' paid and unpaid seconds. The one
+    home of a settling's arithmetic."""
+    if served.outcome != counted.outcome:
+        was, now = OUTCOME_FIELD[counted.outcome], OUTCOME_FIELD[served.outcome]
         setattr(counts, was, getattr(counts, was) - 1)
         setattr(counts, now, getattr(counts, now) + 1)
-        setattr(counts, avoided, getattr(counts, avoided) - counted.avoided_ms)
-        if counted.used and outcome == MISS:
-            setattr(counts, used, getattr(counts, used) - 1)
-    more = waited_ms - counted.waited_ms
+    more = served.waited_ms - counted.waited_ms
     setattr(counts, paid, getattr(counts, paid) + more)
-    counts.gpu_hits += gpu - counted.gpu
+    setattr(counts, avoided, getattr(counts, avoided) + served.avoided_ms - counted.avoided_ms)
+    setattr(counts, used, getattr(counts, used) + served.used - counted.used)
+    counts.gpu_hits += served.gpu - counted.gpu
     return more
 
 
@@ -135,7 +124,7 @@ class Change:
     """A call made to an engine, or a change another process made (REGISTRY: a reconcile's finding). Mutable in
     one respect: a load answered with an error is marked `failed`, and loads nothing when its turn comes."""
 
-    __slots__ = ("action", "adapter", "demand", "engine", "failed", "loaded", "pinned", "registry", "scale")
+    __slots__ = ("action", "adapter", "ahead", "demand", "engine", "failed", "loaded", "pinned", "registry", "scale")
 
     def __init__(
         self,
@@ -146,10 +135,12 @@ class Change:
         registry: frozenset[str] = frozenset(),
         demand: bool = False,
         scale: float = 1.0,
+        ahead: bool = False,
     ) -> None:
         self.action, self.engine, self.adapter, self.pinned = action, engine, adapter, pinned
         self.registry = registry
         self.demand = demand  # a load for a request the engine took
+        self.ahead = ahead  # a load ahead of demand (a prefetch, a plan's): its first request uses it
         self.failed = False
         self.loaded = False  # it loaded the adapter on the stand-ins (its turn came)
         self.scale = scale  # the engine's calibration when it was made (`Settling`'s `speed`)
@@ -168,6 +159,7 @@ class Settling:
         margin_s: float = 0.0,
         loading: Mapping[str, list[tuple[str, float]]] | None = None,
         speed: Mapping[str, float] | None = None,
+        ahead: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         """Stand-ins for `engines` from the least horizon before `start` (the first line's time) on, holding
         `held` (per engine, (adapter, when its load is done), least recently used first) with the book's pins;
@@ -175,13 +167,17 @@ class Settling:
         `seeded`, for its answer: one that fails before its turn loads nothing, as any call's); `margin_s`: how
         late a line may be read after one written later (a follower's poll); `speed`: the session's calibration of
         each engine's load times (measured over modelled, read as it changes): each request and call is served
-        with the engine's as it was when it came here, as its count was made. The GPU slots start as the book's."""
+        with the engine's as it was when it came here, as its count was made; `ahead`: per engine, what of `held`
+        and `loading` was loaded ahead of demand, no request having used it yet. The GPU slots start as the
+        book's."""
         self.standins = StandInEngines(engines, loads, sizes)
         self.speed: Mapping[str, float] = speed if speed is not None else {}
         self.loads_on_request = {key for key, state in engines.items() if state.profile.loads_on_request}
+        ahead = ahead if ahead is not None else {}
         for key, adapters in held.items():
             state = engines[key]
-            self.standins.hold(key, [(a, ready) for a, ready in adapters if a in sizes], state.pins, state.gpu)
+            kept = [(a, ready) for a, ready in adapters if a in sizes]
+            self.standins.hold(key, kept, state.pins, state.gpu, ahead.get(key, ()))
         self.newest = start
         self.at = start - MIN_HORIZON_S  # how far the stand-ins have run (the requests since have lines to come)
         self.margin_s = margin_s
@@ -194,7 +190,9 @@ class Settling:
             for adapter, at in sent:  # no name they hold: a demand load's skip (`called`) never applies
                 if adapter in sizes:
                     pinned, scale = adapter in engines[key].pins, self.speed.get(key, 1.0)
-                    change = self.seeded[(key, adapter)] = Change(LOAD, key, adapter, pinned, scale=scale)
+                    early = adapter in ahead.get(key, ())
+                    change = Change(LOAD, key, adapter, pinned, scale=scale, ahead=early)
+                    self.seeded[(key, adapter)] = change
                     self._push(at, _CALL, change)
 
     def __len__(self) -> int:
@@ -225,13 +223,22 @@ class Settling:
         self._push(self._now(clock), _LATE_END, _End(engine, adapter))
 
     def called(
-        self, clock: float, action: str, engine: str, adapter: str, pinned: bool = False, demand: bool = False
+        self,
+        clock: float,
+        action: str,
+        engine: str,
+        adapter: str,
+        pinned: bool = False,
+        demand: bool = False,
+        ahead: bool = False,
     ) -> Change:
         """A call made to an engine at the session's `clock`, or a change another process made: a load or touch
         makes the adapter most recent there (loading it when absent), an unload drops it. `demand`: a load for a
         request the engine took, which an engine that loads on request answers "already loaded" for a name it
-        knows, doing nothing (drive/late.py does the same). Returns the change, for `failed`."""
-        change = Change(action, engine, adapter, pinned, demand=demand, scale=self.speed.get(engine, 1.0))
+        knows, doing nothing (drive/late.py does the same); `ahead`: a load ahead of demand, which the first
+        request after it uses where it loads. Returns the change, for `failed`."""
+        scale = self.speed.get(engine, 1.0)
+        change = Change(action, engine, adapter, pinned, demand=demand, scale=scale, ahead=ahead)
         self._push(self._now(clock), _CALL, change)
         return change
 
@@ -280,17 +287,20 @@ class Settling:
                 continue
             if kind == _ARRIVE:
                 arrival = cast(_Arrival, what)
-                gpu_hits = standins.gpu_hits
+                gpu_hits, used, avoided = standins.gpu_hits, standins.prefetch_used, standins.cold_ms_avoided
                 outcome, waited = standins.arrive(at, arrival.engine, arrival.adapter, arrival.scale)
                 counted = arrival.counted
                 if counted is not None:
                     gpu = standins.gpu_hits > gpu_hits
+                    first = standins.prefetch_used > used
                     if (
                         outcome != counted.outcome
                         or gpu != counted.gpu
+                        or first != counted.used
                         or abs(waited - counted.waited_ms) >= WAIT_SETTLED_MS
                     ):
-                        settled.append(Settled(arrival.event, arrival.engine, counted, outcome, waited, gpu))
+                        served = Counted(outcome, waited, gpu, standins.cold_ms_avoided - avoided, first)
+                        settled.append(Settled(arrival.event, arrival.engine, counted, served))
             elif kind != _CALL:
                 standins.end(what.engine, what.adapter)
             else:
@@ -306,7 +316,8 @@ class Settling:
                     change.demand and engine in self.loads_on_request and standins.registered(engine, adapter)
                 ):
                     touch = change.action == TOUCH
-                    change.loaded = standins.use(at, engine, adapter, change.pinned, touch, change.scale)
+                    ahead = change.ahead
+                    change.loaded = standins.use(at, engine, adapter, change.pinned, touch, change.scale, ahead)
         return settled
 
 

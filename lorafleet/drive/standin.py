@@ -15,6 +15,9 @@ least recently used — pinned ones only on a kind whose engine holds pins (SGLa
 GPU slots, least recently used out, and a hit outside them waits the host-to-device copy; a touch takes one; a
 load takes one when it is done, where a request waited on it or the kind's load fills a slot (vLLM), as the
 book's `finish_load` gives it; an adoption takes one where a load would. The tier starts empty unless given.
+A load ahead of demand (a prefetch, a plan's) that loads is used by the first request after it, hit or late,
+which avoids the load time it did not wait; let go before one comes, it was wasted. One that finds the adapter
+held loads nothing, and no request uses it.
 
 Each engine has one serial loader taking loads in the order they come, a load taking the load-time model's cold
 time for its size. The gateway in front of them routes a request the log places on no engine by what they hold
@@ -35,6 +38,7 @@ from lorafleet.policy.residency import EngineResidency, use_gpu_slot
 
 class _Engine:
     __slots__ = (
+        "ahead",
         "budget",
         "fills_gpu",
         "free_at",
@@ -63,6 +67,7 @@ class _Engine:
         # GPU slots to take when loads are done: (when, order, adapter), a heap; taken before anything at or after
         self.gpu_due: list[tuple[float, int, str]] = []
         self.fills_gpu = state.profile.load_fills_gpu
+        self.ahead: set[str] = set()  # loaded ahead of demand (a prefetch, a plan), no request since
 
 
 class StandInEngines:
@@ -77,6 +82,11 @@ class StandInEngines:
         self.busy_ms = 0.0
         self.last_done = float("-inf")
         self.gpu_hits = 0  # hits whose adapter held a GPU slot
+        # Loads ahead of demand as the engines saw them: the first request after one used it (a hit, or late on
+        # it), and the load time it did not wait; one let go before any request came was wasted
+        self.prefetch_used = 0
+        self.cold_ms_avoided = 0.0
+        self.wasted_prefetches = 0
         self._order = 0
 
     def route(self, adapter: str, pool: Sequence[str], now: float) -> str | None:
@@ -125,9 +135,18 @@ class StandInEngines:
             self._gpu_when(state, adapter, done, now)  # its batch, once loaded
             return MISS, (done - now) * 1000.0
         state.held.move_to_end(adapter)
+        used = adapter in state.ahead
+        if used:
+            state.ahead.discard(adapter)
+            self.prefetch_used += 1
         if ready > now:
             self._gpu_when(state, adapter, ready, now)
-            return LATE, (ready - now) * 1000.0
+            waited = (ready - now) * 1000.0
+            if used:
+                self.cold_ms_avoided += max(0.0, state.load.cold_ms(self.sizes[adapter]) * scale - waited)
+            return LATE, waited
+        if used:
+            self.cold_ms_avoided += state.load.cold_ms(self.sizes[adapter]) * scale
         if self._use_gpu(state, adapter):
             self.gpu_hits += 1
             return HIT, 0.0
@@ -145,11 +164,19 @@ class StandInEngines:
             state.held.move_to_end(adapter)
 
     def use(
-        self, now: float, engine: str, adapter: str, pin: bool = False, request: bool = False, scale: float = 1.0
+        self,
+        now: float,
+        engine: str,
+        adapter: str,
+        pin: bool = False,
+        request: bool = False,
+        scale: float = 1.0,
+        ahead: bool = False,
     ) -> bool:
         """A load, touch or prefetch naming the adapter: most recent, loaded when absent. True when it loads.
         `request`: a 1-token request (a touch), which takes a GPU slot as any request does; a load takes one on a
-        kind whose load fills a slot."""
+        kind whose load fills a slot. `ahead`: a load ahead of demand (a prefetch, a plan's), whose first request
+        uses it (`prefetch_used`) and which is wasted if let go before one comes, where it loads."""
         state = self.engines[engine]
         self._loaded_by(state, now)
         gpu = request or state.fills_gpu
@@ -163,6 +190,8 @@ class StandInEngines:
         done = self._load(now, state, adapter, scale)
         if gpu:
             self._gpu_when(state, adapter, done, now)
+        if ahead and adapter in state.held:
+            state.ahead.add(adapter)
         return True
 
     def ready_at(self, engine: str, adapter: str) -> float | None:
@@ -183,11 +212,16 @@ class StandInEngines:
             state.pins.discard(adapter)
 
     def hold(
-        self, engine: str, adapters: list[tuple[str, float]], pins: Collection[str] = (), gpu: Iterable[str] = ()
+        self,
+        engine: str,
+        adapters: list[tuple[str, float]],
+        pins: Collection[str] = (),
+        gpu: Iterable[str] = (),
+        ahead: Collection[str] = (),
     ) -> None:
         """The engine holds these, each (adapter, when its load is done), least recently used first, registered,
         those of `pins` pinned where the engine holds pins, those of `gpu` (least recently used first) in its GPU
-        slots: a starting point."""
+        slots, those of `ahead` loaded ahead of demand and not yet used: a starting point."""
         state = self.engines[engine]
         for adapter, ready in adapters:
             if adapter not in state.held:
@@ -198,6 +232,8 @@ class StandInEngines:
             state.registered.add(adapter)
             if adapter in pins and state.pins is not None:
                 state.pins.add(adapter)
+            if adapter in ahead:
+                state.ahead.add(adapter)
         for adapter in gpu:
             if adapter in state.held:
                 self._use_gpu(state, adapter)
@@ -273,8 +309,12 @@ class StandInEngines:
             self._drop(state, victim)
 
     def _drop(self, state: _Engine, adapter: str) -> None:
-        """The engine no longer holds `adapter` (held): its bytes, its holder entry and its GPU slot go with it."""
+        """The engine no longer holds `adapter` (held): its bytes, its holder entry and its GPU slot go with it; a
+        load ahead of demand no request used was wasted."""
         del state.held[adapter]
+        if adapter in state.ahead:
+            state.ahead.discard(adapter)
+            self.wasted_prefetches += 1
         state.used_bytes -= self.sizes[adapter]
         self.holders[adapter].discard(state.key)
         state.gpu.pop(adapter, None)

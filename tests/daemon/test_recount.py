@@ -36,7 +36,9 @@ def test_a_recount_committed_after_its_miss_corrects_that_minutes_rollups_and_co
     with open_store(tmp_path / "s.db") as store:
         journal.fold([served, Waited(served, 120.0, 0.0)])
         commit_progress(store, journal.take().rollups)
-        journal.fold([Recounted(1_800_000_030.0, event, "h/e0", Counted(MISS, 120.0, False, 0.0), HIT, 0.0)])
+        journal.fold(
+            [Recounted(1_800_000_030.0, event, "h/e0", Counted(MISS, 120.0, False, 0.0), Counted(HIT, 0.0, False, 0.0))]
+        )
         commit_progress(store, journal.take().rollups)
         journal.publish()
         with sqlite3.connect(tmp_path / "s.db") as c:
@@ -68,7 +70,7 @@ def test_a_recount_after_the_longest_horizon_goes_to_the_row_its_count_went_to()
         event = RequestEvent(minute + 60 * k + 1, ADAPTER, "a1", tenant="x", seen=minute + 60 * k + 2)
         journal.fold([Served(event.seen or 0.0, event, "h/e0", HIT, False, False, 0.0)])
     at = minute + 59.5 + MAX_HORIZON_S + 1
-    journal.fold([Recounted(at, late, "h/e0", Counted(MISS, 100.0, False, 0.0), HIT, 0.0)])
+    journal.fold([Recounted(at, late, "h/e0", Counted(MISS, 100.0, False, 0.0), Counted(HIT, 0.0, False, 0.0))])
     rows = {key[1]: o for key, o in journal.batch.rollups.items() if key[2] == "a0" and key[0] == minute_key(late.time)}
     assert "late" not in rows
     other = rows[OTHER_TENANTS]
@@ -147,13 +149,13 @@ def test_kill_9_while_settling_neither_loses_nor_double_counts_nor_leaves_a_row_
         schedule.append((at + rng.uniform(0.1, 6.0), at, f"a{rng.randrange(6)}"))
     schedule.sort()
     log, db = tmp_path / "access.jsonl", tmp_path / "state.db"
-    written = 0
+    written, last = 0, len(schedule) - 150  # the last 150 lines for the last run, which says what it settled
     for round_ in range(8):
         daemon = daemon_process(inv, db, "--from-start")
         if round_ % 3:
             wait_for(lambda d=daemon: "following" in d.log(), what="the daemon to start")  # type: ignore[misc]
         deadline = time.monotonic() + rng.uniform(0.2, 1.2)
-        while time.monotonic() < deadline and written < len(schedule):
+        while time.monotonic() < deadline and written < last:
             with open(log, "a", encoding="utf-8") as fh:
                 for end, arrival, adapter in schedule[written : written + rng.randint(2, 8)]:
                     record = {"ts": end, "duration_s": round(end - arrival, 3), "tenant_id": "t", "model": adapter}
@@ -166,8 +168,10 @@ def test_kill_9_while_settling_neither_loses_nor_double_counts_nor_leaves_a_row_
         for end, arrival, adapter in schedule[written:]:
             record = {"ts": end, "duration_s": round(end - arrival, 3), "tenant_id": "t", "model": adapter}
             fh.write(json.dumps(record) + "\n")
-    final = daemon_process(inv, db, "--once", "--from-start")
+    final = daemon_process(inv, db, "--once", "--from-start", "--json")
     assert final.proc.wait(60) == 0, final.log()
+    assert final.proc.stdout is not None
+    assert json.loads(final.proc.stdout.read())["recounted"] > 0  # settling did move counts here
     assert requests_in(db) == len(schedule)
     with sqlite3.connect(db) as c:
         for table in ("rollups", "rollups_hourly"):
@@ -187,8 +191,10 @@ def test_a_request_settled_as_counted_moves_only_its_wait_and_gpu_hit_not_its_ou
     journal.fold([served, Waited(served, 100.0, 0.0), Served(1_800_000_006.0, hit, "h/e0", HIT, False, False, 0.0)])
     journal.fold(
         [
-            Recounted(1_800_000_040.0, miss, "h/e0", Counted(MISS, 100.0, False, 0.0), MISS, 250.0),
-            Recounted(1_800_000_040.0, hit, "h/e0", Counted(HIT, 0.0, False, 0.0), HIT, 0.0, gpu=True),
+            Recounted(
+                1_800_000_040.0, miss, "h/e0", Counted(MISS, 100.0, False, 0.0), Counted(MISS, 250.0, False, 0.0)
+            ),
+            Recounted(1_800_000_040.0, hit, "h/e0", Counted(HIT, 0.0, False, 0.0), Counted(HIT, 0.0, True, 0.0)),
         ]
     )
     with open_store(tmp_path / "s.db") as store:

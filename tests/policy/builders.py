@@ -144,7 +144,7 @@ def read_live(session: Session, line: RequestEvent) -> None:
 def recounted(session: Session) -> list[tuple[float, str, str, str]]:
     """What settling counted again since the answers were last taken: (arrival, adapter, counted, outcome)."""
     return [
-        (a.event.time, a.event.adapter or "", a.counted.outcome, a.outcome)
+        (a.event.time, a.event.adapter or "", a.counted.outcome, a.served.outcome)
         for a in session.take_answers()
         if isinstance(a, Recounted)
     ]

@@ -172,10 +172,15 @@ def test_live_a_settled_hit_is_a_gpu_hit_where_its_adapter_held_a_gpu_slot_and_e
         session.settle_all()
         [moved] = [a for a in session.take_answers() if isinstance(a, Recounted)]
         copy = session.copy_ms("h/e0", "a0")
-        assert (moved.event.time, moved.counted.outcome, moved.outcome, moved.gpu) == (1003.0, MISS, HIT, gpu)
-        assert moved.waited_ms == (0.0 if gpu else pytest.approx(copy)), gpu_slots
+        assert (moved.event.time, moved.counted.outcome, moved.served.outcome, moved.served.gpu) == (
+            1003.0,
+            MISS,
+            HIT,
+            gpu,
+        )
+        assert moved.served.waited_ms == (0.0 if gpu else pytest.approx(copy)), gpu_slots
         assert counts.gpu_hits == gpu_hits + gpu
-        assert counts.cold_ms_paid == pytest.approx(paid - moved.counted.waited_ms + moved.waited_ms)
+        assert counts.cold_ms_paid == pytest.approx(paid - moved.counted.waited_ms + moved.served.waited_ms)
 
 
 def test_live_a_request_the_book_counted_warm_is_settled_a_miss_where_an_earlier_arrival_had_evicted_it(

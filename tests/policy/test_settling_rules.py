@@ -49,7 +49,7 @@ def _serve(settling: Settling, adapter: str, arrival: float, end: float, probe: 
 
 
 def _outcomes(settled: list[Settled]) -> list[tuple[float, str, str]]:
-    return [(s.event.time, s.event.adapter or "", s.outcome) for s in settled]
+    return [(s.event.time, s.event.adapter or "", s.served.outcome) for s in settled]
 
 
 def test_a_request_that_came_before_the_stand_ins_had_run_is_served_for_what_it_leaves_but_never_settled(
@@ -290,14 +290,14 @@ def test_a_settled_move_takes_back_the_gpu_hit_and_the_wait_avoided_and_moves_th
     fields = {"paid": "cold_ms_paid", "avoided": "cold_ms_avoided", "used": "prefetch_used"}
     counts = Counts(requests=2, hits=1, misses=1, gpu_hits=1, cold_ms_paid=122.0, cold_ms_avoided=50.0)
     counts.prefetch_used = 1
-    more = recount(counts, Counted(HIT, 2.0, True, 50.0, True), MISS, 120.0, gpu=False, **fields)
+    more = recount(counts, Counted(HIT, 2.0, True, 50.0, True), Counted(MISS, 120.0, False, 0.0), **fields)
     assert more == 118.0
     assert (counts.requests, counts.hits, counts.misses, counts.gpu_hits) == (2, 0, 2, 0)
     assert (counts.cold_ms_paid, counts.cold_ms_avoided, counts.prefetch_used) == (240.0, 0.0, 0)
-    back = recount(counts, Counted(MISS, 120.0, False, 0.0), HIT, 0.0, gpu=True, **fields)
+    back = recount(counts, Counted(MISS, 120.0, False, 0.0), Counted(HIT, 0.0, True, 0.0), **fields)
     assert back == -120.0
     assert (counts.hits, counts.misses, counts.gpu_hits, counts.cold_ms_paid) == (1, 1, 1, 120.0)
-    recount(counts, Counted(HIT, 0.0, True, 0.0), MISS, 50.0, gpu=False, **fields)  # a hit that used no prefetch
+    recount(counts, Counted(HIT, 0.0, True, 0.0), Counted(MISS, 50.0, False, 0.0), **fields)  # used no prefetch
     assert (counts.hits, counts.misses, counts.prefetch_used) == (0, 2, 0)
 
 
@@ -308,28 +308,31 @@ def test_a_request_settled_as_it_was_counted_keeps_its_outcome_and_the_wait_its_
     counts = Counts(requests=1, hits=1, cold_ms_paid=3.0, cold_ms_avoided=40.0)
     fields = ("cold_ms_paid", "cold_ms_avoided", "prefetch_used")
     counts.prefetch_used = 1
-    more = recount(counts, Counted(HIT, 3.0, False, 40.0, True), HIT, 0.0, True, *fields)
+    more = recount(counts, Counted(HIT, 3.0, False, 40.0, True), Counted(HIT, 0.0, True, 40.0, True), *fields)
     assert more == -3.0
     assert (counts.hits, counts.gpu_hits, counts.cold_ms_paid, counts.cold_ms_avoided) == (1, 1, 0.0, 40.0)
     assert counts.prefetch_used == 1
 
 
-def test_a_request_settled_late_from_a_prefetch_hit_still_used_it() -> None:
-    """Counted a hit on a prefetch that the stand-ins served late (the prefetch still loading when it came): it
-    waited on that load, so it used the prefetch, which it keeps; the wait it avoided is taken back, as on any
-    move (how much of the load it did not wait, the stand-ins do not know apart)."""
+def test_a_request_settled_late_from_a_prefetch_hit_still_used_it_and_avoided_what_it_did_not_wait() -> None:
+    """Counted a hit on a prefetch (40 ms avoided) that the stand-ins served late, 12 ms before the prefetch was
+    done: it waited on that load, so it used the prefetch, and avoided the 28 ms of it it did not wait."""
     counts = Counts(requests=1, hits=1, cold_ms_avoided=40.0, prefetch_used=1)
-    recount(
-        counts,
-        Counted(HIT, 0.0, True, 40.0, True),
-        LATE,
-        12.0,
-        False,
-        "cold_ms_paid",
-        "cold_ms_avoided",
-        "prefetch_used",
-    )
-    assert (counts.hits, counts.late, counts.prefetch_used, counts.cold_ms_avoided) == (0, 1, 1, 0.0)
+    fields = ("cold_ms_paid", "cold_ms_avoided", "prefetch_used")
+    recount(counts, Counted(HIT, 0.0, True, 40.0, True), Counted(LATE, 12.0, False, 28.0, True), *fields)
+    assert (counts.hits, counts.late, counts.prefetch_used) == (0, 1, 1)
+    assert (counts.cold_ms_paid, counts.cold_ms_avoided) == (12.0, 28.0)
+
+
+def test_a_miss_the_stand_ins_served_on_a_prefetch_uses_it_and_avoids_its_load() -> None:
+    """The other way: a request counted a miss (the book had let the prefetch go, or never knew it loaded) that
+    the stand-ins served as a hit on a prefetch no request had used: a hit that used a prefetch and avoided its
+    load time, 90 ms."""
+    counts = Counts(requests=1, misses=1, cold_ms_paid=90.0)
+    fields = ("cold_ms_paid", "cold_ms_avoided", "prefetch_used")
+    recount(counts, Counted(MISS, 90.0, False, 0.0), Counted(HIT, 0.0, True, 90.0, True), *fields)
+    assert (counts.hits, counts.misses, counts.prefetch_used, counts.gpu_hits) == (1, 0, 1, 1)
+    assert (counts.cold_ms_paid, counts.cold_ms_avoided) == (0.0, 90.0)
 
 
 # --- the session's use of it ---------------------------------------------------------------------------------
@@ -599,9 +602,9 @@ def test_live_a_miss_queued_behind_another_load_is_settled_a_miss_with_the_wait_
     paid = counts.cold_ms_paid
     session.settle_all()
     moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
-    assert [(a.event.adapter, a.counted.outcome, a.outcome) for a in moves] == [("a1", MISS, MISS)]
+    assert [(a.event.adapter, a.counted.outcome, a.served.outcome) for a in moves] == [("a1", MISS, MISS)]
     ahead = session.cold_ms(E0, "a0")
-    assert moves[0].waited_ms == pytest.approx(moves[0].counted.waited_ms + ahead)
+    assert moves[0].served.waited_ms == pytest.approx(moves[0].counted.waited_ms + ahead)
     assert counts.cold_ms_paid == pytest.approx(paid + ahead)
     assert (counts.misses, session.recounted) == (3, 0)
 
@@ -621,7 +624,7 @@ def _probe_waits(tmp: Path) -> list[float]:
     tmp.mkdir()
     settling = _standins(tmp)
     _serve(settling, "a0", 1000.0, 1001.0)
-    return [s.waited_ms for s in settling.drain()]
+    return [s.served.waited_ms for s in settling.drain()]
 
 
 def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_counted(tmp_path: Path) -> None:
@@ -640,7 +643,7 @@ def test_each_request_and_call_is_served_with_the_engines_calibration_as_it_was_
     settling.served(timed_line("a2", 1020.0, 1020.5), E0, PROBE)  # came as the load was made: waits all of it
     speed[E0] = 2.0
     settling.served(timed_line("a0", 1030.0, 1030.5), E0, PROBE)  # two GPU slots, a1's and a2's: a0 waits its copy
-    waits = {s.event.time: s.waited_ms for s in settling.drain()}
+    waits = {s.event.time: s.served.waited_ms for s in settling.drain()}
     copy = core.load_ms[E0].copy_ms(core.sizes["a0"])
     expected = {1000.0: 2 * cold["a0"], 1010.0: 3 * cold["a1"], 1020.0: 3 * cold["a2"], 1030.0: 2 * copy}
     assert waits == pytest.approx(expected)
@@ -662,9 +665,90 @@ def test_live_a_prefetch_hit_settled_a_miss_used_no_prefetch(tmp_path: Path) -> 
     read_live(session, timed_line("a2", 1002.0, 1010.0))
     session.settle_all()
     moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
-    assert [(a.event.time, a.counted.outcome, a.counted.used, a.outcome) for a in moves] == [(1003.0, HIT, True, MISS)]
+    assert [(a.event.time, a.counted.outcome, a.counted.used, a.served.outcome) for a in moves] == [
+        (1003.0, HIT, True, MISS)
+    ]
     assert counts.prefetch_used == 0
     journal = Journaling(DaemonMetrics(), shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
     journal.fold([Served(1004.0, moves[0].event, E0, HIT, False, True, 0.0), *moves])
     (o,) = journal.batch.rollups.values()
     assert (o.requests, o.hits, o.misses, o.prefetch_hits) == (1, 0, 1, 0)
+
+
+def test_live_a_prefetch_of_an_adapter_a_running_request_brought_is_settled_as_no_use(tmp_path: Path) -> None:
+    """a1's request came at 1000 and ran until 1005: the engine loaded a1 for it. The book, which reads its line
+    only at 1005, prefetched a1 at 1001 (answered at 1001.1), and counted a1's next request (1003, read at 1003.5)
+    a hit that used the prefetch and avoided its load. The engine had a1 already: the prefetch loaded nothing.
+    Settled, the hit stays a hit that used no prefetch and avoided nothing, in the counts and in the journal."""
+    session = live_session(tmp_path, policy=Scripted([(1001.0, E0, "a1")]))
+    read_live(session, timed_line("a0", 998.0, 998.5))
+    (call,) = session.advance(1001.0)
+    session.answered(1001.1, call, LOADED, True, 10.0)
+    read_live(session, timed_line("a1", 1003.0, 1003.5))
+    counts = session.counts
+    assert (counts.hits, counts.prefetch_used) == (1, 1) and counts.cold_ms_avoided > 0
+    read_live(session, timed_line("a1", 1000.0, 1005.0))
+    session.settle_all()
+    moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
+    assert [(a.event.time, a.counted.used, a.served.outcome, a.served.used) for a in moves] == [
+        (1003.0, True, HIT, False)
+    ]
+    assert (counts.hits, counts.prefetch_used, counts.cold_ms_avoided) == (1, 0, 0.0)
+    assert session.recounted == 0  # no move of outcome
+    journal = Journaling(DaemonMetrics(), shadow=False, clock=lambda: "2026-12-06T00:00:00Z")
+    counted = moves[0].counted
+    journal.fold([Served(1003.5, moves[0].event, E0, HIT, counted.gpu, True, counted.avoided_ms), *moves])
+    (o,) = journal.batch.rollups.values()
+    assert (o.requests, o.hits, o.prefetch_hits, o.avoided_ms) == (1, 1, 0, 0.0)
+
+
+def test_live_a_request_late_on_a_prefetch_queued_behind_a_running_requests_load_used_it_all_the_same(
+    tmp_path: Path,
+) -> None:
+    """a2's request came half a load time before a1's prefetch was sent, and ran until 1010: the engine's loader
+    was loading a2 when the prefetch came, so the prefetch waited its turn. a1's request, a tenth of a load time
+    after the prefetch, was counted late on it, having waited what the book knew of the load when its line came
+    (nothing: done by then, as the book had it); the stand-ins served it late on the same prefetch, waiting the
+    rest of a2's load and 0.9 of its own. Settled: late still, the prefetch used
+    still, and no load time avoided (it waited more than a whole load)."""
+    session = live_session(tmp_path, policy=Scripted([(1001.0, E0, "a1")]))
+    read_live(session, timed_line("a0", 998.0, 998.5))
+    cold = session.model_ms(E0, "a1") / 1000.0
+    (call,) = session.advance(1001.0)
+    read_live(session, timed_line("a1", 1001.0 + cold / 10, 1001.0 + 2 * cold))
+    session.answered(1001.0 + cold, call, LOADED, True, cold * 1000.0)
+    counts = session.counts
+    assert (counts.late, counts.prefetch_used) == (1, 1) and counts.cold_ms_avoided > 0
+    read_live(session, timed_line("a2", 1001.0 - cold / 2, 1010.0))
+    session.settle_all()
+    moves = [a for a in session.take_answers() if isinstance(a, Recounted)]
+    assert [(a.event.adapter, a.counted.outcome, a.served.outcome, a.served.used) for a in moves] == [
+        ("a1", LATE, LATE, True)
+    ]
+    a2 = session.model_ms(E0, "a2")  # a2's load began half of a1's before the prefetch; then a1's, less a tenth
+    assert moves[0].served.waited_ms == pytest.approx(a2 + 0.4 * cold * 1000.0)
+    assert (counts.late, counts.prefetch_used, counts.cold_ms_avoided) == (1, 1, 0.0)
+
+
+def test_live_a_prefetch_made_before_the_first_line_with_a_duration_is_used_on_the_stand_ins_too(
+    tmp_path: Path,
+) -> None:
+    """The stand-ins start from the book when the first line with a duration comes: a1, prefetched and done
+    before it, and a2, prefetched and still loading, are loads ahead of demand there too, so the requests that
+    use them, counted so, stay so (nothing settled); a3, loaded by a request before, is no prefetch."""
+    session = live_session(tmp_path, policy=Scripted([(1001.0, E0, "a1"), (1002.0, E0, "a2")]))
+    (first,) = session.advance(1001.0)
+    session.answered(1001.5, first, LOADED, True, 10.0)
+    session.advance(1002.0)  # a2's load in flight until its answer
+    for line in (
+        timed_line("a3", 1002.1, 1002.2),
+        timed_line("a1", 1002.3, 1002.4),
+        timed_line("a2", 1002.4, 1002.5),
+        timed_line("a3", 1002.6, 1002.7),
+    ):
+        read_live(session, line)
+    counts = session.counts
+    assert (counts.misses, counts.hits, counts.late, counts.prefetch_used) == (1, 2, 1, 2)
+    session.settle_all()
+    assert [a for a in session.take_answers() if isinstance(a, Recounted) and a.served.used != a.counted.used] == []
+    assert counts.prefetch_used == 2

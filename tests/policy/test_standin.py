@@ -295,3 +295,45 @@ def test_a_starting_point_counts_its_bytes_and_pins_only_where_the_engine_holds_
     assert engines.engines["h/e0"].used_bytes == sizes["a0"] + sizes["a1"] + sizes["a2"]
     served(engines, 1000.0, "a3")
     assert engines.holds("h/e0") == ["a2", "a3"]  # a0 (pinned by the book) and a1 went, least recent first
+
+
+def test_a_load_ahead_of_demand_is_used_by_the_first_request_after_it_and_wasted_if_let_go_unused(
+    tmp_path: Path,
+) -> None:
+    """A prefetch that loads: the first request after it uses it (a hit avoids its whole load time; a second
+    request uses nothing); one still loading when its request comes is used too, avoiding what it did not
+    wait; one let go before any request came was wasted. A touch is no use of it, nor is a demand load one."""
+    engines, core = standins(tmp_path)
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a0"])
+    assert engines.use(1000.0, "h/e0", "a0", ahead=True)
+    served(engines, 1010.0, "a0")
+    served(engines, 1020.0, "a0")
+    assert (engines.prefetch_used, engines.cold_ms_avoided) == (1, pytest.approx(cold))
+    engines.use(1030.0, "h/e0", "a1", ahead=True)
+    cold1 = core.load_ms["h/e0"].cold_ms(core.sizes["a1"])
+    outcome, waited = served(engines, 1030.0 + cold1 / 4000.0, "a1")  # a quarter of its load done
+    assert outcome == LATE and waited == pytest.approx(0.75 * cold1) and engines.prefetch_used == 2
+    assert engines.cold_ms_avoided == pytest.approx(cold + cold1 / 4)
+    engines.use(1040.0, "h/e0", "a2", ahead=True)  # two slots: a0 out (used), a1 kept
+    engines.use(1041.0, "h/e0", "a2", request=True)  # a touch of it uses nothing
+    engines.use(1042.0, "h/e0", "a3")  # a demand load: a1, the least recently used, out
+    served(engines, 1050.0, "a3")
+    assert engines.wasted_prefetches == 0
+    engines.use(1060.0, "h/e0", "a0")  # a2 out: never used
+    assert (engines.prefetch_used, engines.wasted_prefetches) == (2, 1)
+
+
+def test_a_load_ahead_of_an_adapter_the_engine_holds_loads_nothing_and_no_request_uses_it(tmp_path: Path) -> None:
+    """A prefetch of an adapter the engine already holds (a request still running brought it, which the book has
+    not read yet) loads nothing: the request after it used no prefetch and avoided nothing, and its eviction
+    wastes none. The same for a starting point given as loaded ahead (`hold`): its first request uses it."""
+    engines, _ = standins(tmp_path)
+    served(engines, 1000.0, "a0")
+    assert not engines.use(1010.0, "h/e0", "a0", ahead=True)
+    served(engines, 1020.0, "a0")
+    served(engines, 1030.0, "a1")
+    served(engines, 1040.0, "a2")  # a0 out
+    assert (engines.prefetch_used, engines.cold_ms_avoided, engines.wasted_prefetches) == (0, 0.0, 0)
+    engines.hold("h/e0", [("a3", 1000.0)], ahead={"a3"})
+    served(engines, 1050.0, "a3")
+    assert engines.prefetch_used == 1

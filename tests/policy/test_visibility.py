@@ -51,12 +51,18 @@ def three_slot_inventory(tmp: Path) -> Inventory:
 
 
 def test_back_to_back_steps_are_prefetched_from_hints_but_not_from_log_lines(tmp_path: Path) -> None:
+    """From log lines each prefetch of the next step is sent once its request has come and the engine loaded its
+    adapter: it loads nothing, and no request uses it (the book, which has not read that request's line yet,
+    believes it loaded a prefetch the next line then used)."""
     inv = three_slot_inventory(tmp_path)
     events = workflow(30)
     hinted = simulate(inv, "markov", events, visibility=HINTS)
     logged = simulate(inv, "markov", events, visibility=LOG)
     assert hinted.hit_ratio > 0.8  # learned at arrival: a whole generation of lead time
+    assert hinted.prefetch_used == hinted.hits and hinted.cold_ms_avoided > 0
     assert logged.hit_ratio < 0.1  # learned at the end: the next step has already arrived
+    assert logged.prefetch_loads > 100
+    assert (logged.prefetch_used, logged.cold_ms_avoided, logged.wasted_prefetches) == (0, 0.0, 0)
     assert simulate(inv, "lru", events, visibility=HINTS).hit_ratio == 0.0
 
 
@@ -513,3 +519,25 @@ def test_a_log_with_durations_counts_the_gpu_tier_as_one_without_them(tmp_path: 
     assert 0 < stand_ins.gpu_hits < stand_ins.hits  # a0, a0, a1, a1, ...: hits both inside the slot and outside
     assert (stand_ins.hits, stand_ins.gpu_hits) == (simulated.hits, simulated.gpu_hits)
     assert stand_ins.cold_ms_paid == pytest.approx(simulated.cold_ms_paid)
+
+
+def test_replay_from_log_lines_counts_prefetches_used_and_wasted_as_the_engines_did(tmp_path: Path) -> None:
+    """Requests that overlap for seconds: the book, learning each at its end, counts prefetches used that loaded
+    nothing (a running request had brought the adapter) and wasted that a request it had not read yet used.
+    Replay reports what the stand-in engines did with each load ahead of demand — its use by the first request
+    after it, the load time that saved, its eviction unused — not what the book believed."""
+    inv = make_inventory(tmp_path, adapters=6, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 3}])
+    rng, events, at = random.Random(5), [], 1000.0
+    for _ in range(40):
+        for step in ("a0", "a1", "a2", "a3"):
+            adapter = step if rng.random() < 0.8 else rng.choice(["a4", "a5"])
+            seen = at + rng.uniform(0.05, 2.0)
+            events.append(RequestEvent(at, ADAPTER, adapter, tenant="t", base_model="m", seen=seen))
+            at += rng.uniform(0.1, 0.8)
+    sim = Simulation(inv, "markov", events)
+    result, book, engines = sim.run(), sim.session.counts, sim.standins
+    assert result.prefetch_loads > 0
+    truth = (engines.prefetch_used, engines.wasted_prefetches, engines.cold_ms_avoided)
+    assert (result.prefetch_used, result.wasted_prefetches, result.cold_ms_avoided) == truth
+    assert (book.prefetch_used, book.wasted_prefetches) != truth[:2]  # the book's belief, here wrong both ways
+    assert truth[0] + truth[1] <= result.prefetch_loads and truth[0] <= result.hits + result.late
