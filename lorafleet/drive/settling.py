@@ -11,7 +11,8 @@ the trace generators' tool loops 13 points under the engines' own hit ratio, on 
 each request at its arrival, in use until its end, and each of lorafleet's calls when made — once every request
 that came before has had its line read, a `horizon` behind the newest line: the longest request seen, at least
 `MIN_HORIZON_S`. Each request counted from its line is then served by the stand-ins, and where they say
-otherwise than the count did — its outcome, or its wait or GPU slot (`WAIT_SETTLED_MS`) — the count is settled:
+otherwise than the count did — its outcome, its wait (`WAIT_SETTLED_MS`), its GPU slot or its use of a
+prefetch — the count is settled:
 the session counts it again (`Recounted`), so the daemon's journal, summary and metrics say what replay says of
 the same log. A request that came more than the horizon
 before the newest line when its own line is read (longer than any before it) is taken then, behind the requests
@@ -54,7 +55,8 @@ ADOPT = "adopt"  # a reconcile found an adapter another process loaded, which th
 OUTCOME_FIELD = {HIT: "hits", LATE: "late", MISS: "misses"}  # each outcome's count, in Counts and in a rollup
 # A request served as it was counted is settled all the same where the stand-ins' wait differs from the count's by
 # this much or more (a miss queued behind other loads: the count from a line knows only its own load's time), or
-# where a hit's GPU slot does: so the cold time, as the outcomes, is what replay says. Less is left as counted.
+# where a hit's GPU slot or its use of a prefetch does: so the cold time, as the outcomes, is what replay says. Less
+# is left as counted; a settled request takes the load time a prefetch saved it as the stand-ins say.
 WAIT_SETTLED_MS = 1.0
 
 
@@ -70,8 +72,8 @@ class Counted(NamedTuple):
 
 
 class Settled(NamedTuple):
-    """A request the stand-ins served otherwise than it was counted (another outcome, its wait or GPU slot:
-    `WAIT_SETTLED_MS`, or whether it used a prefetch): its count, and how they served it."""
+    """A request the stand-ins served otherwise than it was counted (another outcome, GPU slot or use of a
+    prefetch, or a wait `WAIT_SETTLED_MS` apart): its count, and how they served it."""
 
     event: RequestEvent
     engine: str
@@ -293,13 +295,14 @@ class Settling:
                 if counted is not None:
                     gpu = standins.gpu_hits > gpu_hits
                     first = standins.prefetch_used > used
+                    saved = standins.cold_ms_avoided - avoided
                     if (
                         outcome != counted.outcome
                         or gpu != counted.gpu
                         or first != counted.used
                         or abs(waited - counted.waited_ms) >= WAIT_SETTLED_MS
                     ):
-                        served = Counted(outcome, waited, gpu, standins.cold_ms_avoided - avoided, first)
+                        served = Counted(outcome, waited, gpu, saved, first)
                         settled.append(Settled(arrival.event, arrival.engine, counted, served))
             elif kind != _CALL:
                 standins.end(what.engine, what.adapter)

@@ -135,22 +135,19 @@ class StandInEngines:
             self._gpu_when(state, adapter, done, now)  # its batch, once loaded
             return MISS, (done - now) * 1000.0
         state.held.move_to_end(adapter)
-        used = adapter in state.ahead
-        if used:
-            state.ahead.discard(adapter)
-            self.prefetch_used += 1
         if ready > now:
             self._gpu_when(state, adapter, ready, now)
-            waited = (ready - now) * 1000.0
-            if used:
-                self.cold_ms_avoided += max(0.0, state.load.cold_ms(self.sizes[adapter]) * scale - waited)
-            return LATE, waited
-        if used:
-            self.cold_ms_avoided += state.load.cold_ms(self.sizes[adapter]) * scale
-        if self._use_gpu(state, adapter):
+            outcome, waited = LATE, (ready - now) * 1000.0
+        elif self._use_gpu(state, adapter):
             self.gpu_hits += 1
-            return HIT, 0.0
-        return HIT, state.load.copy_ms(self.sizes[adapter]) * scale
+            outcome, waited = HIT, 0.0
+        else:
+            outcome, waited = HIT, state.load.copy_ms(self.sizes[adapter]) * scale
+        if adapter in state.ahead:  # the first request after a load ahead of demand: it avoided what it did not wait
+            state.ahead.discard(adapter)
+            self.prefetch_used += 1
+            self.cold_ms_avoided += max(0.0, state.load.cold_ms(self.sizes[adapter]) * scale - waited)
+        return outcome, waited
 
     def end(self, engine: str, adapter: str) -> None:
         """A request `arrive` took has ended: its adapter is the most recent, and in use no more by it."""

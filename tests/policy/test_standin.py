@@ -337,3 +337,15 @@ def test_a_load_ahead_of_an_adapter_the_engine_holds_loads_nothing_and_no_reques
     engines.hold("h/e0", [("a3", 1000.0)], ahead={"a3"})
     served(engines, 1050.0, "a3")
     assert engines.prefetch_used == 1
+
+
+def test_a_hit_on_a_prefetch_outside_the_gpu_slots_avoided_its_load_less_the_copy_it_waited(tmp_path: Path) -> None:
+    """One GPU slot: a0 prefetched, then a1 takes the slot; a0's request is a hit that waits the copy into it, and
+    so avoided the load time less that copy (as the session counts it), not the whole load."""
+    engines, core = standins(tmp_path)
+    cold = core.load_ms["h/e0"].cold_ms(core.sizes["a0"])
+    engines.use(1000.0, "h/e0", "a0", ahead=True)
+    served(engines, 1010.0, "a1")
+    outcome, waited = served(engines, 1020.0, "a0")
+    assert outcome == HIT and waited > 0 and waited == pytest.approx(core.load_ms["h/e0"].copy_ms(core.sizes["a0"]))
+    assert engines.cold_ms_avoided == pytest.approx(cold - waited)
