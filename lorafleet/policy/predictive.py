@@ -62,6 +62,13 @@ class LorafleetPolicy(Policy):
       is near certain, and one record for both silenced the sure guess with the poor one's misses.
     - Repeats: another call of the adapter a tenant just asked for (a step with several calls) is not a move:
       no transition is counted, and the guesses stay open until a different adapter comes.
+    - Timeliness: learned from a log line, written at its request's end, a prediction is made a request's duration
+      and a poll late, and where a tenant's requests overlap or follow back to back its next request has often
+      come already (its engine loaded the adapter itself: a prefetch then loads nothing, or a copy nobody uses,
+      and on vLLM costs a 1-token request all the same). Each tenant's share of requests that came before the
+      prediction made for them is kept (moving average); a guess is acted on — prefetched, protected, brought
+      back — only while its probability times the chance of being in time clears `min_probability`. A log
+      without durations, or a start hint, gives each request at its arrival: never too late.
     """
 
     name = "lorafleet"
@@ -91,6 +98,10 @@ class LorafleetPolicy(Policy):
         self.min_evidence = min_evidence
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
+        # tenant -> share of its requests that had arrived before the prediction made for them (moving average),
+        # and when its latest prediction was made
+        self.too_late: dict[str | None, float] = {}
+        self.predicted_at: dict[str | None, float] = {}
         # (tenant, adapter) -> per rank of the guesses made after that adapter, how much more often the guess came
         # true than the tenant's usual mix would give it
         self.edge: dict[tuple[str | None, str], list[float]] = {}
@@ -221,7 +232,9 @@ class LorafleetPolicy(Policy):
         return initial_loads(self.core, self.plan, now)
 
     # prediction ------------------------------------------------------------------------------------------
-    def _predict(self, tenant: str | None, adapter: str) -> list[tuple[str, float]]:
+    def _predict(
+        self, tenant: str | None, adapter: str, now: float = 0.0, arrived: float = 0.0
+    ) -> list[tuple[str, float]]:
         """Score the tenant's standing predictions against this request, then make new ones.
 
         A repeat (another call of the adapter the tenant just asked for: a step with several calls) is neither a
@@ -236,6 +249,11 @@ class LorafleetPolicy(Policy):
             trust = self.initial_trust_declared if self._declares(tenant) else self.initial_trust
         if previous is not None:
             guessed, baselines, context = previous
+            # Learned from a line written at its end, a request may have come before the prediction made for it
+            # (the previous line read after it arrived): no prefetch could have served it.
+            late = 1.0 if arrived < self.predicted_at.get(tenant, arrived) else 0.0
+            too_late = self.too_late.get(tenant, 0.0)
+            self.too_late[tenant] = too_late + self.trust_rate * (late - too_late)
             edges = self.edge.get((tenant, context))
             if edges is None:
                 edges = self.edge[(tenant, context)] = self._first_edges(tenant)
@@ -266,6 +284,7 @@ class LorafleetPolicy(Policy):
             min(1.0, m / max(rest, m)) if m > 0 else 0.0 for m in (demand.tenant_mix(tenant, c) for c, _ in guesses)
         ]
         self.predicted[tenant] = ([c for c, _ in guesses], mixes, adapter)
+        self.predicted_at[tenant] = now
         # Evidence per guess, not per row: the guess itself must have followed this adapter about min_evidence
         # times (p of the moves seen). A certain successor is acted on after as many moves as before; a guess
         # that came a third of the time needs three times the evidence, so a few moves of a tenant without a
@@ -292,10 +311,13 @@ class LorafleetPolicy(Policy):
         return [(2 if self._declares(tenant) else 1) * self.min_edge] * LEADERS
 
     def forget_tenant(self, tenant: str, adapters: set[str]) -> None:
-        """Its trust, open guesses, edges and prefetches wanted for it (pending ones go stale with its generation):
-        its guesses are among the adapters it asked for, what followed what in its own requests."""
+        """Its trust, open guesses, how often they came too late, edges and prefetches wanted for it (pending ones go
+        stale with its generation): its guesses are among the adapters it asked for, what followed what in its own
+        requests."""
         self.trust.pop(tenant, None)
         self.predicted.pop(tenant, None)
+        self.too_late.pop(tenant, None)
+        self.predicted_at.pop(tenant, None)
         self.generation.pop(("tenant", tenant), None)
         for adapter in adapters:
             self.edge.pop((tenant, adapter), None)
@@ -311,7 +333,7 @@ class LorafleetPolicy(Policy):
         self.quick.add(adapter)
         tenant_key = ("tenant", tenant)
         generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
-        predictions = self._predict(tenant, adapter)
+        predictions = self._predict(tenant, adapter, now, event.time)
         if engine is None:
             return []
         self.experts[engine].requested(adapter)
@@ -319,9 +341,12 @@ class LorafleetPolicy(Policy):
         decisions: list[Decision] = []
         if predictions:
             gap = core.demand.gap_quantile(tenant, adapter, self.gap_quantile)
+            timely = 1.0 - self.too_late.get(tenant, 0.0)  # the chance its next request is still to come
             for candidate, probability in predictions:
                 target = self._target(event, engine, candidate)
                 if target is None:
+                    continue
+                if probability * timely < self.min_probability:
                     continue
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
                 # The gap runs from the request's arrival, which a log line shows only at its end: a prefetch timed

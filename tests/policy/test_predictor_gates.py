@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.policy.core import PREFETCH, PolicyCore
+from lorafleet.policy.core import LOAD, PREFETCH, PolicyCore
 from lorafleet.policy.demand import DemandModel
-from lorafleet.policy.events import RequestEvent
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.predictive import LorafleetPolicy
 from tests.policy.builders import make_inventory, stream
 from tests.policy.test_lorafleet_rules import ask, irregular
@@ -215,3 +215,78 @@ def test_after_the_planner_the_prefetch_is_the_tool_the_last_tool_leads_to(tmp_p
     assert policy.predicted["t"][0][:1] == ["a1"]  # the top guess, made after (a3, a0)
     policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]
     assert [c for c, _ in policy._predict("t", "a0")] == ["a1"]
+
+
+# a prediction that comes too late (learned from log lines) -----------------------------------------------------
+def learn_lines(core: PolicyCore, lines: list[RequestEvent], poll_s: float = 0.5) -> list[list]:  # type: ignore[type-arg]
+    """Drive the core as a daemon following a log does: each line (its request's arrival and end) taken a
+    follower's poll after its end, in the order of the ends; scheduled work first; loads done at once. Returns,
+    per line, the decisions the policy made on learning it."""
+    made: list[list] = []  # type: ignore[type-arg]
+
+    def done(now: float, new: list) -> None:  # type: ignore[type-arg]
+        for d in new:
+            if d.action == LOAD:
+                done(now, core.load_finished(now, d.engine, d.adapter))
+
+    for line in sorted(lines, key=lambda e: e.seen or e.time):
+        now = (line.seen or line.time) + poll_s
+        while (wakeup := core.next_wakeup()) is not None and wakeup <= now:
+            done(wakeup, core.tick(wakeup))
+        engine = core.route(line)
+        outcome, served = core.serve(now, line, engine, known=False)
+        done(now, served)
+        learned = core.learn(now, line, engine, outcome)
+        made.append(learned)
+        done(now, learned)
+    return made
+
+
+def chain_lines(rounds: int, think_s: float) -> list[RequestEvent]:
+    """Tenant t's chain a0 -> a1 -> a2 -> a3, round after round, each step's request lasting 0.1-3 s (so that
+    no adapter comes like clockwork), the next sent `think_s` after it ended: log lines with durations."""
+    rng, lines, at = random.Random(3), [], 1000.0
+    for _ in range(rounds):
+        for step in range(4):
+            took = rng.uniform(0.1, 3.0)
+            lines.append(RequestEvent(at, ADAPTER, f"a{step}", tenant="t", base_model="m", seen=at + took))
+            at += took + think_s
+    return lines
+
+
+def test_a_next_step_that_has_come_before_its_line_is_read_is_not_prefetched(tmp_path: Path) -> None:
+    """From log lines, a step sent the moment the one before it ends has come by the time that one's line is read
+    (a follower's poll later): a prefetch of it would find it loaded by its own request, or load a copy nobody
+    uses. The predictor learns how often each tenant's next request came before the prediction made for it, and
+    acts on a guess only while it is likely in time (its probability times that chance at least the bar): a chain
+    sent back to back stops being prefetched, and protected, after its first rounds; one with think times longer
+    than the poll keeps its prefetches."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    runs = {}
+    for think_s in (0.0, 2.0):
+        policy = LorafleetPolicy()
+        core = PolicyCore(inv, policy)
+        made = learn_lines(core, chain_lines(30, think_s))
+        last_rounds = [d for line in made[len(made) // 2 :] for d in line if d.reason == PREFETCH]
+        runs[think_s] = (policy, len(last_rounds))
+    back_to_back, thinking = runs[0.0], runs[2.0]
+    assert thinking[0].too_late["t"] == 0.0 and thinking[1] > 10  # steps prefetched in time
+    assert back_to_back[0].too_late["t"] > 0.9
+    assert back_to_back[1] == 0 and not back_to_back[0].hot  # neither prefetched nor protected on its lines
+
+
+def test_without_durations_no_prediction_is_too_late(tmp_path: Path) -> None:
+    """A log line without a duration is the request's one time, and a start hint comes at its arrival: the
+    prediction made on it always comes before the next request, however quickly that follows, at the same instant
+    included (a log of whole seconds)."""
+    inv = make_inventory(tmp_path, adapters=4, engines=[{"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}])
+    policy = LorafleetPolicy()
+    core = PolicyCore(inv, policy)
+    lines = [replace(e, time=e.seen, seen=None) for e in chain_lines(20, 0.0)]
+    ask(core, lines)
+    assert policy.too_late and set(policy.too_late.values()) == {0.0}
+    # a log that gives whole seconds: several requests at one instant, none of them before the prediction
+    seconds = [replace(e, time=float(int(e.time))) for e in lines]
+    policy = LorafleetPolicy()
+    ask(PolicyCore(inv, policy), seconds)
+    assert len({e.time for e in seconds}) < len(seconds) and set(policy.too_late.values()) == {0.0}
