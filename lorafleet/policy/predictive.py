@@ -67,8 +67,11 @@ class LorafleetPolicy(Policy):
       come already (its engine loaded the adapter itself: a prefetch then loads nothing, or a copy nobody uses,
       and on vLLM costs a 1-token request all the same). Each tenant's share of requests that came before the
       prediction made for them is kept (moving average); a guess is acted on — prefetched, protected, brought
-      back — only while its probability times the chance of being in time clears `min_probability`. A log
-      without durations, or a start hint, gives each request at its arrival: never too late.
+      back — only while its probability times the chance of being in time clears `min_probability`. Replayed (and
+      in shadow mode), a log without durations or a start hint gives each request at its arrival: never too late.
+      A live daemon decides at its own clock, so a request that came while it was still reading the one before
+      (its poll, its batch) counts as too late too: no prefetch could have served it either. After a repeat the
+      guesses are timed, and judged, from the repeat's line, as its scheduled prefetches are.
     """
 
     name = "lorafleet"
