@@ -206,15 +206,8 @@ class Journaling:
         more = recount(o, was, served, "cold_ms", "avoided_ms", "prefetch_hits")
         if served.outcome != was.outcome:
             self._recounted[(engine, was.outcome, served.outcome)] += 1
-        if more > 0:
-            self._paid_s[engine] += more / 1000.0
-        else:
-            self._unpaid_s[engine] -= more / 1000.0
-        avoided = served.avoided_ms - was.avoided_ms
-        if avoided > 0:
-            self._avoided_s[engine] += avoided / 1000.0
-        else:
-            self._unavoided_s[engine] -= avoided / 1000.0
+        _grow(self._paid_s, self._unpaid_s, engine, more)
+        _grow(self._avoided_s, self._unavoided_s, engine, served.avoided_ms - was.avoided_ms)
 
     def _waited(self, waited: Waited) -> None:
         o = self.batch.outcome(self._key(waited.request))
@@ -293,6 +286,15 @@ class Journaling:
             self._stamp_second = second
             self._stamp = utc_text(second)
         return self._stamp
+
+
+def _grow(more: defaultdict[str, float], less: defaultdict[str, float], engine: str, change_ms: float) -> None:
+    """A settled change of `change_ms` in one of the metrics' seconds, which are counters that only grow: an
+    increase to `more`, a decrease to `less` (the counter a dashboard takes off it)."""
+    if change_ms > 0:
+        more[engine] += change_ms / 1000.0
+    else:
+        less[engine] -= change_ms / 1000.0
 
 
 __all__ = ["Batch", "Journaling", "Summary"]

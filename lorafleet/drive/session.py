@@ -417,12 +417,10 @@ class Session:
         held: dict[str, list[tuple[str, float]]] = {}
         loading: dict[str, list[tuple[str, float]]] = {}
         ahead: dict[str, set[str]] = {}  # loaded, or loading, ahead of demand, and no request used it yet
-        reasons, claimed = core.loading_reason, core.claimed
         for key, state in core.book.engines.items():  # held by `start` at the latest (the clock may be far past it)
             held[key] = [(a, min(start, stays.since(key, a))) for a in state.resident]
             loading[key] = [(a, min(start, started.get((key, a), start))) for a in state.in_flight]
-            early = {a for a in state.in_flight if reasons.get((key, a), DEMAND) != DEMAND and (key, a) not in claimed}
-            ahead[key] = set(state.prefetched) | early
+            ahead[key] = set(state.prefetched) | {a for a in state.in_flight if core.loading_ahead(key, a)}
         book, speed, poll = core.book.engines, self.speed, self.read_after_s
         settling = Settling(book, core.load_ms, core.sizes, start, held, poll, loading, speed, ahead)
         self.settling = settling

@@ -187,7 +187,7 @@ class StandInEngines:
         done = self._load(now, state, adapter, scale)
         if gpu:
             self._gpu_when(state, adapter, done, now)
-        if ahead and adapter in state.held:
+        if ahead:  # the newest is never the one evicted
             state.ahead.add(adapter)
         return True
 

@@ -271,10 +271,9 @@ class PolicyCore:
         elif adapter in state.in_flight:
             outcome = LATE
             state.note_use(adapter)  # most recent by its request, not by when its load completes
-            key = (engine, adapter)
-            if key not in self.claimed and self.loading_reason.get(key, DEMAND) != DEMAND:
+            if self.loading_ahead(engine, adapter):
                 self.used_prefetch = True
-                self.claimed.add(key)  # claimed: it will not count as an unused prefetch
+                self.claimed.add((engine, adapter))  # claimed: it will not count as an unused prefetch
         else:
             outcome = MISS
             alone = not known and not state.profile.unload_frees
@@ -305,14 +304,20 @@ class PolicyCore:
     def load_finished(self, now: float, engine: str, adapter: str, ok: bool = True) -> list[Decision]:
         state = self.book.engines[engine]
         key = (engine, adapter)
-        reason = self.loading_reason.pop(key, DEMAND)
-        claimed = key in self.claimed
+        ahead = self.loading_ahead(engine, adapter)
+        self.loading_reason.pop(key, None)
         self.claimed.discard(key)
         if not ok:
             state.fail_load(adapter)
             return []
-        state.finish_load(adapter, prefetched=reason != DEMAND and not claimed)
+        state.finish_load(adapter, prefetched=ahead)
         return self.policy.on_load_done(now, engine, adapter)
+
+    def loading_ahead(self, engine: str, adapter: str) -> bool:
+        """Whether the load of `adapter` in flight on `engine` is ahead of demand (a prefetch, a plan's) and no
+        request has waited on it yet: done, it is a prefetch no request used."""
+        key = (engine, adapter)
+        return self.loading_reason.get(key, DEMAND) != DEMAND and key not in self.claimed
 
     def next_wakeup(self) -> float | None:
         return self.policy.next_wakeup()

@@ -295,11 +295,12 @@ class LorafleetPolicy(Policy):
         seen = demand.min_evidence / demand.transition_seen[(tenant, adapter)]
         # Lift in odds (p/(1-p) at least min_lift times the mix's): for a rare adapter it is p >= min_lift * mix,
         # and a tenant's main adapter (a planner at 40% of its traffic) can still pass when it surely comes next.
+        timely = 1.0 - self.too_late.get(tenant, 0.0)  # the chance its next request is still to come (Timeliness)
         return [
             (c, p * trust)
             for rank, ((c, p), mix) in enumerate(zip(guesses, mixes, strict=True))
             if edges[rank] >= self.min_edge  # this guess has been beating the tenant's plain popularity
-            and p * trust >= self.min_probability
+            and p * trust * timely >= self.min_probability  # likely, and likely in time
             and p * (1.0 - mix) > self.min_lift * mix * (1.0 - p)  # strictly: certain from the mix alone is no lift
             and p >= seen
         ]
@@ -344,12 +345,9 @@ class LorafleetPolicy(Policy):
         decisions: list[Decision] = []
         if predictions:
             gap = core.demand.gap_quantile(tenant, adapter, self.gap_quantile)
-            timely = 1.0 - self.too_late.get(tenant, 0.0)  # the chance its next request is still to come
             for candidate, probability in predictions:
                 target = self._target(event, engine, candidate)
                 if target is None:
-                    continue
-                if probability * timely < self.min_probability:
                     continue
                 self.hot.setdefault(candidate, {})[tenant] = (probability, now, adapter, now + self.hot_ttl_s)
                 # The gap runs from the request's arrival, which a log line shows only at its end: a prefetch timed

@@ -224,8 +224,8 @@ class Simulation:
 # request used it, the load time that saved, whether it was let go unused); every other count is the session's:
 # what lorafleet did and believed, as the daemon's journal has it.
 _STANDINS_OWN_LATE = ("gpu_hits", "prefetch_used", "cold_ms_avoided", "wasted_prefetches")
-_STANDINS_OWN = frozenset({"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed"}) | frozenset(
-    _STANDINS_OWN_LATE
+_STANDINS_OWN = frozenset(
+    {"requests", "hits", "late", "misses", "unserved", "cold_ms_paid", "bypassed", *_STANDINS_OWN_LATE}
 )
 _SESSIONS_OWN = tuple(f.name for f in dataclasses.fields(Counts) if f.name not in _STANDINS_OWN)
 
