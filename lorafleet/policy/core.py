@@ -291,7 +291,7 @@ class PolicyCore:
         if self.policy.keeps_tenants:
             self._remember(event.tenant, adapter)
         if self.policy.observes_demand:
-            self.demand.observe(event.tenant, adapter, now)
+            self.demand.observe(event.tenant, adapter, now, min(now, event.time))
         return self.policy.on_request(now, event, engine, outcome)
 
     def _remember(self, tenant: str | None, adapter: str) -> None:

@@ -222,15 +222,21 @@ class DemandModel:
                 for keyed2 in (self.transitions2, self.transition2_totals, self.transition2_seen):
                     keyed2.pop(context, None)
 
-    def observe(self, tenant: str | None, adapter: str, now: float = 0.0) -> None:
+    def observe(self, tenant: str | None, adapter: str, now: float = 0.0, arrived: float | None = None) -> None:
+        """A request learned at `now`; `arrived`: when it came, where that was earlier (learned from the line
+        written at its end). An adapter's gaps run between arrivals: between lines they carry each request's
+        duration, and a timer's period was lost in them (3 of 100 periodic adapters found, periodic-aligned with
+        durations)."""
         self.long_popularity.add(adapter)
+        at = now if arrived is None else arrived
         previous = self.adapter_last.get(adapter)
         if previous is not None:
             history = self.adapter_gaps.get(adapter)
             if history is None:
                 history = self.adapter_gaps[adapter] = GapHistory()
-            history.add(now - previous)
-        self.adapter_last[adapter] = now
+            history.add(max(0.0, at - previous))  # overlapping requests, learned out of arrival order: no gap
+            at = max(at, previous)
+        self.adapter_last[adapter] = at
         w = self._tick()
         if self.last_arrival is not None:
             gap = max(0.0, now - self.last_arrival)

@@ -145,6 +145,33 @@ def test_a_regular_adapter_has_a_period_an_irregular_one_none() -> None:
     assert few.adapter_next_within("timer", 200.0, 100.0) == 0.0
 
 
+def test_an_adapters_gaps_run_between_arrivals_not_the_lines_written_at_each_requests_end() -> None:
+    """A timer every 60 s whose requests take 1-30 s: learned at each end, the lines are 38-87 s apart (no
+    rhythm); the arrivals keep the period, and the next one is expected a period after the last arrival."""
+    demand = DemandModel()
+    for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):
+        arrival = 100.0 + 60.0 * i
+        demand.observe("cron", "timer", arrival + duration, arrival)
+    assert demand.period("timer") == 60.0
+    assert demand.adapter_last["timer"] == 400.0
+    assert demand.adapter_next_within("timer", 430.0, 25.0) == 0.0  # due at 460, not within 455
+    assert demand.adapter_next_within("timer", 430.0, 35.0) == 1.0
+    by_lines = DemandModel()
+    for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):
+        by_lines.observe("cron", "timer", 100.0 + 60.0 * i + duration)
+    assert by_lines.period("timer") is None
+
+
+def test_overlapping_requests_learned_out_of_arrival_order_make_a_gap_of_none_and_keep_the_latest_arrival() -> None:
+    """Two requests of one adapter in flight together: the later arrival's line can come first. The gap between
+    them counts as 0 s (a burst, no rhythm), and the adapter's last arrival stays the later one."""
+    demand = DemandModel()
+    demand.observe("t", "x", 10.0, 9.0)
+    demand.observe("t", "x", 12.0, 5.0)  # arrived at 5 s, before the one learned first
+    assert demand.adapter_last["x"] == 9.0
+    assert demand.adapter_gaps["x"].sorted == [0.0]
+
+
 def test_four_gaps_are_enough_for_a_period_and_for_the_chance_it_comes_within_a_window() -> None:
     """The two rules read the same evidence: where `period` first sees a rhythm, `adapter_next_within` does too."""
     demand = DemandModel()

@@ -122,7 +122,7 @@ def test_an_eviction_opens_a_regret_pair_that_the_next_request_settles(tmp_path:
 
 from dataclasses import replace  # noqa: E402
 
-from lorafleet.policy.core import DEMAND, EVICT, LOAD, PLAN, PREFETCH  # noqa: E402
+from lorafleet.policy.core import DEMAND, EVICT, HIT, LOAD, PLAN, PREFETCH  # noqa: E402
 from lorafleet.policy.predictive import ScheduledPrefetch  # noqa: E402
 from tests.policy.builders import TWO_VLLM, stream  # noqa: E402
 
@@ -613,6 +613,21 @@ def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp
     policy.periodic.add("a3")
     policy.generation[("adapter", "a3")] = 1
     policy.on_evicted(410.0, "h/e0", "a3")
+    work = policy.scheduled[-1]
+    assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
+
+
+def test_a_timer_learned_from_lines_written_at_each_end_is_brought_back_a_lead_before_its_next_arrival(
+    tmp_path: Path,
+) -> None:
+    """Its requests take 1-30 s and lorafleet learns each from its line: the rhythm is in the arrivals (found
+    periodic) and the return is due a period after the last arrival, less the lead — not after its line."""
+    core, policy = core_with(tmp_path)
+    for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):  # arrivals every 60 s from 100 s
+        arrival = 100.0 + 60.0 * i
+        core.learn(arrival + duration, RequestEvent(arrival, ADAPTER, "a3", "cron", "h/e0"), "h/e0", HIT)
+    assert "a3" in policy.periodic
+    policy.on_evicted(425.0, "h/e0", "a3")
     work = policy.scheduled[-1]
     assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
 

@@ -242,15 +242,16 @@ def learn_lines(core: PolicyCore, lines: list[RequestEvent], poll_s: float = 0.5
     return made
 
 
-def chain_lines(rounds: int, think_s: float) -> list[RequestEvent]:
-    """Tenant t's chain a0 -> a1 -> a2 -> a3, round after round, each step's request lasting 0.1-3 s (so that
-    no adapter comes like clockwork), the next sent `think_s` after it ended: log lines with durations."""
+def chain_lines(rounds: int, think_s: float, pause_s: float = 0.0) -> list[RequestEvent]:
+    """Tenant t's chain a0 -> a1 -> a2 -> a3, round after round, each step's request lasting 0.1-3 s, the next
+    sent `think_s` after it ended, and up to `pause_s` (at random) between rounds: log lines with durations."""
     rng, lines, at = random.Random(3), [], 1000.0
     for _ in range(rounds):
         for step in range(4):
             took = rng.uniform(0.1, 3.0)
             lines.append(RequestEvent(at, ADAPTER, f"a{step}", tenant="t", base_model="m", seen=at + took))
             at += took + think_s
+        at += rng.uniform(0.0, pause_s)
     return lines
 
 
@@ -266,7 +267,9 @@ def test_a_next_step_that_has_come_before_its_line_is_read_is_not_prefetched(tmp
     for think_s in (0.0, 2.0):
         policy = LorafleetPolicy()
         core = PolicyCore(inv, policy)
-        made = learn_lines(core, chain_lines(30, think_s))
+        # Thinking, the rounds are spaced at random: at a steady pace each step would come like clockwork, and a
+        # timer's return (an adapter's gaps run between arrivals) would bring it ahead of its prediction.
+        made = learn_lines(core, chain_lines(30, think_s, pause_s=20.0 if think_s else 0.0))
         last_rounds = [d for line in made[len(made) // 2 :] for d in line if d.reason == PREFETCH]
         runs[think_s] = (policy, len(last_rounds))
     back_to_back, thinking = runs[0.0], runs[2.0]
