@@ -150,7 +150,8 @@ def test_replay_shows_what_start_hints_would_buy(run_cli, tmp_path: Path) -> Non
     assert data["log"]["timed_requests"] == 120
     table = run_cli(*args[:-1], "lru,lorafleet", "--visibility", "both")
     text = " ".join(table.stdout.split())
-    assert "lorafleet (hints)" in text and "turn 0% into 2% of requests warm with log lines only" in text
+    alone = re.search(r"turn 0% into (\d+)% of requests warm with log lines only", text)
+    assert "lorafleet (hints)" in text and alone is not None and int(alone.group(1)) <= 5, text  # each line too late
     warm = re.search(r"turn 0% into (\d+)% of requests warm with start hints", text)
     assert warm is not None and int(warm.group(1)) >= 80, text
 
