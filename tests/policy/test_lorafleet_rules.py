@@ -606,13 +606,19 @@ def test_without_gaps_a_prediction_comes_soon_as_often_as_its_tenant_sends_withi
     assert policy.score("a4", 2.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
 
 
-def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp_path: Path) -> None:
+def evicted_timer(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
+    """a3 requested every 60 s, last at 400 s, and evicted at 410 s: its return scheduled."""
     core, policy = core_with(tmp_path)
     for i in range(6):
-        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)  # every 60 s, last at 400 s
+        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
     policy.periodic.add("a3")
     policy.generation[("adapter", "a3")] = 1
     policy.on_evicted(410.0, "h/e0", "a3")
+    return core, policy
+
+
+def test_an_evicted_periodic_adapter_is_brought_back_a_lead_before_it_is_due(tmp_path: Path) -> None:
+    _, policy = evicted_timer(tmp_path)
     work = policy.scheduled[-1]
     assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
 
@@ -632,33 +638,23 @@ def test_a_timer_learned_from_lines_written_at_each_end_is_brought_back_a_lead_b
     assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
 
 
-def test_a_regular_request_drops_a_pending_return_and_a_stray_one_leaves_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("at", "tenant", "periodic", "returned"),
+    [(415.0, "noise", False, ["a3"]), (455.0, "cron", True, [])],  # a stray request; its tick, a little early
+)
+def test_a_regular_request_drops_a_pending_return_and_a_stray_one_leaves_it(
+    tmp_path: Path, at: float, tenant: str, periodic: bool, returned: list[str]
+) -> None:
     """A request of a periodic adapter on its tick settles the return scheduled for it (left valid, each eviction
     would add one more: the periodic families fell by 60 points so). A stray request (15 s after the last, against
     60 s before) ends its being periodic but not the timer behind it: the return stays, and comes for the timer's
     next tick (dropping it too cost periodic-random 0.17 points over eight seeds; docs/benchmarks.md)."""
-    core, policy = core_with(tmp_path)
-    for i in range(6):
-        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)  # every 60 s, last at 400 s
-    policy.periodic.add("a3")
-    policy.generation[("adapter", "a3")] = 1
-    policy.on_evicted(410.0, "h/e0", "a3")
+    core, policy = evicted_timer(tmp_path)
     assert [w.adapter for w in policy.scheduled] == ["a3"]
-    ask(core, [RequestEvent(time=415.0, tenant="noise", adapter="a3", kind=ADAPTER)])
-    assert "a3" not in policy.periodic
+    ask(core, [RequestEvent(time=at, tenant=tenant, adapter="a3", kind=ADAPTER)])
+    assert ("a3" in policy.periodic) == periodic
     core.book["h/e0"].evict("a3")  # the engine lets it go again, before the return falls due
-    assert [d.adapter for d in core.tick(500.0) if d.action == LOAD] == ["a3"]
-
-    core, policy = core_with(tmp_path)
-    for i in range(6):
-        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
-    policy.periodic.add("a3")
-    policy.generation[("adapter", "a3")] = 1
-    policy.on_evicted(410.0, "h/e0", "a3")
-    ask(core, [RequestEvent(time=455.0, tenant="cron", adapter="a3", kind=ADAPTER)])  # its tick, a little early
-    assert "a3" in policy.periodic
-    core.book["h/e0"].evict("a3")
-    assert [d.adapter for d in core.tick(500.0) if d.action == LOAD] == [] and not policy.scheduled
+    assert [d.adapter for d in core.tick(500.0) if d.action == LOAD] == returned and not policy.scheduled
 
 
 class _Scored(LorafleetPolicy):
