@@ -146,7 +146,7 @@ def test_a_regular_adapter_has_a_period_an_irregular_one_none() -> None:
 
 
 def test_an_adapters_gaps_run_between_arrivals_not_the_lines_written_at_each_requests_end() -> None:
-    """A timer every 60 s whose requests take 1-30 s: learned at each end, the lines are 38-87 s apart (no
+    """A timer every 60 s whose requests take 1-30 s: learned at each end, the lines are 32-107 s apart (no
     rhythm); the arrivals keep the period, and the next one is expected a period after the last arrival."""
     demand = DemandModel()
     for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):
@@ -162,7 +162,7 @@ def test_an_adapters_gaps_run_between_arrivals_not_the_lines_written_at_each_req
     assert by_lines.period("timer") is None
 
 
-def test_overlapping_requests_learned_out_of_arrival_order_make_a_gap_of_none_and_keep_the_latest_arrival() -> None:
+def test_overlapping_requests_learned_out_of_arrival_order_count_a_gap_of_zero_and_keep_the_latest_arrival() -> None:
     """Two requests of one adapter in flight together: the later arrival's line can come first. The gap between
     them counts as 0 s (a burst, no rhythm), and the adapter's last arrival stays the later one."""
     demand = DemandModel()
