@@ -16,6 +16,7 @@ The shapes (docs/benchmarks.md, "Second generator"):
   flash-crowd          Zipf background plus short crowds on cold adapters
   real-arrivals        Azure LLM 2023 (Splitwise) arrival instants, tenants and adapters drawn independently
   mixed-ranks-bytes    SGLang and vLLM engines bound by a byte budget, ranks 8-128
+  cron-jobs            scheduled jobs (every 10-120 s, some on a shared mark, delayed, skipped) beside Zipf traffic
 
 Only the standard library: `random.Random(f"gen2:{family}:{seed}")` is the one source of randomness.
 """
@@ -796,6 +797,57 @@ def mixed_ranks_bytes(seed: int) -> Trace:
     return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
 
 
+# --- 8. scheduled jobs ------------------------------------------------------------------------------------
+def cron_jobs(seed: int) -> Trace:
+    """Scheduled jobs beside interactive traffic. 20-60 jobs, each a tenant's batch adapter (a fifth of them one
+    the interactive traffic uses too) run every 10-120 s: part on a shared minute mark, the rest at their own
+    offset; each run starts after a scheduler delay (lognormal), is skipped now and then, and makes 1-4 calls a
+    short think apart. Background: Zipf over 100-250 adapters from 10-30 tenants, Poisson 6-15 requests/s."""
+    name = "cron-jobs"
+    rng = _rng(name, seed)
+    limit = rng.randint(12_000, 16_000)
+    rate = rng.uniform(6.0, 15.0)
+    catalog = Catalog()
+    tenants = _tenant_names(rng.randint(10, 30), "svc")
+    owner_pick = Weighted(tenants, [math.exp(rng.gauss(0.0, 1.0)) for _ in tenants])
+    adapters = [
+        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1)))
+        for _ in range(rng.randint(100, 250))
+    ]
+    owner = {a: owner_pick.draw(rng) for a in adapters}
+    background = Weighted(adapters, zipf(len(adapters), rng.uniform(0.7, 1.1)))
+    horizon = limit / rate
+    raw: list[tuple[float, str, str]] = [
+        (now, a, owner[a]) for now in poisson(rng, rate, 0.0, horizon) for a in [background.draw(rng)]
+    ]
+    aligned = rng.uniform(0.2, 0.7)
+    delay_median, delay_sigma = rng.uniform(0.1, 1.5), rng.uniform(0.3, 1.0)
+    skip = rng.uniform(0.0, 0.1)
+    for _ in range(rng.randint(20, 60)):
+        tenant = owner_pick.draw(rng)
+        if rng.random() < 0.2:
+            job = rng.choice(adapters[len(adapters) // 4 :])
+        else:
+            job = catalog.new(f"batch-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (1, 2, 1)))
+            owner[job] = tenant
+        period = rng.choice((10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0))
+        offset = 0.0 if rng.random() < aligned else rng.uniform(0.0, period)
+        calls = rng.randint(1, 4)
+        tick = offset
+        while tick < horizon:
+            if rng.random() >= skip:
+                at = tick + lognormal(rng, delay_median, delay_sigma)
+                for _ in range(calls):
+                    raw.append((at, job, tenant))
+                    at += lognormal(rng, 0.4, 0.6)
+            tick += period
+    for a, t in owner.items():
+        catalog.own(t, a)
+    host = rng.choice((8, 12, 16))
+    engines = [_engine(i, "vllm", 4, host) for i in range(2)]
+    return _inventory(name, catalog, engines, tenants), _events(raw, limit, EPOCH + rng.uniform(0, 3600))
+
+
 FAMILIES2: dict[str, Callable[[int], Trace | None]] = {
     "wf-shared-pool": wf_shared_pool,
     "wf-large-pool": wf_large_pool,
@@ -807,6 +859,7 @@ FAMILIES2: dict[str, Callable[[int], Trace | None]] = {
     "flash-crowd": flash_crowd,
     "real-arrivals": real_arrivals,
     "mixed-ranks-bytes": mixed_ranks_bytes,
+    "cron-jobs": cron_jobs,
 }
 
 __all__ = ["FAMILIES2", "REPORT2", "TUNE2", "Trace"]
