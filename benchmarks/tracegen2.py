@@ -238,6 +238,12 @@ def _tenant_names(count: int, prefix: str = "org") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
 
+def _weighted_tenants(rng: random.Random, count: tuple[int, int], prefix: str) -> tuple[list[str], Weighted]:
+    """`count` tenants (drawn between the bounds), each busy by a lognormal weight (σ 1), and a draw by weight."""
+    tenants = _tenant_names(rng.randint(*count), prefix)
+    return tenants, Weighted(tenants, [math.exp(rng.gauss(0.0, 1.0)) for _ in tenants])
+
+
 # --- agentic sessions: chains of steps, a few calls each ----------------------------------------------------
 def _chains(
     rng: random.Random,
@@ -640,9 +646,7 @@ def flash_crowd(seed: int) -> Trace:
     limit = rng.randint(14_000, 18_000)
     rate = rng.uniform(12.0, 25.0)
     catalog = Catalog()
-    tenants = _tenant_names(rng.randint(15, 30), "app")
-    tenant_w = [math.exp(rng.gauss(0.0, 1.0)) for _ in tenants]
-    owner_pick = Weighted(tenants, tenant_w)
+    tenants, owner_pick = _weighted_tenants(rng, (15, 30), "app")
     adapters = [
         catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1)))
         for _ in range(rng.randint(150, 300))
@@ -771,8 +775,7 @@ def mixed_ranks_bytes(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(8.0, 16.0)
     catalog = Catalog()
-    tenants = _tenant_names(rng.randint(10, 25), "biz")
-    owner_pick = Weighted(tenants, [math.exp(rng.gauss(0.0, 1.0)) for _ in tenants])
+    tenants, owner_pick = _weighted_tenants(rng, (10, 25), "biz")
     adapters = []
     for _ in range(rng.randint(150, 250)):
         modules = ATTN if rng.random() < 0.7 else QV
@@ -808,8 +811,7 @@ def cron_jobs(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 15.0)
     catalog = Catalog()
-    tenants = _tenant_names(rng.randint(10, 30), "svc")
-    owner_pick = Weighted(tenants, [math.exp(rng.gauss(0.0, 1.0)) for _ in tenants])
+    tenants, owner_pick = _weighted_tenants(rng, (10, 30), "svc")
     adapters = [
         catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1)))
         for _ in range(rng.randint(100, 250))
