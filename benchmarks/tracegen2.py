@@ -238,6 +238,17 @@ def _tenant_names(count: int, prefix: str = "org") -> list[str]:
     return [f"{prefix}-{i:03d}" for i in range(1, count + 1)]
 
 
+def _owned_adapters(
+    rng: random.Random, catalog: Catalog, count: tuple[int, int], owner_pick: Weighted
+) -> tuple[list[str], dict[str, str]]:
+    """`count` adapters (drawn between the bounds) of any domain, ranks 8-64 (mostly 16-32), each owned by a
+    tenant drawn by weight."""
+    adapters = [
+        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1))) for _ in range(rng.randint(*count))
+    ]
+    return adapters, {a: owner_pick.draw(rng) for a in adapters}
+
+
 def _weighted_tenants(rng: random.Random, count: tuple[int, int], prefix: str) -> tuple[list[str], Weighted]:
     """`count` tenants (drawn between the bounds), each busy by a lognormal weight (σ 1), and a draw by weight."""
     tenants = _tenant_names(rng.randint(*count), prefix)
@@ -647,11 +658,7 @@ def flash_crowd(seed: int) -> Trace:
     rate = rng.uniform(12.0, 25.0)
     catalog = Catalog()
     tenants, owner_pick = _weighted_tenants(rng, (15, 30), "app")
-    adapters = [
-        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1)))
-        for _ in range(rng.randint(150, 300))
-    ]
-    owner = {a: owner_pick.draw(rng) for a in adapters}
+    adapters, owner = _owned_adapters(rng, catalog, (150, 300), owner_pick)
     rng.shuffle(adapters)
     background = Weighted(adapters, zipf(len(adapters), rng.uniform(0.8, 1.15)))
     horizon = limit / rate
@@ -812,11 +819,7 @@ def cron_jobs(seed: int) -> Trace:
     rate = rng.uniform(6.0, 15.0)
     catalog = Catalog()
     tenants, owner_pick = _weighted_tenants(rng, (10, 30), "svc")
-    adapters = [
-        catalog.new(rng.choice(DOMAINS), _rank(rng, (8, 16, 32, 64), (2, 3, 2, 1)))
-        for _ in range(rng.randint(100, 250))
-    ]
-    owner = {a: owner_pick.draw(rng) for a in adapters}
+    adapters, owner = _owned_adapters(rng, catalog, (100, 250), owner_pick)
     background = Weighted(adapters, zipf(len(adapters), rng.uniform(0.7, 1.1)))
     horizon = limit / rate
     raw: list[tuple[float, str, str]] = [
