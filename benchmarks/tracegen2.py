@@ -249,6 +249,17 @@ def _owned_adapters(
     return adapters, {a: owner_pick.draw(rng) for a in adapters}
 
 
+def _background(
+    rng: random.Random, background: Weighted, owner: dict[str, str], rate: float, end: float
+) -> list[tuple[float, str, str]]:
+    """Poisson requests at `rate` from 0 to `end`, each for an adapter drawn from `background`, by its owner."""
+    raw: list[tuple[float, str, str]] = []
+    for now in poisson(rng, rate, 0.0, end):
+        a = background.draw(rng)
+        raw.append((now, a, owner[a]))
+    return raw
+
+
 def _weighted_tenants(rng: random.Random, count: tuple[int, int], prefix: str) -> tuple[list[str], Weighted]:
     """`count` tenants (drawn between the bounds), each busy by a lognormal weight (σ 1), and a draw by weight."""
     tenants = _tenant_names(rng.randint(*count), prefix)
@@ -662,10 +673,7 @@ def flash_crowd(seed: int) -> Trace:
     rng.shuffle(adapters)
     background = Weighted(adapters, zipf(len(adapters), rng.uniform(0.8, 1.15)))
     horizon = limit / rate
-    raw: list[tuple[float, str, str]] = []
-    for now in poisson(rng, rate, 0.0, horizon * 1.5):
-        a = background.draw(rng)
-        raw.append((now, a, owner[a]))
+    raw = _background(rng, background, owner, rate, horizon * 1.5)
     tail = adapters[int(len(adapters) * 0.6) :]
     for _ in range(rng.randint(3, 6)):
         start = rng.uniform(0.1, 0.85) * horizon
@@ -822,9 +830,7 @@ def cron_jobs(seed: int) -> Trace:
     adapters, owner = _owned_adapters(rng, catalog, (100, 250), owner_pick)
     background = Weighted(adapters, zipf(len(adapters), rng.uniform(0.7, 1.1)))
     horizon = limit / rate
-    raw: list[tuple[float, str, str]] = [
-        (now, a, owner[a]) for now in poisson(rng, rate, 0.0, horizon) for a in [background.draw(rng)]
-    ]
+    raw = _background(rng, background, owner, rate, horizon)
     aligned = rng.uniform(0.2, 0.7)
     delay_median, delay_sigma = rng.uniform(0.1, 1.5), rng.uniform(0.3, 1.0)
     skip = rng.uniform(0.0, 0.1)
