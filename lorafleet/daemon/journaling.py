@@ -24,7 +24,7 @@ from lorafleet.store.journal import ActionRow, Outcomes, RollupKey
 from lorafleet.times import minute_key, utc_text
 
 
-@dataclass(slots=True)
+@dataclass  # no slots of its own: they would hide the counts' own fields from a compiled session (setup.py)
 class Summary(Counts):
     """What a daemon run did: the session's counts, and the daemon's own (for `--once`, the final log line)."""
 

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.drive.session import LOADED, RELOADED, TOUCHED, UNLOADED, Call, Held, Session
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.policy.core import DEMAND, LOAD, TOUCH, UNSERVED
@@ -37,6 +39,7 @@ _OWN = 1 << 62  # the order of the timeline's own entries (loads done, ends): af
 Served = Callable[[RequestEvent, str | None, str, float], None]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LateFleet:
     """One policy's session learning from log lines, against stand-in engines (module docstring)."""
 

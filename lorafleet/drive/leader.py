@@ -54,9 +54,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.drive.late import LateFleet
 from lorafleet.drive.session import Session
 from lorafleet.drive.simulated import SimulatedEngines
+from lorafleet.pickling import attributes, restore
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
 from lorafleet.policy.core import DEMAND, EVICT, HIT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
@@ -87,6 +90,7 @@ def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], 
     )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Record:
     """Pairwise decayed counts over one memory: `beats[i][j]` requests expert i hit and expert j missed, every
     request's weight the previous one's divided by `keep`, so old requests fade without touching every cell."""
@@ -131,6 +135,7 @@ class _Record:
         return won - lost > z * math.sqrt(won + lost) + margin
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Standings:
     """Pairwise records of n experts over the recent past and over a longer one, and which one is followed.
 
@@ -182,6 +187,7 @@ class Standings:
         return (self.short,) if self.long is None else (self.short, self.long)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Shadow:
     """One expert's copy of the fleet: its own core, book and simulated engines (the replay kernel's)."""
 
@@ -208,6 +214,7 @@ class _Shadow:
         return loads, [(d.engine, d.adapter) for d in decided if d.action in (EVICT, UNLOAD)]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LeaderPolicy(Policy):
     """Follow the whole-policy expert with the clearest recent lead, per base-model pool (module docstring).
     `experts` replaces the experts (tests); the first is followed until another proves better."""
@@ -256,12 +263,15 @@ class LeaderPolicy(Policy):
     def __getstate__(self) -> dict[str, object]:
         """What a restart keeps (store/memory.py): everything but the experts' factories, needed only once, and
         the live session's simulated engines, which the restarted daemon's session replaces."""
-        state = dict(self.__dict__)
+        state = attributes(self)
         state["factories"] = ()
         state["_engines"] = None
         state["_scorers"] = None  # made again from the default experts, and run from the lines that follow
         state["_hinted"] = None
         return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        restore(self, state)
 
     def driven(self, engines: object | None, read_after_s: float = 0.0) -> None:
         self._engines = engines if isinstance(engines, SimulatedEngines) else None

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.drive.settling import Change, Counted, Settled, Settling, recount
 from lorafleet.drive.simulated import Completion, Loading, SimulatedEngines
 from lorafleet.drive.stays import Stays
@@ -54,6 +56,7 @@ LOAD_ANSWERS = (LOADED, RELOADED)
 BY_ENGINE_LRU = "by the engine's LRU"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(slots=True)
 class Counts:
     """What a run did, as every view reports it (replay's result, the daemon's summary, `stats` over the journal)."""
@@ -200,6 +203,7 @@ def _counted(before: _Tally, counts: Counts) -> Counted | None:
 _COUNTED = tuple(f.name for f in fields(Counts))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(slots=True)
 class Held:
     """A request served at its start hint: its counts and answers, until its log line releases them."""
@@ -230,6 +234,7 @@ def _retagged(answer: Answer, tenant: str) -> Answer:
     return answer  # an action: no tenant
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Session:
     def __init__(
         self,

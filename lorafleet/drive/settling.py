@@ -37,6 +37,8 @@ import heapq
 from collections.abc import Collection, Iterable, Mapping
 from typing import NamedTuple, Protocol, cast
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.drive.standin import StandInEngines
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD
@@ -122,6 +124,7 @@ class _End(NamedTuple):
     adapter: str
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Change:
     """A call made to an engine, or a change another process made (REGISTRY: a reconcile's finding). Mutable in
     one respect: a load answered with an error is marked `failed`, and loads nothing when its turn comes."""
@@ -148,6 +151,7 @@ class Change:
         self.scale = scale  # the engine's calibration when it was made (`Settling`'s `speed`)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Settling:
     """The stand-in engines a horizon behind the lines (module docstring)."""
 

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, UNLOAD, Decision
 from lorafleet.policy.residency import Budget
@@ -39,6 +41,7 @@ class Loading(NamedTuple):
     demands: int  # how many of the queue's first entries are demand loads
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Loader:
     """One engine's serialized loader."""
 
@@ -58,6 +61,7 @@ class _Loader:
         self.demands += 1
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class SimulatedEngines:
     """Every engine's loader and holdings; the session applies decisions and takes completions in time order."""
 

@@ -31,11 +31,14 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.inventory.model import LoadModel
 from lorafleet.policy.core import HIT, LATE, MISS
 from lorafleet.policy.residency import EngineResidency, use_gpu_slot
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Engine:
     __slots__ = (
         "ahead",
@@ -70,6 +73,7 @@ class _Engine:
         self.ahead: set[str] = set()  # loaded ahead of demand (a prefetch, a plan), no request since
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class StandInEngines:
     """Every engine's own cache and loader (module docstring)."""
 

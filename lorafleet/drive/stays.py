@@ -13,9 +13,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
+from mypy_extensions import mypyc_attr
+
 INF = float("inf")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Stays:
     """Per adapter and engine, the stretches [start, end) it was held, as one sorted list of their bounds (start,
     end, start, end, ...; a stay still going ends at +inf): an instant is inside a stay when an odd number of

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.policy.core import PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency
@@ -20,12 +22,14 @@ def capacity(state: EngineResidency) -> int:
     return max(1, state.budget.slot_cap)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LruPolicy(Policy):
     """Load on demand, evict the least recently used: what vLLM and SGLang do by themselves (the baseline)."""
 
     name = "lru"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class AgedCounts:
     """Request counts halved every `period` requests (TinyLFU's reset), so old popularity fades."""
 
@@ -62,6 +66,7 @@ def _counts(policy: Policy, core: PolicyCore) -> AgedCounts:
     return AgedCounts(period)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LfuPolicy(Policy):
     """Load on demand, evict the least frequently requested (ties: least recently used); counts age by half every
     ten turnovers of the fleet's slots."""
@@ -82,6 +87,7 @@ class LfuPolicy(Policy):
         return []
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _ArcLists:
     """One engine's ARC lists: t1 (seen once lately), t2 (seen at least twice), their ghosts b1 and b2, and the
     adaptive target size p of t1 (Megiddo and Modha, 2003)."""
@@ -133,6 +139,7 @@ class _ArcLists:
         return others + first + second
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class ArcPolicy(Policy):
     """Adaptive Replacement Cache per engine: balances recency and frequency by the ghosts of what it evicted."""
 
@@ -158,6 +165,7 @@ class ArcPolicy(Policy):
         self.lists[engine].evicted(adapter)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class WTinyLfuPolicy(Policy):
     """W-TinyLFU per engine: a small window of the newest adapters (1% of the slots, at least 1, at most 2), and a
     main area that admits the window's oldest only when it has been requested more often (aged counts) than the
@@ -203,6 +211,7 @@ class WTinyLfuPolicy(Policy):
         self.windows[engine].pop(adapter, None)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class MarkovPolicy(Policy):
     """LRU, plus a per-tenant next-adapter prefetch: on the first call of a new step (repeats collapsed), the
     tenant's most frequent successor of this adapter is loaded on the serving engine when it has come next at

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
+
+from mypy_extensions import mypyc_attr
 
 from lorafleet.inventory.model import Inventory, LoadModel
 from lorafleet.policy.demand import DemandModel
@@ -35,13 +37,14 @@ class Decision(NamedTuple):
     overrun: bool = False  # a load that leaves the engine past its budget by its own doing (`EngineResidency.excess`)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Policy:
     """Base policy: load on demand, evict least recently used — what an engine does alone."""
 
-    name = "lru"
-    honours_pins = False
-    observes_demand = False
-    keeps_tenants = False  # derived per class below: whether the core must say which tenant it forgot
+    name: ClassVar[str] = "lru"
+    honours_pins: ClassVar[bool] = False
+    observes_demand: ClassVar[bool] = False
+    keeps_tenants: ClassVar[bool] = False  # derived per class below: whether the core must say which tenant it forgot
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A policy keeps something per tenant when it observes the demand model or forgets a tenant itself:
@@ -120,6 +123,7 @@ class Policy:
 TOUCH_BUDGET = 0.1  # touches allowed per adapter request an engine serves, by default
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class PolicyCore:
     # Whether lorafleet's calls for the request being served reach its engine before the request does: a request
     # known on arrival. Not so for one learned from its start hint, which the gateway sends as it forwards the

@@ -17,6 +17,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 LEADERS = 3  # successors kept ranked per (tenant, adapter): as many as a prediction looks at
 _RESCALE_WEIGHT = 1e80  # rescale stored counts long before a float would overflow
 _FORGOTTEN = 2.0**-30  # a second-order context last seen 30 half-lives ago is dropped at the next rescale
@@ -30,6 +32,7 @@ def _weight(item: tuple[str, float]) -> float:
     return item[1]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class AgedCounts:
     """Counts that halve every `half_life` observations, kept with growing weights so adding is O(1)."""
 
@@ -48,6 +51,7 @@ class AgedCounts:
         self.counts[key] = self.counts.get(key, 0.0) + self.weight
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class GapHistory:
     """The last few gaps between two kinds of event, kept in arrival order and sorted, for quantiles."""
 
@@ -80,6 +84,7 @@ class GapHistory:
         return (bisect.bisect_right(ordered, elapsed + window) - done) / waiting
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class DemandModel:
     def __init__(
         self,

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 ADAPTER, BASE, UNKNOWN = "adapter", "base", "unknown"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(slots=True, unsafe_hash=True)
 class RequestEvent:
     """One request. `adapter` is an inventory id (never a raw log string) or None for base/unknown requests.

@@ -27,7 +27,10 @@ import math
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 
+from mypy_extensions import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Pair:
     __slots__ = ("by_challenger", "evicted", "open", "spared")
 
@@ -38,6 +41,7 @@ class _Pair:
         self.open = True
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Regret:
     """A default expert and a challenger on one engine: the open regret pairs and their decayed points."""
 
@@ -115,6 +119,7 @@ class Regret:
                         del by_adapter[name]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class EvictionExperts:
     """One engine's experts: request recency (LRU's order), and the three choices among value orders."""
 

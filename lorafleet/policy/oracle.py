@@ -6,11 +6,14 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.policy.core import PREFETCH, Decision, Policy
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.residency import EngineResidency
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class OraclePolicy(Policy):
     """Sees the future (replay only): Belady eviction, and each next-needed adapter loaded as early as the
     engine's one-at-a-time loader allows, displacing only adapters needed later than it. The bound to beat.

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from lorafleet.inventory.model import Adapter, Engine, Inventory
 from lorafleet.kinds import EngineKind
+from lorafleet.pickling import rebuilt
 from lorafleet.policy.residency import Budget, EngineResidency, ResidencyBook
 
 
@@ -152,15 +156,23 @@ def can_pin(state: EngineResidency, adapter: str) -> bool:
 
 
 # --- what a plan is made of (plan/planner.py makes one) ------------------------------------------------------
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(frozen=True)
 class Placement:
     adapter: str
     engine: str
     pinned: bool
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuilt(self)  # pickled by its constructor (lorafleet/pickling.py)
 
+
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(frozen=True)
 class PlannedResidency:
     placements: tuple[Placement, ...]
     unplaced: tuple[tuple[str, str], ...]  # (adapter, reason)
     expected_hit_ratio: float  # share of the window's adapter requests whose adapter is placed somewhere
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuilt(self)  # pickled by its constructor (lorafleet/pickling.py)

@@ -6,7 +6,11 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from mypy_extensions import mypyc_attr
+
+from lorafleet.pickling import rebuilt
 from lorafleet.policy.baselines import capacity
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.demand import LEADERS, AgedCounts
@@ -18,6 +22,7 @@ from lorafleet.policy.residency import EngineResidency
 BLENDED, SHORT, QUICK = "blended", "short", "quick"  # popularity memories an eviction order can use
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(frozen=True, slots=True, order=True)
 class ScheduledPrefetch:
     """A prefetch the policy wants at `due` (policy time): ordered by due time, then by when it was scheduled."""
@@ -31,7 +36,11 @@ class ScheduledPrefetch:
     attempt: int = field(default=0, compare=False)  # retries while the engine's loader is busy
     completed: int = field(default=0, compare=False)  # the engine's loads completed when it first had to wait
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuilt(self)  # pickled by its constructor (lorafleet/pickling.py)
 
+
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class LorafleetPolicy(Policy):
     """Plan-based preload, predictive prefetch and demand-aware eviction.
 
@@ -484,14 +493,9 @@ class LorafleetPolicy(Policy):
         if state.budget.budget_bytes:  # the residents come by value per share of the budget: so is the bar
             bar /= self.cost(state, candidate)
 
-        def cheaper() -> Iterator[str]:
-            for score, adapter in self._cheapest(state, now, keep):
-                if score > bar:
-                    return
-                yield adapter
-
         self._displacing = True
         try:
+            cheaper = lambda: _worth_at_most(self._cheapest(state, now, keep), bar)  # noqa: E731
             return core.load(now, target, candidate, PREFETCH, cheaper)
         finally:
             self._displacing = False
@@ -524,6 +528,14 @@ class LorafleetPolicy(Policy):
                 # Still the same loads in flight: a slow engine, not a flood. The prediction keeps its value.
             decisions += self._prefetch(now, work.engine, work.adapter, None)
         return decisions
+
+
+def _worth_at_most(ranked: Iterable[tuple[float, str]], bar: float) -> Iterator[str]:
+    """The adapters of a (score, adapter) ranking, cheapest first, up to the first one worth more than `bar`."""
+    for score, adapter in ranked:
+        if score > bar:
+            return
+        yield adapter
 
 
 def initial_loads(core: PolicyCore, plan: Sequence[Placement], now: float) -> list[Decision]:

@@ -20,19 +20,27 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.inventory.model import Engine, Inventory, slot_cap
 from lorafleet.kinds import kind_of
+from lorafleet.pickling import attributes, rebuilt, restore
 
 
+@mypyc_attr(native_class=False)  # a builtin exception base: a plain Python class
 class BudgetError(RuntimeError):
     """A caller tried to break a budget rule; this is a bug in the caller, never an engine's fault."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(frozen=True, slots=True)
 class Budget:
     gpu_slots: int
     host_slots: int | None  # None: no slot cap (SGLang without --max-loaded-loras)
     budget_bytes: int | None  # None: no byte cap
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuilt(self)  # pickled by its constructor (lorafleet/pickling.py)
 
     @property
     def slot_cap(self) -> int:
@@ -74,6 +82,7 @@ def use_gpu_slot(gpu: dict[str, None], adapter: str, slots: int, pins: Collectio
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class EngineResidency:
     """One engine's tiers. `resident` and `gpu` are insertion-ordered: the first key is least recently used."""
 
@@ -119,14 +128,15 @@ class EngineResidency:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (store/memory.py) without the book's index, which is rebuilt when next needed."""
-        return {name: getattr(self, name) for name in self.__slots__ if name != "index" and hasattr(self, name)}
+        state = attributes(self)
+        state.pop("index", None)
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Every slot `__getstate__` wrote, and no index (a memory pickled by an older version, without some slot,
         is refused by its format line in store/memory.py before it gets here)."""
         self.index = None
-        for name, value in state.items():
-            setattr(self, name, value)
+        restore(self, state)
 
     def _moved(self, adapter: str) -> None:
         """The one hook of the book's index: `adapter` just became resident, loading or neither here, and this
@@ -438,6 +448,7 @@ def budget_of(engine: Engine) -> Budget:
     return Budget(engine.gpu_slots, engine.host_slots, engine.lora_budget_bytes)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Group:
     """A least-loaded order over one serving pool: a heap of (loads in flight, slots used, position in the pool,
     version) — the key the placement rule weighs (`EngineResidency.placement_load`), pool order breaking ties.
@@ -499,6 +510,7 @@ def _holds(table: dict[str, set[str]], adapter: str, key: str, held: bool) -> No
             del table[adapter]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class HolderIndex:
     """Who holds what, kept by the book's mutators: per adapter the engines where it is resident and where it is
     loading, and per serving pool asked about a least-loaded order (`_Group`). Built by `ResidencyBook.indexed`
@@ -573,6 +585,7 @@ class HolderIndex:
         return group
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Engines(dict[str, EngineResidency]):
     """A book's engines by key. Putting an engine in (a reload keeps a state across books) re-indexes it."""
 
@@ -602,6 +615,7 @@ class _Engines(dict[str, EngineResidency]):
         return (_Engines, (dict(self),))  # pickled without the index
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class ResidencyBook:
     """Every engine's residency, keyed by `HOST/ENGINE`."""
 

@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from mypy_extensions import mypyc_attr
+
 from lorafleet.collector import settle, unsettle
 from lorafleet.drive.late import LateFleet
 from lorafleet.drive.policies import BELADY, OFFLINE_POLICIES, ONLINE_POLICIES, ORACLE_VARIANTS, make_policy
@@ -67,6 +69,7 @@ def _settle(index: int, progress: Callable[[int], None] | None) -> None:
         progress(index)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 @dataclass(slots=True)
 class PolicyResult(Counts):
     """One policy's replay: the session's counts, every request's wait, and what the simulated engines did."""
@@ -99,6 +102,7 @@ class PolicyResult(Counts):
         return self.requests / self.wall_s if self.wall_s > 0 else 0.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Simulation:
     def __init__(
         self,

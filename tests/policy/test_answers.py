@@ -67,7 +67,7 @@ def test_a_live_session_counts_each_call_from_the_engines_answer(tmp_path: Path)
     session = Session(PolicyCore(make_inventory(tmp_path, adapters=6, engines=TWO_VLLM), make_policy("lru")))
     session.answered(1.0, Call(TOUCH, "h/e0", "a0", "keep"), TOUCHED, True, 2.0)
     session.answered(2.0, Call(UNLOAD, "h/e0", "a1", "prefetch", unused=True), UNLOADED, True, 3.0)
-    session.answered(3.0, Call(TOUCH, "h/e0", "a3", "keep"), "failed", False, None, "HTTP 500")
+    session.answered(3.0, Call(TOUCH, "h/e0", "a3", "keep"), "failed", False, 4.0, "HTTP 500")
     session.answered(4.0, Call(UNLOAD, "h/e0", "a4", "demand"), NOT_REGISTERED, True, 1.0)
     counts = session.counts
     assert (counts.touches, counts.unloads, counts.failed) == (1, 2, 1)
