@@ -240,7 +240,9 @@ def main() -> None:
     copies = []
     for w in range(args.workers):
         copy = work / f"w{w}"
-        shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info"))
+        # Without the compiled core (setup.py): a mutant runs as the plain source it is.
+        skipped = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "*.so", "build")
+        shutil.copytree(ROOT, copy, ignore=skipped)
         copies.append(copy)
     try:
         chunks = [sample[w :: args.workers] for w in range(args.workers)]

@@ -17,11 +17,12 @@ import pickle
 import zlib
 from typing import Any
 
-from lorafleet import __version__
+from lorafleet import COMPILED_CORE, __version__
 from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 13: the build named: a memory pickled by the compiled core and one by the plain source do not read each other
 # 12: the predictor's record of each tenant's requests that came before the prediction made for them
 # 11: tenants remembered, at most MAX_TENANTS (the least recently active forgotten)
 # 10: the predictor's edges per adapter followed, and what it brought back (an older memory's guesses would not unpack)
@@ -31,7 +32,7 @@ from lorafleet.policy.core import Policy, PolicyCore
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 12"
+FORMAT = f"lorafleet {__version__} memory 13{' compiled' if COMPILED_CORE else ''}"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

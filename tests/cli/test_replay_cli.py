@@ -254,7 +254,7 @@ def test_sigterm_during_a_replay_is_one_line_and_exit_143(tmp_path: Path) -> Non
     from tests.conftest import ROOT
 
     long = tmp_path / "long.jsonl"
-    long.write_bytes(Path(DEMO_LOG).read_bytes() * 40)  # 80,000 requests: far longer than the wait below
+    long.write_bytes(Path(DEMO_LOG).read_bytes() * 200)  # 400,000 requests: longer than the wait, compiled too
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     command = [sys.executable, "-m", "lorafleet", "replay", str(long), "-i", DEMO, "--policy", "lorafleet"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

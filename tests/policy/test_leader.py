@@ -754,6 +754,7 @@ def _lru_and_lfu(
 
 
 def _copies_matched(policy: LeaderPolicy, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The engines the copies are matched on from now, in order (a spy on `Session.match`: `plain_core` tests)."""
     matched: list[str] = []
     original = Session.match
 
@@ -765,6 +766,7 @@ def _copies_matched(policy: LeaderPolicy, monkeypatch: pytest.MonkeyPatch) -> li
     return matched
 
 
+@pytest.mark.plain_core
 @pytest.mark.parametrize("lead", [0, 1])
 def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before_it_decides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lead: int
@@ -795,6 +797,7 @@ def test_with_hints_a_leaders_copy_parted_from_the_live_engine_is_matched_before
     assert matched == ["h/e0"] and list(copy.resident) == list(live.resident) == ["a0", "a1"]
 
 
+@pytest.mark.plain_core
 def test_on_a_log_the_copies_score_a_leaders_copy_is_never_matched_to_the_live_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -813,6 +816,7 @@ def test_on_a_log_the_copies_score_a_leaders_copy_is_never_matched_to_the_live_e
     assert list(core.book.engines["h/e0"].resident) == ["a1", "a0"]
 
 
+@pytest.mark.plain_core
 def test_a_live_engine_past_its_budget_is_not_matched_by_the_copies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -855,6 +859,7 @@ def test_a_requests_end_parts_its_engine_from_the_copies_even_when_the_next_requ
     assert list(copy.resident) == list(live.resident) == ["a1", "a0"]
 
 
+@pytest.mark.plain_core
 @pytest.mark.parametrize("parted", ["recency", "a load in flight"])
 def test_on_lines_with_durations_a_leaders_copy_parted_from_the_live_engine_is_matched_before_it_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parted: str
@@ -882,6 +887,7 @@ def test_on_lines_with_durations_a_leaders_copy_parted_from_the_live_engine_is_m
         assert "a5" in copy.core.book.engines["h/e0"].in_flight
 
 
+@pytest.mark.plain_core
 def test_a_request_the_copies_score_is_never_matched_though_the_runs_score_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -516,6 +516,7 @@ def test_with_long_requests_the_experts_are_scored_by_what_the_engines_alone_wou
     assert ours >= lru - 0.02
 
 
+@pytest.mark.plain_core
 @pytest.mark.parametrize("visibility", [LOG, HINTS])
 @pytest.mark.parametrize("expert", ["predictive", "markov"])
 def test_each_experts_run_reads_the_lines_as_replay_of_it_alone_does(
@@ -572,6 +573,7 @@ def test_after_a_restart_the_default_experts_are_made_again_to_score_lines_and_o
             assert restored.settle_s == 1.5
 
 
+@pytest.mark.plain_core
 def test_on_a_log_with_durations_each_request_scores_the_standings_once_from_the_experts_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -317,6 +317,7 @@ def test_touches_are_what_a_policy_costs_on_vllm_and_lru_needs_none(tmp_path: Pa
     assert on_sglang["lfu"].touches == 0 and on_sglang["lfu"].unloads == on_sglang["lfu"].evictions > 0
 
 
+@pytest.mark.plain_core
 def test_the_budget_check_counts_what_the_engine_holds_not_what_the_book_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
