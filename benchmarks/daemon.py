@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lorafleet import COMPILED_CORE  # noqa: E402
 from lorafleet.daemon.loop import Daemon, DaemonOptions  # noqa: E402
 from lorafleet.drive.session import Counts  # noqa: E402
 from lorafleet.inventory import load_inventory  # noqa: E402
@@ -187,6 +188,7 @@ def main() -> None:
         for policy in ("lru", "lorafleet"):
             rate, lines, _ = shadow_run(synth.inventory_path, work / f"{policy}.db", policy)
             rows.append((policy, lines, rate, rate / base_rate))
+        print(f"core: {'compiled' if COMPILED_CORE else 'plain source'}")
         print(f"json.loads over the same file: {base_rate:,.0f} lines/s")
         for policy, lines, rate, ratio in rows:
             print(f"daemon --shadow --once, {policy}: {lines:,} lines at {rate:,.0f}/s = {ratio:.2f} of json.loads")

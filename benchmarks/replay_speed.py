@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from suite import SEEDS, traces  # noqa: E402
 
+from lorafleet import COMPILED_CORE  # noqa: E402
 from lorafleet.replay.driver import simulate  # noqa: E402
 
 
@@ -32,7 +33,8 @@ def main() -> None:
     args = parser.parse_args()
     chosen = set(args.families.split(",")) if args.families else None
     slowest: list[tuple[float, str]] = []
-    print(f"{args.policy}, seeds {args.seeds}: requests/s per family (slowest seed, median)")
+    core = "compiled" if COMPILED_CORE else "plain source"
+    print(f"{args.policy}, seeds {args.seeds}, core {core}: requests/s per family (slowest seed, median)")
     for name, make in traces(chosen).items():
         speeds = []
         for seed in SEEDS[args.seeds]:
