@@ -88,11 +88,16 @@ def _copy_of_the_install(into: Path) -> Path:
 
 
 def where_the_core_runs_from(path: Path) -> tuple[list[str], str]:
+    """The files two core modules run from, and what `lorafleet --version` says, in a copy of the install."""
     probe = "import lorafleet.policy.core as c, lorafleet.drive.session as s; print(c.__file__); print(s.__file__)"
     env = {k: v for k, v in os.environ.items() if k != PURE_ENV} | {"PYTHONPATH": str(path)}
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=path, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.split(), done.stderr
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    version = subprocess.run(
+        [sys.executable, "-m", "lorafleet", "--version"], capture_output=True, text=True, env=env, cwd=path, timeout=60
+    )
+    assert version.returncode == 0 and version.stderr == "", version.stderr
+    return done.stdout.split(), version.stdout.strip()
 
 
 def test_a_core_module_edited_since_the_build_runs_the_whole_core_from_source(tmp_path: Path) -> None:
@@ -101,12 +106,14 @@ def test_a_core_module_edited_since_the_build_runs_the_whole_core_from_source(tm
     edited = copy / "lorafleet" / "policy" / "demand.py"
     built = next((copy / "lorafleet" / "policy").glob("demand.*.so")).stat().st_mtime
     os.utime(edited, (built - 60, built - 60))  # older than its build: the compiled core runs
-    files, warned = where_the_core_runs_from(copy)
-    assert all(f.endswith(SUFFIXES) for f in files) and warned == ""
-    os.utime(edited, (built + 60, built + 60))  # edited since: every compiled module runs from source, said once
-    files, warned = where_the_core_runs_from(copy)
+    files, said = where_the_core_runs_from(copy)
+    assert all(f.endswith(SUFFIXES) for f in files) and said.endswith("(core: compiled)")
+    os.utime(edited, (built + 60, built + 60))  # edited since: every compiled module runs from source, and says why
+    files, said = where_the_core_runs_from(copy)
     assert [Path(f).name for f in files] == ["core.py", "session.py"]
-    assert warned.count("\n") == 1 and "older than" in warned and "demand.py" in warned
+    assert said.endswith(
+        "(core: plain source: the compiled core is older than policy/demand.py (install again to compile it))"
+    )
 
 
 def test_a_memory_of_the_compiled_core_and_one_of_its_source_refuse_each_other() -> None:

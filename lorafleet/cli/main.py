@@ -11,7 +11,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-from lorafleet import __version__
+from lorafleet import CORE, __version__
 from lorafleet.cli.failure import error_document, json_asked
 from lorafleet.cli.options import global_options
 from lorafleet.cli.signals import terminate_as_interrupt
@@ -160,7 +160,9 @@ class LorafleetGroup(click.Group):
 
 @click.group(cls=LorafleetGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @global_options(with_env=True)
-@click.version_option(__version__, "--version", prog_name="lorafleet")
+@click.version_option(
+    __version__, "--version", prog_name="lorafleet", message=f"%(prog)s, version %(version)s (core: {CORE})"
+)
 def cli() -> None:
     """Keep the right LoRA adapters resident across a GPU fleet.
 

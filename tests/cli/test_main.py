@@ -21,8 +21,11 @@ DEMO = str(INVENTORIES / "demo.yaml")
 
 
 def test_version(run_cli) -> None:
+    """The version, and which core runs (compiled by the install, or its plain source: setup.py)."""
+    from lorafleet import CORE
+
     result = run_cli("--version")
-    assert result.exit_code == 0 and __version__ in result.stdout
+    assert result.exit_code == 0 and result.stdout == f"lorafleet, version {__version__} (core: {CORE})\n"
 
 
 @pytest.mark.parametrize(
