@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import signal
 import subprocess
@@ -13,12 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import lorafleet.policy.core
-from lorafleet import PURE_ENV
+from lorafleet import COMPILED_CORE, PURE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORIES = ROOT / "inventories"
-CORE_COMPILED = str(lorafleet.policy.core.__file__).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -26,7 +23,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A `plain_core` test spies on calls between the core's own modules (monkeypatch), which compiled callers
     make directly: where the core is compiled (setup.py) it runs on the plain source instead, in a pytest of its
     own (test_compiled.py shows the two count the same)."""
-    if pyfuncitem.get_closest_marker("plain_core") is None or not CORE_COMPILED:
+    if pyfuncitem.get_closest_marker("plain_core") is None or not COMPILED_CORE:
         return None
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", pyfuncitem.nodeid]
     env = os.environ | {PURE_ENV: "1"}
