@@ -56,6 +56,9 @@ class Family:
     declared: bool = False  # workflows written in the inventory
     periodic_share: float = 0.5  # periodic mode: share of adapters on a period
     aligned: bool = False  # periodic mode: arrivals at the start of their period, else a random offset
+    calls_per_run: float = 1.0  # periodic mode: mean calls each time a timer fires (geometric), 0.4 s apart
+    shared_pool: bool = False  # workflow mode: every tenant's chains drawn from all adapters, not its own
+    tenant_skew: float = 0.0  # workflow mode: Zipf exponent of the tenants' session rates (0: all alike)
 
 
 FAMILIES = (
@@ -79,8 +82,27 @@ FAMILIES = (
         sessions=2,
         rate=30.0,
     ),
+    # Agentic workflows over one pool of adapters all tenants share, tenants of skewed activity, a few calls a
+    # step, stray calls, sessions interleaved: the shape the product exists for, with the loader not saturated.
+    Family(
+        "agentic-shared",
+        mode="workflow",
+        adapters=60,
+        tenants=30,
+        slots=8,
+        calls_per_step=1.6,
+        stray=0.05,
+        think_s=1.0,
+        think_spread=1.0,
+        sessions=2,
+        rate=8.0,
+        shared_pool=True,
+        tenant_skew=1.0,
+    ),
     Family("periodic-aligned", mode="periodic", aligned=True),
     Family("periodic-random", mode="periodic"),
+    # Timers that make a few calls each time they fire (a batch job's run): their rhythm is between runs.
+    Family("periodic-runs", mode="periodic", aligned=True, calls_per_run=2.5),
     Family("bursty-tenants", mode="bursty", tenants=30),
     Family("overload", zipf=0.9, adapters=240, rate=60.0, engines=1, slots=16),
     Family("few-slots", slots=4, gpu_slots=2, adapters=60),
@@ -221,12 +243,17 @@ def _workflows(
     own = {t: [a for a, o in zip(names, owners, strict=True) if o == t] or names for t in tenants}
     chains = {}
     for t in tenants:
-        pool = own[t] if len(own[t]) >= 3 else names
+        pool = own[t] if len(own[t]) >= 3 and not family.shared_pool else names
         chains[t] = [rng.sample(pool, min(len(pool), rng.randint(3, 5))) for _ in range(2)]
     out: list[tuple[float, str, str]] = []
     per_session = family.requests // max(1, len(tenants) * family.sessions) + 1
     session_rate = family.rate / max(1, len(tenants) * family.sessions)
-    for t in tenants:
+    shares = _zipf_weights(len(tenants), family.tenant_skew) if family.tenant_skew else None
+    for index, t in enumerate(tenants):
+        if shares is not None:  # this tenant's share of the sessions; its requests come over the same span
+            share = shares[index] / sum(shares)
+            per_session = int(family.requests * share / family.sessions) + 1
+            session_rate = family.rate * share / family.sessions
         for _ in range(family.sessions):
             now = rng.uniform(0, 10.0)
             count = 0
@@ -252,7 +279,7 @@ def _periodic(family: Family, rng: random.Random, names: list[str], owners: list
     periodic = names[: int(len(names) * family.periodic_share)]
     out = []
     budget = family.requests // 2
-    per_adapter = max(1, budget // max(1, len(periodic)))
+    per_adapter = max(1, int(budget / family.calls_per_run) // max(1, len(periodic)))  # timer runs, not calls
     for a in periodic:
         period = span / per_adapter * rng.uniform(0.5, 1.5)
         start = rng.uniform(0, period)
@@ -260,6 +287,11 @@ def _periodic(family: Family, rng: random.Random, names: list[str], owners: list
         while t < span:
             offset = 0.0 if family.aligned else rng.uniform(0, period * 0.5)
             out.append((t + offset, owners[int(a[1:])], a))
+            if family.calls_per_run > 1:  # the run's further calls
+                at = t + offset
+                for _ in range(int(math.log(rng.random()) / math.log(1 - 1 / family.calls_per_run))):
+                    at += _gap(rng, 0.4, 0.5)
+                    out.append((at, owners[int(a[1:])], a))
             t += period
     rest = names[len(periodic) :] or names
     cumulative = list(_accumulate(_zipf_weights(len(rest), family.zipf)))
