@@ -127,6 +127,14 @@ class DemandModel:
         self.gaps: dict[tuple[str | None, str], GapHistory] = {}  # seconds from (tenant, adapter) to its next
         self.adapter_gaps: dict[str, GapHistory] = {}  # seconds between requests for the same adapter
         self.adapter_last: dict[str, float] = {}
+        # A timer that makes several calls each time it fires (a batch job's run): calls closer than the time
+        # `run_horizon` requests take at the current rate are one run, and an adapter's rhythm is read between its
+        # runs' starts (seconds from each run's start to the next one's; the latest run's start). 0: every
+        # request a run of its own. The predictor sets its horizon, the window its scores look ahead: an adapter
+        # asked for again within it is scored by that, so the rhythm that wants a return is the one beyond it.
+        self.run_horizon = 0.0
+        self.run_gaps: dict[str, GapHistory] = {}
+        self.run_start: dict[str, float] = {}
         self.arrival_gap = 0.0  # moving average of seconds between requests, fleet-wide
         self.last_arrival: float | None = None
         # tenant -> the adapters it asked for, least recently active first (MAX_TENANTS); declared tenants (the
@@ -233,20 +241,29 @@ class DemandModel:
         duration, and a timer's period was lost in them (3 of 100 periodic adapters found, periodic-aligned with
         durations)."""
         self.long_popularity.add(adapter)
+        w = self._tick()
+        if self.last_arrival is not None:
+            gap = max(0.0, now - self.last_arrival)
+            self.arrival_gap = gap if self.clock <= 2 else self.arrival_gap + 0.01 * (gap - self.arrival_gap)
+        self.last_arrival = now
         at = now if arrived is None else arrived
         previous = self.adapter_last.get(adapter)
         if previous is not None:
             history = self.adapter_gaps.get(adapter)
             if history is None:
                 history = self.adapter_gaps[adapter] = GapHistory()
-            history.add(max(0.0, at - previous))  # overlapping requests, learned out of arrival order: no gap
+            since = max(0.0, at - previous)  # overlapping requests, learned out of arrival order: no gap
+            history.add(since)
             at = max(at, previous)
+            if self.run_horizon > 0.0 and since > self.run_horizon * self.arrival_gap:  # a new run
+                runs = self.run_gaps.get(adapter)
+                if runs is None:
+                    runs = self.run_gaps[adapter] = GapHistory()
+                runs.add(at - self.run_start[adapter])
+                self.run_start[adapter] = at
+        else:
+            self.run_start[adapter] = at
         self.adapter_last[adapter] = at
-        w = self._tick()
-        if self.last_arrival is not None:
-            gap = max(0.0, now - self.last_arrival)
-            self.arrival_gap = gap if self.clock <= 2 else self.arrival_gap + 0.01 * (gap - self.arrival_gap)
-        self.last_arrival = now
         self.popularity[adapter] = self.popularity.get(adapter, 0.0) + w
         self.tenant_activity[tenant] = self.tenant_activity.get(tenant, 0.0) + w
         key = (tenant, adapter)
@@ -303,10 +320,16 @@ class DemandModel:
         gaps = self.gaps.get((tenant, adapter))
         return gaps.within(elapsed, window) if gaps is not None and len(gaps) >= 3 else None
 
-    def period(self, adapter: str, regularity: float = 0.5) -> float | None:
-        """The adapter's period when it is requested regularly (timers, cron jobs, polling clients): the
-        shortest recent gap, when the 10th–90th percentile spread is within `regularity` of the median."""
-        gaps = self.adapter_gaps.get(adapter)
+    def rhythm(self, adapter: str, regularity: float = 0.5) -> tuple[float, float] | None:
+        """The adapter's period and when its latest run started, when it is requested regularly (timers, cron
+        jobs, polling clients); None otherwise. A run's calls a fraction of a second apart, between periods of
+        minutes, made every timer that fires more than one call look irregular: the rhythm is read between runs'
+        starts (`run_horizon`; with none set, between requests). Regular: the 10th–90th percentile spread of the
+        recent gaps is within `regularity` of their median; the period is the shortest of them."""
+        if self.run_horizon > 0.0:
+            gaps, last = self.run_gaps.get(adapter), self.run_start.get(adapter, 0.0)
+        else:
+            gaps, last = self.adapter_gaps.get(adapter), self.adapter_last.get(adapter, 0.0)
         if gaps is None:
             return None
         ordered = gaps.sorted
@@ -316,7 +339,7 @@ class DemandModel:
         median = ordered[n // 2]
         if median <= 0 or ordered[int(0.9 * n)] - ordered[int(0.1 * n)] > regularity * median:
             return None
-        return ordered[0]
+        return ordered[0], last
 
     def adapter_next_within(self, adapter: str, now: float, window: float) -> float:
         gaps = self.adapter_gaps.get(adapter)

@@ -54,6 +54,9 @@ class LorafleetPolicy(Policy):
       tenant's next request (on vLLM the engine's own LRU picks the victim unless touched, and the touch budget
       steers few evictions) is brought back the same way, timed from the prediction; once per prediction where
       another prediction's prefetch displaced it.
+    - Timers: an adapter asked for like clockwork (`DemandModel.rhythm`; the calls a timer makes each time it
+      fires, closer than the horizon's time, are one run) is protected near its next time and, evicted, brought
+      back a lead before it.
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
@@ -137,6 +140,7 @@ class LorafleetPolicy(Policy):
         if self.min_evidence is not None:
             core.demand.min_evidence = self.min_evidence
         self.horizon = float(sum(e.slot_cap for e in core.inventory.engines) or 1)
+        core.demand.run_horizon = self.horizon  # a timer's calls within the horizon are one run (`rhythm`)
         # Popularity that follows a fast-moving hot set: its own memory, a fraction of the demand model's short one.
         # Bound again (a reload, a restart's memory): what it learned stays, for the engines that stayed.
         if not hasattr(self, "quick"):
@@ -365,8 +369,9 @@ class LorafleetPolicy(Policy):
                 due = now if gap is None else arrived + gap - self._lead(target, candidate)
                 timed = gap is not None
                 decisions += self._prefetch_at(now, due, tenant_key, generation, target, candidate, adapter, timed)
-        # Requested like clockwork: protected near its next time (score), brought back before it if evicted.
-        if core.demand.period(adapter) is None:
+        # Requested like clockwork (a timer's runs of calls read as one: `DemandModel.rhythm`): protected near its
+        # next time (score), brought back before it if evicted.
+        if core.demand.rhythm(adapter) is None:
             self.periodic.discard(adapter)
         else:
             self.periodic.add(adapter)
@@ -386,11 +391,11 @@ class LorafleetPolicy(Policy):
             self._bring_back(now, engine, adapter, hot)
         if adapter not in self.periodic:
             return
-        demand = self.core.demand
-        period = demand.period(adapter)
-        if period is None:
+        rhythm = self.core.demand.rhythm(adapter)
+        if rhythm is None:
             return
-        due = max(now, demand.adapter_last[adapter] + period - self._lead(engine, adapter))
+        period, started = rhythm
+        due = max(now, started + period - self._lead(engine, adapter))
         key = ("adapter", adapter)
         self._schedule(due, key, self.generation.get(key, 0), engine, adapter)
 

@@ -12,6 +12,11 @@ from hypothesis import strategies as st
 from lorafleet.policy.demand import AgedCounts, DemandModel, GapHistory
 
 
+def period_of(demand: DemandModel, adapter: str) -> float | None:
+    rhythm = demand.rhythm(adapter)
+    return None if rhythm is None else rhythm[0]
+
+
 def test_aged_counts_halve_every_half_life_observations() -> None:
     counts = AgedCounts(half_life=10)
     counts.add("a")
@@ -134,13 +139,13 @@ def test_a_regular_adapter_has_a_period_an_irregular_one_none() -> None:
     for i in range(6):
         demand.observe("cron", "timer", i * 60.0)
         demand.observe("human", "chat", [0, 5, 100, 110, 400, 1000][i])
-    assert demand.period("timer") == 60.0
-    assert demand.period("chat") is None
-    assert demand.period("unknown") is None
+    assert period_of(demand, "timer") == 60.0
+    assert period_of(demand, "chat") is None
+    assert period_of(demand, "unknown") is None
     few = DemandModel()
     for i in range(4):  # three gaps: not enough to call it regular
         few.observe("cron", "timer", i * 60.0)
-    assert few.period("timer") is None
+    assert period_of(few, "timer") is None
     assert demand.adapter_next_within("timer", 5 * 60.0 + 30, 40.0) == 1.0
     assert few.adapter_next_within("timer", 200.0, 100.0) == 0.0
 
@@ -152,14 +157,14 @@ def test_an_adapters_gaps_run_between_arrivals_not_the_lines_written_at_each_req
     for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):
         arrival = 100.0 + 60.0 * i
         demand.observe("cron", "timer", arrival + duration, arrival)
-    assert demand.period("timer") == 60.0
+    assert period_of(demand, "timer") == 60.0
     assert demand.adapter_last["timer"] == 400.0
     assert demand.adapter_next_within("timer", 430.0, 25.0) == 0.0  # due at 460, not within 455
     assert demand.adapter_next_within("timer", 430.0, 35.0) == 1.0
     by_lines = DemandModel()
     for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):
         by_lines.observe("cron", "timer", 100.0 + 60.0 * i + duration)
-    assert by_lines.period("timer") is None
+    assert period_of(by_lines, "timer") is None
 
 
 def test_overlapping_requests_learned_out_of_arrival_order_count_a_gap_of_zero_and_keep_the_latest_arrival() -> None:
@@ -177,7 +182,7 @@ def test_four_gaps_are_enough_for_a_period_and_for_the_chance_it_comes_within_a_
     demand = DemandModel()
     for i in range(5):  # four gaps of 60 s
         demand.observe("cron", "timer", i * 60.0)
-    assert demand.period("timer") == 60.0
+    assert period_of(demand, "timer") == 60.0
     assert demand.adapter_next_within("timer", 4 * 60.0 + 30, 40.0) == 1.0
 
 
@@ -210,15 +215,67 @@ def test_the_period_is_the_shortest_recent_gap_and_may_be_under_a_second() -> No
         demand.observe("cron", "timer", t)
     for i in range(6):
         demand.observe("poller", "fast", i * 0.5)
-    assert demand.period("timer") == 59.5
-    assert demand.period("fast") == 0.5
+    assert period_of(demand, "timer") == 59.5
+    assert period_of(demand, "fast") == 0.5
 
 
 def test_a_period_allows_a_spread_of_half_the_median() -> None:
     demand = DemandModel()
     for t in (0.0, 8.0, 18.0, 28.0, 40.0, 50.0):  # gaps 8, 10, 10, 12, 10: spread 4 of median 10
         demand.observe("cron", "loose", t)
-    assert demand.period("loose") == 8.0
+    assert period_of(demand, "loose") == 8.0
+
+
+def fired(demand: DemandModel, calls: int = 3, apart: float = 0.4, every: float = 60.0, runs: int = 6) -> None:
+    """A timer firing every `every` s from 100 s, making `calls` calls `apart` s apart each time (a batch job's
+    run), in a fleet asked for something else every 0.1 s."""
+    job = [100.0 + run * every + call * apart for run in range(runs) for call in range(calls)]
+    busy = [i * 0.1 for i in range(int(job[-1] * 10) + 1)]
+    for at, adapter in sorted([(t, "job") for t in job] + [(t, "chat") for t in busy]):
+        demand.observe("cron" if adapter == "job" else "human", adapter, at)
+
+
+def test_a_timer_making_several_calls_a_run_has_the_rhythm_of_its_runs_and_its_last_run_start() -> None:
+    """Three calls 0.4 s apart every 60 s: between calls the gaps are 0.4 and 59.2 s, no rhythm; between the runs'
+    starts, 60 s. The return is timed from the latest run's start (400 s), not its last call (400.8 s)."""
+    alone = DemandModel()
+    fired(alone)
+    assert alone.rhythm("job") is None  # every request a run of its own
+    grouped = DemandModel()
+    grouped.run_horizon = 10.0  # ten requests' time at the fleet's rate: about a second
+    fired(grouped)
+    assert grouped.rhythm("job") == (pytest.approx(60.0), pytest.approx(400.0))
+    assert grouped.adapter_last["job"] == pytest.approx(400.8)
+
+
+def test_calls_are_one_run_only_while_closer_than_the_horizons_time() -> None:
+    """The run's bound is the time `run_horizon` requests take at the fleet's rate: with it under the 0.4 s
+    between the job's calls, each call is a run of its own (no rhythm)."""
+    short = DemandModel()
+    short.run_horizon = 2.0  # about 0.2 s
+    fired(short)
+    assert short.rhythm("job") is None
+    assert len(short.run_gaps["job"]) == 16  # 18 calls, a run each (the last 16 gaps kept)
+
+
+def test_a_single_call_timer_has_the_same_rhythm_whether_calls_are_grouped_or_not() -> None:
+    """Its gaps (about 60 s, the fleet's mean gap here) all exceed half that: each call is a run."""
+    for horizon in (0.0, 0.5):
+        demand = DemandModel()
+        demand.run_horizon = horizon
+        for t in (0.0, 60.0, 121.0, 180.5, 240.5, 301.0):
+            demand.observe("cron", "timer", t)
+        assert demand.rhythm("timer") == (59.5, 301.0)
+
+
+def test_runs_of_calls_at_random_are_no_rhythm() -> None:
+    """An adapter asked for in bursts at irregular times: its runs' starts are as irregular."""
+    demand = DemandModel()
+    demand.run_horizon = 5.0
+    for start in (0.0, 30.0, 130.0, 150.0, 400.0, 420.0, 900.0):
+        for call in range(3):
+            demand.observe("human", "chat", start + call * 0.4)
+    assert demand.rhythm("chat") is None
 
 
 def test_the_long_memory_is_32_times_the_short_one() -> None:
@@ -301,7 +358,7 @@ def test_requests_at_one_instant_are_a_burst_not_a_period() -> None:
     demand = DemandModel()
     for _ in range(6):  # five gaps of 0 s: no rhythm to prefetch on
         demand.observe("t", "burst", 1000.0)
-    assert demand.period("burst") is None
+    assert period_of(demand, "burst") is None
 
 
 def test_a_second_order_context_last_seen_more_than_30_half_lives_ago_is_dropped_at_the_rescale() -> None:
@@ -332,7 +389,7 @@ def test_a_period_needs_the_spread_of_its_gaps_within_regularity_times_their_med
         for gap in gaps:
             now += gap
             demand.observe("t", "timer", now)
-        assert demand.period("timer") == period, gaps
+        assert period_of(demand, "timer") == period, gaps
 
 
 def test_one_short_gap_among_ten_regular_ones_leaves_the_period_its_shortest_gap() -> None:
@@ -345,7 +402,7 @@ def test_one_short_gap_among_ten_regular_ones_leaves_the_period_its_shortest_gap
     for gap in (2.0, *[10.0] * 9):
         now += gap
         demand.observe("t", "timer", now)
-    assert demand.period("timer") == 2.0
+    assert period_of(demand, "timer") == 2.0
 
 
 def test_a_tenants_mix_survives_the_rescale_that_leaves_its_activity_under_one_request() -> None:

@@ -607,8 +607,11 @@ def test_without_gaps_a_prediction_comes_soon_as_often_as_its_tenant_sends_withi
 
 
 def evicted_timer(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
-    """a3 requested every 60 s, last at 400 s, and evicted at 410 s: its return scheduled."""
+    """a3 requested every 60 s, last at 400 s, and evicted at 410 s: its return scheduled. A run of calls ends
+    after one request's time at the fleet's rate (this sparse test fleet's: seconds), so a request 15 s after the
+    last is a run of its own."""
     core, policy = core_with(tmp_path)
+    core.demand.run_horizon = 1.0
     for i in range(6):
         core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
     policy.periodic.add("a3")
@@ -632,6 +635,22 @@ def test_a_timer_learned_from_lines_written_at_each_end_is_brought_back_a_lead_b
     for i, duration in enumerate([1.0, 25.0, 3.0, 30.0, 2.0, 20.0]):  # arrivals every 60 s from 100 s
         arrival = 100.0 + 60.0 * i
         core.learn(arrival + duration, RequestEvent(arrival, ADAPTER, "a3", "cron", "h/e0"), "h/e0", HIT)
+    assert "a3" in policy.periodic
+    policy.on_evicted(425.0, "h/e0", "a3")
+    work = policy.scheduled[-1]
+    assert (work.adapter, work.due) == ("a3", pytest.approx(460.0 - policy._lead("h/e0", "a3")))
+
+
+def test_a_timer_making_several_calls_each_run_is_brought_back_a_lead_before_its_next_run(tmp_path: Path) -> None:
+    """A batch job firing every 60 s with three calls 0.4 s apart: calls closer than the policy's horizon takes
+    at the fleet's rate are one run, so the job is periodic, and its return is due a period after its latest
+    run's start (400 s), less the lead."""
+    core, policy = core_with(tmp_path)
+    assert core.demand.run_horizon == policy.horizon
+    for run in range(6):
+        for call in range(3):
+            at = 100.0 + 60.0 * run + 0.4 * call
+            core.learn(at, RequestEvent(at, ADAPTER, "a3", "cron", "h/e0"), "h/e0", HIT)
     assert "a3" in policy.periodic
     policy.on_evicted(425.0, "h/e0", "a3")
     work = policy.scheduled[-1]
