@@ -35,7 +35,7 @@ HERE = Location("suite", None)
 @dataclass(frozen=True)
 class Family:
     name: str
-    mode: str = "zipf"  # zipf | drift | workflow | periodic | bursty
+    mode: str = "zipf"  # zipf | drift | workflow | periodic | bursty | loop
     adapters: int = 200
     tenants: int = 20
     engines: int = 2
@@ -57,6 +57,8 @@ class Family:
     periodic_share: float = 0.5  # periodic mode: share of adapters on a period
     aligned: bool = False  # periodic mode: arrivals at the start of their period, else a random offset
     calls_per_run: float = 1.0  # periodic mode: mean calls each time a timer fires (geometric), 0.4 s apart
+    loop_share: float = 0.4  # loop mode: share of requests from a poller cycling over adapters in a fixed order
+    loop_factor: float = 1.25  # loop mode: the poller's cycle, in the fleet's host slots
     shared_pool: bool = False  # workflow mode: every tenant's chains drawn from all adapters, not its own
     tenant_skew: float = 0.0  # workflow mode: Zipf exponent of the tenants' session rates (0: all alike)
 
@@ -104,6 +106,9 @@ FAMILIES = (
     # Timers that make a few calls each time they fire (a batch job's run): their rhythm is between runs.
     Family("periodic-runs", mode="periodic", aligned=True, calls_per_run=2.5),
     Family("bursty-tenants", mode="bursty", tenants=30),
+    # A poller cycling in a fixed order over a quarter more adapters than the fleet holds, beside Zipf traffic:
+    # recency's worst case, where each next adapter is certain.
+    Family("loop-poller", mode="loop"),
     Family("overload", zipf=0.9, adapters=240, rate=60.0, engines=1, slots=16),
     Family("few-slots", slots=4, gpu_slots=2, adapters=60),
     Family("many-slots", slots=64, gpu_slots=16, adapters=1000, rate=60.0),
@@ -212,6 +217,8 @@ def build(family: Family, seed: int) -> tuple[Inventory, list[RequestEvent]]:
         records = _periodic(family, rng, names, owners)
     elif family.mode == "bursty":
         records = _bursty(family, rng, names, owners)
+    elif family.mode == "loop":
+        records = _loop(family, rng, names, owners)
     else:
         raise ValueError(family.mode)
     records.sort(key=lambda r: r[0])
@@ -317,6 +324,26 @@ def _bursty(family: Family, rng: random.Random, names: list[str], owners: list[s
                 now += rng.expovariate(rate)
                 out.append((now, t, own[t][_pick(weights, rng.random() * weights[-1])]))
             now += rng.expovariate(1 / 60.0)
+    return out
+
+
+def _loop(family: Family, rng: random.Random, names: list[str], owners: list[str]) -> list[tuple[float, str, str]]:
+    """One tenant's poller walks the first adapters in order, round and round; the rest is Zipf traffic."""
+    length = min(len(names) - 1, int(family.loop_factor * family.slots * family.engines))
+    cycle, rest = names[:length], names[length:]
+    poller = owners[0]
+    for i in range(length):
+        owners[i] = poller
+    cumulative = list(_accumulate(_zipf_weights(len(rest), family.zipf)))
+    now, step, out = 0.0, 0, []
+    for _ in range(family.requests):
+        now += rng.expovariate(family.rate)
+        if rng.random() < family.loop_share:
+            out.append((now, poller, cycle[step % length]))
+            step += 1
+        else:
+            adapter = rest[_pick(cumulative, rng.random() * cumulative[-1])]
+            out.append((now, owners[int(adapter[1:])], adapter))
     return out
 
 
