@@ -188,9 +188,10 @@ def _engine(
     )
 
 
-def _inventory(name: str, catalog: Catalog, engines: list[Engine], tenants: Iterable[str]) -> Inventory:
-    host = Host(
-        "gen2-node",
+def _host(engines: list[Engine], name: str = "gen2-node") -> Host:
+    """The one host every engine of a generated fleet runs on."""
+    return Host(
+        name,
         "onprem",
         "local",
         "127.0.0.1",
@@ -205,8 +206,11 @@ def _inventory(name: str, catalog: Catalog, engines: list[Engine], tenants: Iter
         tuple(engines),
         WHERE,
     )
+
+
+def _inventory(name: str, catalog: Catalog, engines: list[Engine], tenants: Iterable[str]) -> Inventory:
     people = {t: Tenant(t, None, (), ()) for t in sorted(set(tenants))}
-    return Inventory(f"gen2-{name}", ("tracegen2",), {BASE.id: BASE}, (host,), catalog.adapters(), people, ())
+    return Inventory(f"gen2-{name}", ("tracegen2",), {BASE.id: BASE}, (_host(engines),), catalog.adapters(), people, ())
 
 
 def _events(raw: list[tuple[float, str, str]], limit: int, origin: float) -> list[RequestEvent]:

@@ -36,7 +36,7 @@ import dataclasses
 import math
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,7 @@ from tracegen2 import (  # noqa: E402
     Weighted,
     _engine,
     _events,
+    _host,
     _inventory,
     _rank,
     _tenant_names,
@@ -67,16 +68,25 @@ from lorafleet.inventory import sizing  # noqa: E402
 from lorafleet.inventory.model import (  # noqa: E402
     Adapter,
     BaseModel,
-    Host,
+    Engine,
     Inventory,
     LoadModel,
-    SshSettings,
     Tenant,
 )
 from lorafleet.policy.events import ADAPTER, RequestEvent  # noqa: E402
 
 REPORT3 = (0, 1, 2)
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _multibase(
+    name: str, bases: Iterable[BaseModel], engines: list[Engine], adapters: dict[str, Adapter], tenants: Iterable[str]
+) -> Inventory:
+    """A fleet of several base models on one host."""
+    people = {t: Tenant(t, None, (), ()) for t in sorted(set(tenants))}
+    return Inventory(
+        f"gen3-{name}", ("gen3",), {b.id: b for b in bases}, (_host(engines, "gen3-node"),), adapters, people, ()
+    )
 
 
 def _rng(name: str, seed: int) -> random.Random:
@@ -250,25 +260,7 @@ def hetero_multibase(seed: int) -> Trace:
     raw = raw[:limit]
     shift = _origin(rng) - raw[0][0]
     events = [RequestEvent(t + shift, ADAPTER, a, ten, None, base) for t, a, ten, base in raw]
-    host = Host(
-        "gen3-node",
-        "onprem",
-        "local",
-        "127.0.0.1",
-        len(engines),
-        None,
-        None,
-        None,
-        None,
-        None,
-        SshSettings(),
-        "nvidia-smi",
-        tuple(engines),
-        WHERE,
-    )
-    people = {t: Tenant(t, None, (), ()) for t in sorted(set(all_tenants))}
-    inv = Inventory(f"gen3-{name}", ("gen3",), {b.id: b for b in bases}, (host,), adapters, people, ())
-    return inv, events
+    return _multibase(name, bases, engines, adapters, all_tenants), events
 
 
 # --- 4. onboarding stream ---------------------------------------------------------------------------------
@@ -824,32 +816,7 @@ def many_pools_loops(seed: int) -> Trace:
     raw = raw[:limit]
     shift = _origin(rng) - raw[0][0]
     events = [RequestEvent(t + shift, ADAPTER, a, ten, None, bm) for t, a, ten, bm in raw]
-    hostobj = Host(
-        "gen3-node",
-        "onprem",
-        "local",
-        "127.0.0.1",
-        len(engines),
-        None,
-        None,
-        None,
-        None,
-        None,
-        SshSettings(),
-        "nvidia-smi",
-        tuple(engines),
-        WHERE,
-    )
-    inv = Inventory(
-        f"gen3-{name}",
-        ("gen3",),
-        {b.id: b for b in bases},
-        (hostobj,),
-        adapters,
-        {t: Tenant(t, None, (), ()) for t in sorted(people)},
-        (),
-    )
-    return inv, events
+    return _multibase(name, bases, engines, adapters, people), events
 
 
 FAMILIES3: dict[str, Callable[[int], Trace | None]] = {
