@@ -258,6 +258,17 @@ def test_calls_are_one_run_only_while_closer_than_the_horizons_time() -> None:
     assert len(short.run_gaps["job"]) == 16  # 18 calls, a run each (the last 16 gaps kept)
 
 
+def test_calls_at_one_instant_are_one_run_even_before_the_fleets_rate_is_known() -> None:
+    """Two calls at the same instant, the first requests seen (the fleet's mean gap still 0 s): a gap of 0 s never
+    starts a run."""
+    demand = DemandModel()
+    demand.run_horizon = 5.0
+    demand.observe("cron", "job", 10.0)
+    demand.observe("cron", "job", 10.0)
+    assert demand.arrival_gap == 0.0 and "job" not in demand.run_gaps
+    assert demand.run_start["job"] == 10.0
+
+
 def test_a_single_call_timer_has_the_same_rhythm_whether_calls_are_grouped_or_not() -> None:
     """Its gaps (about 60 s, the fleet's mean gap here) all exceed half that: each call is a run."""
     for horizon in (0.0, 0.5):
