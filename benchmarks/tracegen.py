@@ -328,7 +328,8 @@ def _bursty(family: Family, rng: random.Random, names: list[str], owners: list[s
 
 
 def _loop(family: Family, rng: random.Random, names: list[str], owners: list[str]) -> list[tuple[float, str, str]]:
-    """One tenant's poller walks the first adapters in order, round and round; the rest is Zipf traffic."""
+    """One tenant's poller walks the first adapters in order, round and round; the rest is Zipf traffic. The
+    poller's tenant is made the owner of the adapters it walks (`owners` is changed in place: the fleet reads it)."""
     length = min(len(names) - 1, int(family.loop_factor * family.slots * family.engines))
     cycle, rest = names[:length], names[length:]
     poller = owners[0]
