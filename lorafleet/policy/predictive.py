@@ -56,7 +56,10 @@ class LorafleetPolicy(Policy):
       another prediction's prefetch displaced it.
     - Timers: an adapter asked for like clockwork (`DemandModel.rhythm`; the calls a timer makes each time it
       fires, closer than the horizon's time, are one run) is protected near its next time and, evicted, brought
-      back a lead before it.
+      back a lead before it — for the share of its requests nothing else brings in time. Where a guess acted on
+      after its tenant's previous move named it a load's time or more before it came (`covered`: a poller walking
+      a loop in order), that guess brings it back; protected and returned as well, it held a slot early and
+      displaced others (a loop over more adapters than the fleet holds: a return a slot-holder for every probe).
     - Eviction: lowest value first. Value is the chance the adapter is requested within the horizon (the
       next `horizon` requests, by default as many as the fleet has adapter slots): from its traffic-aged share
       of requests (LRFU-style popularity), combined with each due prediction of it, weighted by how likely
@@ -134,6 +137,10 @@ class LorafleetPolicy(Policy):
         # (tenant, adapter) -> when the prediction was made that was brought back after a prefetch displaced it
         # (forgotten as the prediction closes)
         self.returned: dict[tuple[str | None, str], float] = {}
+        # tenant -> (the guesses acted on after its latest move, when made); adapter -> how often its requests came
+        # late enough after such a guess of it for a prefetch made then to have loaded (moving average): `covered`
+        self.acted: dict[str | None, tuple[list[str], float]] = {}
+        self.covered: dict[str, float] = {}
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -170,7 +177,7 @@ class LorafleetPolicy(Policy):
             return 1.0 - miss
         window = horizon * demand.arrival_gap
         if periodic:
-            miss *= 1.0 - demand.adapter_next_within(adapter, now, window)
+            miss *= 1.0 - self.needed(adapter) * demand.adapter_next_within(adapter, now, window)
         if hot:
             for tenant, (probability, made_at, after, expires) in hot.items():
                 if now > expires:
@@ -328,13 +335,14 @@ class LorafleetPolicy(Policy):
         return [(2 if self._declares(tenant) else 1) * self.min_edge] * LEADERS
 
     def forget_tenant(self, tenant: str, adapters: set[str]) -> None:
-        """Its trust, open guesses, how often they came too late, edges and prefetches wanted for it (pending ones go
-        stale with its generation): its guesses are among the adapters it asked for, what followed what in its own
-        requests."""
+        """Its trust, open guesses (and those acted on), how often they came too late, edges and prefetches wanted
+        for it (pending ones go stale with its generation): its guesses are among the adapters it asked for, what
+        followed what in its own requests."""
         self.trust.pop(tenant, None)
         self.predicted.pop(tenant, None)
         self.too_late.pop(tenant, None)
         self.predicted_at.pop(tenant, None)
+        self.acted.pop(tenant, None)
         self.generation.pop(("tenant", tenant), None)
         for adapter in adapters:
             self.edge.pop((tenant, adapter), None)
@@ -350,7 +358,12 @@ class LorafleetPolicy(Policy):
         self.quick.add(adapter)
         tenant_key = ("tenant", tenant)
         generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
+        moved = tenant is None or self.core.demand.repeats.get(tenant, 0) == 0
+        if moved and engine is not None:
+            self._cover(tenant, adapter, engine, min(now, event.time))
         predictions = self._predict(tenant, adapter, now, event.time)
+        if predictions and (moved or tenant not in self.acted):
+            self.acted[tenant] = ([c for c, _ in predictions], now)
         if engine is None:
             return []
         self.experts[engine].requested(adapter)
@@ -379,6 +392,18 @@ class LorafleetPolicy(Policy):
             self.generation[adapter_key] = self.generation.get(adapter_key, 0) + 1  # stale: pending returns
         return decisions
 
+    def _cover(self, tenant: str | None, adapter: str, engine: str, arrived: float) -> None:
+        """Whether a guess acted on after the tenant's previous move named this adapter early enough for a prefetch
+        made then to have loaded before it came: such an adapter needs no other way back (`needed`)."""
+        acted = self.acted.pop(tenant, None)
+        hit = acted is not None and adapter in acted[0] and arrived >= acted[1] + self._load_seconds(engine, adapter)
+        covered = self.covered.get(adapter, 0.0)
+        self.covered[adapter] = covered + self.trust_rate * ((1.0 if hit else 0.0) - covered)
+
+    def needed(self, adapter: str) -> float:
+        """The chance a request for the adapter is not foretold in time by its tenant's move before it."""
+        return 1.0 - self.covered.get(adapter, 0.0)
+
     def on_load_done(self, now: float, engine: str, adapter: str) -> list[Decision]:
         self.experts[engine].loaded(adapter)
         self.completed[engine] = self.completed.get(engine, 0) + 1
@@ -389,7 +414,7 @@ class LorafleetPolicy(Policy):
         hot = self.hot.get(adapter)
         if hot:
             self._bring_back(now, engine, adapter, hot)
-        if adapter not in self.periodic:
+        if adapter not in self.periodic or self.needed(adapter) < self.min_probability:
             return
         rhythm = self.core.demand.rhythm(adapter)
         if rhythm is None:

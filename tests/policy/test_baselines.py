@@ -264,7 +264,7 @@ def test_wtinylfu_keeps_mains_oldest_against_a_newcomer_wanted_exactly_as_much(t
 def test_a_tenant_the_demand_model_forgets_the_policies_forget_too(tmp_path: Path) -> None:
     """Past MAX_TENANTS (policy/demand.py) the least recently active tenant goes from the core's demand model and
     from whatever its policy keeps per tenant: markov's successors and last adapter, the predictor's trust, edges,
-    open guesses, their timeliness and wanted prefetches."""
+    open guesses, those acted on, their timeliness and wanted prefetches."""
     from lorafleet.policy.baselines import MarkovPolicy
     from lorafleet.policy.core import PolicyCore
     from lorafleet.policy.predictive import LorafleetPolicy
@@ -288,3 +288,4 @@ def test_a_tenant_the_demand_model_forgets_the_policies_forget_too(tmp_path: Pat
             assert "t1" not in policy.too_late and "t1" not in policy.predicted_at
             assert "t2" in policy.trust and any(t == "t2" for t, _ in policy.edge)
             assert "t2" in policy.too_late and "t2" in policy.predicted_at
+            assert "t1" not in policy.acted and "t2" in policy.acted

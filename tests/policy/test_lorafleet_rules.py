@@ -676,6 +676,78 @@ def test_a_regular_request_drops_a_pending_return_and_a_stray_one_leaves_it(
     assert [d.adapter for d in core.tick(500.0) if d.action == LOAD] == returned and not policy.scheduled
 
 
+class _Guessing(LorafleetPolicy):
+    """Acts on one fixed guess after every request of `after` (the gates stand aside)."""
+
+    def __init__(self, after: str, guess: str) -> None:
+        super().__init__()
+        self.after, self.guess = after, guess
+
+    def _predict(
+        self, tenant: str | None, adapter: str, now: float = 0.0, arrived: float = 0.0
+    ) -> list[tuple[str, float]]:
+        return [(self.guess, 0.9)] if adapter == self.after else []
+
+
+@pytest.mark.parametrize(
+    ("guess", "later", "covered"),
+    # named in time, just in time, too late; another adapter named
+    [("a2", 1.5, 0.1), ("a2", 1.0, 0.1), ("a2", 0.5, 0.0), ("a4", 1.5, 0.0)],
+)
+def test_an_adapter_is_covered_as_often_as_a_guess_acted_on_named_it_a_load_before_it_came(
+    tmp_path: Path, guess: str, later: float, covered: float
+) -> None:
+    """A guess acted on after the tenant's move to a1 names a2: when a2 comes more than a load's time after that
+    move (the repeat of a1 in between keeps the guess's first time: its prefetch went then), a prefetch made then
+    would have loaded it, and a2's covered share rises by the trust rate; sooner, or another adapter named, it
+    falls."""
+    policy = _Guessing("a1", guess)
+    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=ENGINE), policy)
+    load = policy._load_seconds("h/e0", "a2")
+    core.on_request(100.0, RequestEvent(100.0, ADAPTER, "a1", "t", "h/e0"), "h/e0")
+    repeat = 100.0 + load * 0.9
+    core.on_request(repeat, RequestEvent(repeat, ADAPTER, "a1", "t", "h/e0"), "h/e0")
+    assert policy.acted["t"] == ([guess], 100.0)
+    at = 100.0 + load * later
+    core.on_request(at, RequestEvent(at, ADAPTER, "a2", "t", "h/e0"), "h/e0")
+    assert policy.covered["a2"] == pytest.approx(covered)
+    assert policy.needed("a2") == pytest.approx(1.0 - covered)
+    again = at + 5.0  # a repeat of a2 is no move: nothing foretold it, nothing is scored
+    core.on_request(again, RequestEvent(again, ADAPTER, "a2", "t", "h/e0"), "h/e0")
+    assert policy.covered["a2"] == pytest.approx(covered)
+
+
+@pytest.mark.parametrize(("covered", "returned"), [(0.79, True), (0.81, False)])
+def test_a_timer_its_tenants_moves_foretell_in_time_is_not_brought_back(
+    tmp_path: Path, covered: float, returned: bool
+) -> None:
+    """The return is for a request nothing else brings in time: a timer whose requests a guess acted on named a
+    load ahead more than 1 - min_probability of the time comes back by that guess (a loop polled in order), and a
+    return of its own would only hold a slot early (loop-over-capacity, docs/benchmarks.md)."""
+    core, policy = core_with(tmp_path)
+    core.demand.run_horizon = 1.0
+    for i in range(6):
+        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
+    policy.periodic.add("a3")
+    policy.covered["a3"] = covered
+    policy.on_evicted(410.0, "h/e0", "a3")
+    assert [w.adapter for w in policy.scheduled] == (["a3"] if returned else [])
+
+
+def test_a_timers_protection_counts_only_the_requests_nothing_else_brings_in_time(tmp_path: Path) -> None:
+    core, policy = core_with(tmp_path)
+    for i in range(6):
+        core.demand.observe("cron", "a3", 10.0 * i)
+    policy.periodic.add("a3")
+    plain = 1.0 - math.exp(-core.demand.share("a3") * policy.horizon)
+    soon = core.demand.adapter_next_within("a3", 59.0, policy.horizon * core.demand.arrival_gap)
+    assert soon > 0.0
+    policy.covered["a3"] = 0.75
+    assert policy.score("a3", 59.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.25 * soon))
+    policy.covered["a3"] = 1.0
+    assert policy.score("a3", 59.0) == pytest.approx(plain)
+
+
 class _Scored(LorafleetPolicy):
     """Scores fixed by the test (popularity and predictions stand aside)."""
 
