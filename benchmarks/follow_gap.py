@@ -5,7 +5,8 @@
 lorafleet follows whichever of its experts (drive/leader.py: the predictor, the five baselines, the eager
 predictor) has been doing best; the standings' hysteresis bounds what that costs against any one of them. This
 prints, per family (mean over seeds), every expert's hit ratio replayed alone on the simulated engines as replay
-runs it (lines at arrival), lorafleet's, the best expert and lorafleet's gap to it: where the gap is small and
+runs it, lorafleet's, every request known on arrival (a family whose lines come at each request's end is taken at
+its arrivals here), the best expert and lorafleet's gap to it: where the gap is small and
 lorafleet still trails a baseline, the expert it follows is itself behind (look at the predictor's column); where
 the gap is large, the following is what loses (warm-up before the lead passes, experts close enough to take
 turns). Worst gap first.
@@ -14,6 +15,7 @@ turns). Worst gap first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -84,7 +86,9 @@ def main() -> None:
             if trace is None:
                 break
             inventory, drawn = trace
-            events = in_arrival_order(drawn)
+            # Every request known on arrival, lorafleet's too: a family whose lines come at each request's end
+            # (`seen`) would have lorafleet learn late and the experts alone not.
+            events = [dataclasses.replace(e, seen=None) for e in in_arrival_order(drawn)]
             for name, make in experts:
                 ratios[name].append(alone(inventory, make, events) * 100)
             ratios[OURS].append(simulate(inventory, OURS, events).hit_ratio * 100)
