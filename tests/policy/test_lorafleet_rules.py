@@ -515,12 +515,17 @@ def test_residents_without_predictions_are_valued_by_their_blended_share(tmp_pat
     assert [s for s, _ in got] == pytest.approx([s for s, _ in want])
 
 
-def test_a_periodic_adapter_due_soon_is_worth_more_than_its_popularity(tmp_path: Path) -> None:
+def ten_second_timer(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy, float]:
+    """a3 requested every 10 s from 0 to 50 s, found periodic; its score from popularity alone."""
     core, policy = core_with(tmp_path)
     for i in range(6):
         core.demand.observe("cron", "a3", 10.0 * i)
     policy.periodic.add("a3")
-    plain = 1.0 - math.exp(-core.demand.share("a3") * policy.horizon)
+    return core, policy, 1.0 - math.exp(-core.demand.share("a3") * policy.horizon)
+
+
+def test_a_periodic_adapter_due_soon_is_worth_more_than_its_popularity(tmp_path: Path) -> None:
+    _, policy, plain = ten_second_timer(tmp_path)
     assert policy.score("a3", 59.0) > plain
 
 
@@ -606,16 +611,18 @@ def test_without_gaps_a_prediction_comes_soon_as_often_as_its_tenant_sends_withi
     assert policy.score("a4", 2.0) == pytest.approx(1.0 - (1.0 - plain) * (1.0 - 0.5 * soon))
 
 
-def evicted_timer(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
-    """a3 requested every 60 s, last at 400 s, and evicted at 410 s: its return scheduled. A run of calls ends
-    after one request's time at the fleet's rate (this sparse test fleet's: seconds), so a request 15 s after the
-    last is a run of its own."""
+def evicted_timer(tmp_path: Path, covered: float = 0.0) -> tuple[PolicyCore, LorafleetPolicy]:
+    """a3 requested every 60 s, last at 400 s, and evicted at 410 s: its return scheduled (unless `covered`, the
+    share of its requests a guess named in time, leaves too few). A run of calls ends after one request's time
+    at the fleet's rate (this sparse test fleet's: seconds), so a request 15 s after the last is a run of its
+    own."""
     core, policy = core_with(tmp_path)
     core.demand.run_horizon = 1.0
     for i in range(6):
         core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
     policy.periodic.add("a3")
     policy.generation[("adapter", "a3")] = 1
+    policy.covered["a3"] = covered
     policy.on_evicted(410.0, "h/e0", "a3")
     return core, policy
 
@@ -724,22 +731,12 @@ def test_a_timer_its_tenants_moves_foretell_in_time_is_not_brought_back(
     """The return is for a request nothing else brings in time: a timer whose requests a guess acted on named a
     load ahead more than 1 - min_probability of the time comes back by that guess (a loop polled in order), and a
     return of its own would only hold a slot early (loop-over-capacity, docs/benchmarks.md)."""
-    core, policy = core_with(tmp_path)
-    core.demand.run_horizon = 1.0
-    for i in range(6):
-        core.demand.observe("cron", "a3", 100.0 + 60.0 * i)
-    policy.periodic.add("a3")
-    policy.covered["a3"] = covered
-    policy.on_evicted(410.0, "h/e0", "a3")
+    _, policy = evicted_timer(tmp_path, covered)
     assert [w.adapter for w in policy.scheduled] == (["a3"] if returned else [])
 
 
 def test_a_timers_protection_counts_only_the_requests_nothing_else_brings_in_time(tmp_path: Path) -> None:
-    core, policy = core_with(tmp_path)
-    for i in range(6):
-        core.demand.observe("cron", "a3", 10.0 * i)
-    policy.periodic.add("a3")
-    plain = 1.0 - math.exp(-core.demand.share("a3") * policy.horizon)
+    core, policy, plain = ten_second_timer(tmp_path)
     soon = core.demand.adapter_next_within("a3", 59.0, policy.horizon * core.demand.arrival_gap)
     assert soon > 0.0
     policy.covered["a3"] = 0.75
