@@ -724,6 +724,18 @@ def test_an_adapter_is_covered_as_often_as_a_guess_acted_on_named_it_a_load_befo
     assert policy.covered["a2"] == pytest.approx(covered)
 
 
+def test_a_request_learned_from_its_line_is_covered_by_when_it_came_not_when_it_was_read(tmp_path: Path) -> None:
+    """A guess named a2 at 100 s; a2 came half a load's time later (no prefetch made then would have loaded) and
+    its line, written at its end, was read 5 s after: it was not in time, whatever the line's time."""
+    policy = _Guessing("a1", "a2")
+    core = PolicyCore(make_inventory(tmp_path, adapters=6, engines=ENGINE), policy)
+    load = policy._load_seconds("h/e0", "a2")
+    core.on_request(100.0, RequestEvent(100.0, ADAPTER, "a1", "t", "h/e0"), "h/e0")
+    arrival = 100.0 + load * 0.5
+    core.learn(arrival + 5.0, RequestEvent(arrival, ADAPTER, "a2", "t", "h/e0"), "h/e0", HIT)
+    assert policy.covered["a2"] == 0.0
+
+
 @pytest.mark.parametrize(("covered", "returned"), [(0.79, True), (0.81, False)])
 def test_a_timer_its_tenants_moves_foretell_in_time_is_not_brought_back(
     tmp_path: Path, covered: float, returned: bool
