@@ -227,6 +227,11 @@ def _rank(rng: random.Random, ranks: tuple[int, ...], weights: tuple[float, ...]
     return rng.choices(ranks, weights)[0]
 
 
+def _tools(rng: random.Random, catalog: Catalog, count: int) -> list[str]:
+    """`count` tool adapters of agents (ranks mostly 16), each named after a domain."""
+    return [catalog.new(f"tool-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (2, 3, 1))) for _ in range(count)]
+
+
 def _pool(
     rng: random.Random, catalog: Catalog, size: tuple[int, int], misc: tuple[int, int]
 ) -> tuple[list[str], list[str]]:
@@ -506,10 +511,7 @@ def tool_loops(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 12.0)
     catalog = Catalog()
-    tools = [
-        catalog.new(f"tool-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (2, 3, 1)))
-        for _ in range(rng.randint(18, 30))
-    ]
+    tools = _tools(rng, catalog, rng.randint(18, 30))
     rng.shuffle(tools)
     tool_pick = Weighted(tools, zipf(len(tools), rng.uniform(0.6, 1.0)))
     tenants = _tenant_names(rng.randint(25, 50), "agent")
@@ -531,10 +533,7 @@ def tool_loops_tight(seed: int) -> Trace:
     limit = rng.randint(12_000, 16_000)
     rate = rng.uniform(6.0, 12.0)
     catalog = Catalog()
-    tools = [
-        catalog.new(f"tool-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (2, 3, 1)))
-        for _ in range(rng.randint(80, 150))
-    ]
+    tools = _tools(rng, catalog, rng.randint(80, 150))
     tool_pick = Weighted(tools, zipf(len(tools), rng.uniform(0.3, 0.5)))
     tenants = _tenant_names(rng.randint(30, 50), "bot")
     weight = {t: math.exp(rng.gauss(0.0, rng.uniform(0.6, 1.0))) for t in tenants}

@@ -58,6 +58,7 @@ from tracegen2 import (  # noqa: E402
     _inventory,
     _rank,
     _tenant_names,
+    _tools,
     geometric,
     lognormal,
     poisson,
@@ -118,6 +119,35 @@ def _tenants(rng: random.Random, n: int, prefix: str, sigma: float = 1.0) -> tup
     return names, Weighted(names, [math.exp(rng.gauss(0.0, sigma)) for _ in names])
 
 
+def _loop_fleet(rng: random.Random, host_max: int) -> tuple[int, float, int, int, int]:
+    """The loop shapes' trace length, request rate, engines and their GPU and host slots, drawn in that order."""
+    limit = rng.randint(8_000, 12_000)
+    rate = rng.uniform(8.0, 20.0)
+    n_eng = rng.randint(2, 3)
+    gpu, host = rng.randint(2, 4), rng.randint(6, host_max)
+    return limit, rate, n_eng, gpu, host
+
+
+def _app_background(
+    rng: random.Random, catalog: Catalog, fewest: int, s: tuple[float, float]
+) -> tuple[list[str], Weighted, dict[str, str], Weighted]:
+    """8-20 app tenants owning `fewest`-150 adapters, and Zipf traffic over them (exponent drawn within `s`):
+    the tenants, their pick, each adapter's owner and the background's pick."""
+    tenants, pick = _tenants(rng, rng.randint(8, 20), "app")
+    adapters, owner = _owned(rng, catalog, rng.randint(fewest, 150), pick)
+    rng.shuffle(adapters)
+    return tenants, pick, owner, Weighted(adapters, zipf(len(adapters), rng.uniform(*s)))
+
+
+def _poller(catalog: Catalog, tenants: list[str], size: int) -> list[str]:
+    """A poller tenant and the `size` probe adapters it walks, in order."""
+    loop = [catalog.new("probe", 8) for _ in range(size)]
+    tenants.append("poller")
+    for a in loop:
+        catalog.own("poller", a)
+    return loop
+
+
 # --- 1. periodic scan on top of Zipf ------------------------------------------------------------------------
 def scan_pollution(seed: int) -> Trace:
     """Steady Zipf (100-200 adapters, s 0.8-1.1, 8-15 req/s) plus a batch job that every 40-150 s walks
@@ -168,20 +198,11 @@ def loop_over_capacity(seed: int) -> Trace:
     its own adapters, 25-60% of the traffic; the rest Zipf (s 0.9-1.2) over 50-150 adapters. LRU's worst case."""
     name = "loop-over-capacity"
     rng = _rng(name, seed)
-    limit = rng.randint(8_000, 12_000)
-    rate = rng.uniform(8.0, 20.0)
-    n_eng = rng.randint(2, 3)
-    gpu, host = rng.randint(2, 4), rng.randint(6, 12)
+    limit, rate, n_eng, gpu, host = _loop_fleet(rng, 12)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, pick = _tenants(rng, rng.randint(8, 20), "app")
-    adapters, owner = _owned(rng, catalog, rng.randint(50, 150), pick)
-    rng.shuffle(adapters)
-    bg = Weighted(adapters, zipf(len(adapters), rng.uniform(0.9, 1.2)))
-    loop = [catalog.new("probe", 8) for _ in range(max(cap + 1, round(cap * rng.uniform(1.05, 1.5))))]
-    tenants.append("poller")
-    for a in loop:
-        catalog.own("poller", a)
+    tenants, _, owner, bg = _app_background(rng, catalog, 50, (0.9, 1.2))
+    loop = _poller(catalog, tenants, max(cap + 1, round(cap * rng.uniform(1.05, 1.5))))
     share = rng.uniform(0.25, 0.6)
     raw = []
     i = 0
@@ -355,10 +376,7 @@ def heavy_agents_light_oneoffs(seed: int) -> Trace:
     limit = rng.randint(8_000, 12_000)
     rate = rng.uniform(8.0, 16.0)
     catalog = Catalog()
-    tools = [
-        catalog.new(f"tool-{rng.choice(DOMAINS)}", _rank(rng, (8, 16, 32), (2, 3, 1)))
-        for _ in range(rng.randint(10, 25))
-    ]
+    tools = _tools(rng, catalog, rng.randint(10, 25))
     heavy = _tenant_names(rng.randint(3, 6), "agent")
     planner = {}
     prefs = {}
@@ -580,10 +598,7 @@ def regime_flip(seed: int) -> Trace:
     50-200 requests (recency wins). Aimed at a leader that needs evidence before it switches."""
     name = "regime-flip"
     rng = _rng(name, seed)
-    limit = rng.randint(8_000, 12_000)
-    rate = rng.uniform(8.0, 20.0)
-    n_eng = rng.randint(2, 3)
-    gpu, host = rng.randint(2, 4), rng.randint(6, 12)
+    limit, rate, n_eng, gpu, host = _loop_fleet(rng, 12)
     cap = n_eng * host
     catalog = Catalog()
     tenants, pick = _tenants(rng, rng.randint(10, 25), "org")
@@ -680,20 +695,11 @@ def alt_loop_noise(seed: int) -> Trace:
     silent and Zipf traffic (s 0.7-1.0) runs with 30-50% one-off adapters (frequency wins)."""
     name = "alt-loop-noise"
     rng = _rng(name, seed)
-    limit = rng.randint(8_000, 12_000)
-    rate = rng.uniform(8.0, 20.0)
-    n_eng = rng.randint(2, 3)
-    gpu, host = rng.randint(2, 4), rng.randint(6, 10)
+    limit, rate, n_eng, gpu, host = _loop_fleet(rng, 10)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, pick = _tenants(rng, rng.randint(8, 20), "app")
-    adapters, owner = _owned(rng, catalog, rng.randint(60, 150), pick)
-    rng.shuffle(adapters)
-    bg = Weighted(adapters, zipf(len(adapters), rng.uniform(0.7, 1.0)))
-    loop = [catalog.new("probe", 8) for _ in range(round(cap * rng.uniform(1.2, 1.6)))]
-    tenants.append("poller")
-    for a in loop:
-        catalog.own("poller", a)
+    tenants, pick, owner, bg = _app_background(rng, catalog, 60, (0.7, 1.0))
+    loop = _poller(catalog, tenants, round(cap * rng.uniform(1.2, 1.6)))
     share = rng.uniform(0.5, 0.7)
     noise = rng.uniform(0.3, 0.5)
     lo, hi = sorted((rng.randint(300, 1500), rng.randint(300, 1500)))
@@ -729,20 +735,11 @@ def breathing_loop(seed: int) -> Trace:
     beside Zipf over 60-150 adapters."""
     name = "breathing-loop"
     rng = _rng(name, seed)
-    limit = rng.randint(8_000, 12_000)
-    rate = rng.uniform(8.0, 20.0)
-    n_eng = rng.randint(2, 3)
-    gpu, host = rng.randint(2, 4), rng.randint(6, 10)
+    limit, rate, n_eng, gpu, host = _loop_fleet(rng, 10)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, pick = _tenants(rng, rng.randint(8, 20), "app")
-    adapters, owner = _owned(rng, catalog, rng.randint(60, 150), pick)
-    rng.shuffle(adapters)
-    bg = Weighted(adapters, zipf(len(adapters), rng.uniform(0.8, 1.2)))
-    loop = [catalog.new("probe", 8) for _ in range(round(cap * 2))]
-    tenants.append("poller")
-    for a in loop:
-        catalog.own("poller", a)
+    tenants, _, owner, bg = _app_background(rng, catalog, 60, (0.8, 1.2))
+    loop = _poller(catalog, tenants, round(cap * 2))
     share = rng.uniform(0.4, 0.7)
     raw = []
     k = 0
