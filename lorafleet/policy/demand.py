@@ -306,6 +306,11 @@ class DemandModel:
         a, b = self.share_weights()
         return min(1.0, a * self.popularity.get(adapter, 0.0) + b * self.long_popularity.counts.get(adapter, 0.0))
 
+    def repeated(self, tenant: str | None) -> bool:
+        """Whether the tenant's latest request was another call of the adapter it asked for before (a step's
+        further call, not a move to a next step)."""
+        return tenant is not None and self.repeats.get(tenant, 0) > 0
+
     def tenant_share(self, tenant: str | None) -> float:
         return min(1.0, self.tenant_activity.get(tenant, 0.0) / self.weight * self.rate)
 

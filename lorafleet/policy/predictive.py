@@ -265,7 +265,7 @@ class LorafleetPolicy(Policy):
         comes, and are only made again (timed from this latest call)."""
         hot = self.hot
         demand = self.core.demand
-        repeat = tenant is not None and demand.repeats.get(tenant, 0) > 0
+        repeat = demand.repeated(tenant)
         previous = None if repeat else self.predicted.pop(tenant, None)
         trust = self.trust.get(tenant)
         if trust is None:
@@ -358,7 +358,7 @@ class LorafleetPolicy(Policy):
         self.quick.add(adapter)
         tenant_key = ("tenant", tenant)
         generation = self.generation[tenant_key] = self.generation.get(tenant_key, 0) + 1
-        moved = tenant is None or self.core.demand.repeats.get(tenant, 0) == 0
+        moved = not self.core.demand.repeated(tenant)
         if moved and engine is not None:
             self._cover(tenant, adapter, engine, min(now, event.time))
         predictions = self._predict(tenant, adapter, now, event.time)
