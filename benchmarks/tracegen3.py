@@ -128,15 +128,20 @@ def _loop_fleet(rng: random.Random, host_max: int) -> tuple[int, float, int, int
     return limit, rate, n_eng, gpu, host
 
 
-def _app_background(
-    rng: random.Random, catalog: Catalog, fewest: int, s: tuple[float, float]
+def _zipf_background(
+    rng: random.Random,
+    catalog: Catalog,
+    tenants: tuple[int, int],
+    prefix: str,
+    adapters: tuple[int, int],
+    s: tuple[float, float],
 ) -> tuple[list[str], Weighted, dict[str, str], Weighted]:
-    """8-20 app tenants owning `fewest`-150 adapters, and Zipf traffic over them (exponent drawn within `s`):
-    the tenants, their pick, each adapter's owner and the background's pick."""
-    tenants, pick = _tenants(rng, rng.randint(8, 20), "app")
-    adapters, owner = _owned(rng, catalog, rng.randint(fewest, 150), pick)
-    rng.shuffle(adapters)
-    return tenants, pick, owner, Weighted(adapters, zipf(len(adapters), rng.uniform(*s)))
+    """Tenants (as many as drawn within `tenants`) owning adapters (within `adapters`), and Zipf traffic over those
+    (the exponent drawn within `s`): the tenants, their pick, each adapter's owner and the traffic's pick."""
+    names, pick = _tenants(rng, rng.randint(*tenants), prefix)
+    owned, owner = _owned(rng, catalog, rng.randint(*adapters), pick)
+    rng.shuffle(owned)
+    return names, pick, owner, Weighted(owned, zipf(len(owned), rng.uniform(*s)))
 
 
 def _poller(catalog: Catalog, tenants: list[str], size: int) -> list[str]:
@@ -158,10 +163,8 @@ def scan_pollution(seed: int) -> Trace:
     limit = rng.randint(8_000, 12_000)
     rate = rng.uniform(8.0, 15.0)
     catalog = Catalog()
-    tenants, pick = _tenants(rng, rng.randint(10, 25), "svc")
-    adapters, owner = _owned(rng, catalog, rng.randint(100, 200), pick)
-    rng.shuffle(adapters)
-    bg = Weighted(adapters, zipf(len(adapters), rng.uniform(0.8, 1.1)))
+    tenants, _, owner, bg = _zipf_background(rng, catalog, (10, 25), "svc", (100, 200), (0.8, 1.1))
+    adapters = bg.items  # in the order the traffic's Zipf ranks them
     horizon = limit / rate
     raw = [(t, a, owner[a]) for t in poisson(rng, rate, 0.0, horizon) for a in [bg.draw(rng)]]
     mode = rng.choice(("fixed", "tail", "fresh"))
@@ -201,7 +204,7 @@ def loop_over_capacity(seed: int) -> Trace:
     limit, rate, n_eng, gpu, host = _loop_fleet(rng, 12)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, _, owner, bg = _app_background(rng, catalog, 50, (0.9, 1.2))
+    tenants, _, owner, bg = _zipf_background(rng, catalog, (8, 20), "app", (50, 150), (0.9, 1.2))
     loop = _poller(catalog, tenants, max(cap + 1, round(cap * rng.uniform(1.05, 1.5))))
     share = rng.uniform(0.25, 0.6)
     raw = []
@@ -533,10 +536,7 @@ def long_concurrent(seed: int) -> Trace:
     limit = rng.randint(8_000, 12_000)
     rate = rng.uniform(15.0, 30.0)
     catalog = Catalog()
-    tenants, pick = _tenants(rng, rng.randint(15, 40), "chat")
-    adapters, owner = _owned(rng, catalog, rng.randint(150, 300), pick)
-    rng.shuffle(adapters)
-    w = Weighted(adapters, zipf(len(adapters), rng.uniform(0.6, 0.9)))
+    tenants, _, owner, w = _zipf_background(rng, catalog, (15, 40), "chat", (150, 300), (0.6, 0.9))
     turns = rng.uniform(2.0, 8.0)
     med = rng.uniform(4.0, 10.0)
     raw = []
@@ -698,7 +698,7 @@ def alt_loop_noise(seed: int) -> Trace:
     limit, rate, n_eng, gpu, host = _loop_fleet(rng, 10)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, pick, owner, bg = _app_background(rng, catalog, 60, (0.7, 1.0))
+    tenants, pick, owner, bg = _zipf_background(rng, catalog, (8, 20), "app", (60, 150), (0.7, 1.0))
     loop = _poller(catalog, tenants, round(cap * rng.uniform(1.2, 1.6)))
     share = rng.uniform(0.5, 0.7)
     noise = rng.uniform(0.3, 0.5)
@@ -738,7 +738,7 @@ def breathing_loop(seed: int) -> Trace:
     limit, rate, n_eng, gpu, host = _loop_fleet(rng, 10)
     cap = n_eng * host
     catalog = Catalog()
-    tenants, _, owner, bg = _app_background(rng, catalog, 60, (0.8, 1.2))
+    tenants, _, owner, bg = _zipf_background(rng, catalog, (8, 20), "app", (60, 150), (0.8, 1.2))
     loop = _poller(catalog, tenants, round(cap * 2))
     share = rng.uniform(0.4, 0.7)
     raw = []
