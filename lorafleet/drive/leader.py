@@ -3,28 +3,33 @@
 Every shipped baseline (lru — the engines alone —, lfu, arc, wtinylfu, markov), lorafleet's own predictor
 (policy/predictive.py) and that predictor made eager (one move of evidence, `default_experts`) runs in shadow,
 each in its own session on its own simulated copy of the fleet (the replay kernel: its own core, book, loaders
-and load times, so a shadow's figures are exactly what replaying that policy gives). Each request scores every
-expert by whether it was a hit on its copy; `Standings` keeps, per pool, the decayed count of requests each
-expert hit and another missed, pair by pair (LeCaR's regret, CACHEUS' experts, settled on whole policies rather
-than eviction orders alone), over two memories: a short one that follows a change of regime, and one
-`long_scale` times longer that sees a small lead that holds.
+and load times, so a shadow's figures are exactly what replaying that policy gives). An expert's copy is never
+matched to the live engines: the live engines imitate a twin of the leader's copy (below), so each copy stays
+the expert as it would run alone. Each request scores every expert by whether it was a hit on its copy;
+`Standings` keeps, per pool, the decayed count of requests each expert hit and another missed, pair by pair
+(LeCaR's regret, CACHEUS' experts, settled on whole policies rather than eviction orders alone), over two
+memories: a short one that follows a change of regime, and one `long_scale` times longer that sees a small lead
+that holds.
 
-The live decisions follow one expert, the leader, whichever it is: the live engines imitate it. A request the log
-does not place goes where the leader routed it, room is made by evicting first what the leader does not hold (least
-recently used first), and the leader's prefetches are made live — so the live engines converge on the leader's
-contents, engine by engine. A request learned from its log line was routed before lorafleet knew of it: the
-leader's copy serves it where the live engines did, and every other copy where the gateway would have sent it had
-that expert led (the placement rule on its own copy, as it stood at the request's arrival): forced to the live
-engine, a copy that had put the adapter elsewhere would be scored a miss it would not have had (on two engines,
-markov's copy scored 52% where markov alone hits 63%). The predictor is imitated like any other expert: a second
-copy of it deciding on the live engines made the same decisions once converged, at the cost of a whole predictor's
-work per request (docs/benchmarks.md). The leader changes only when a challenger's record against it, on either
-memory, is ahead by more than `z` standard deviations of the requests the two differed on, plus `margin` requests,
-and the leader's record against it on the other memory is not such a lead; never on a request the leader hit. Only
-the leader's copy serves a request before the live decision; the other experts serve it, and the standings score
-it, after the live calls are sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next):
-nothing live waits on them, so a decision costs the live core and one expert, not all of them, and a change of
-leader applies from the next request.
+The live decisions follow one expert, the leader, whichever it is: the live engines imitate it — its own copy
+until the lead first changes (the two started alike), and from then on its twin, a copy of its copy made as it
+takes the lead and matched to the live engines (`_twin`). A request the log does not place goes where the leader
+routed it, room is made by evicting first what the leader does not hold (least recently used first), and the
+leader's prefetches are made live — so the live engines converge on the leader's contents, engine by engine. A
+request learned from its log line was routed before lorafleet knew of it: the copy the live engines imitate
+serves it where the live engines did, and every expert's own copy where the gateway would have sent it had that
+expert led (the placement rule on its own copy, as it stood at the request's arrival): forced to the live engine,
+a copy that had put the adapter elsewhere would be scored a miss it would not have had (on two engines, markov's
+copy scored 52% where markov alone hits 63%). The predictor is imitated like any other expert: a second copy of
+it deciding on the live engines from the start made the same decisions once converged, at the cost of a whole
+predictor's work per request (docs/benchmarks.md); a twin is made only as the lead changes. The leader changes
+only when a challenger's record against it, on either memory, is ahead by more than `z` standard deviations of
+the requests the two differed on, plus `margin` requests, and the leader's record against it on the other memory
+is not such a lead; never on a request the leader hit. Only the copy the live engines imitate serves a request
+before the live decision; every expert's copy serves it, and the standings score it, after the live calls are
+sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next): nothing live waits on them, so
+a decision costs the live core and one copy, not all of them, and a change of leader applies from the next
+request.
 
 On a log with durations each expert is scored instead by its own run on stand-in engines, as replay judges it:
 from its lines, a little behind them (`_score_late`), or with start hints from each request's hint, at once, and
@@ -35,22 +40,27 @@ The guarantee, in measured quantities: over any stretch of requests, the live en
 most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
 except while the leader is that far ahead of the expert over the long window, plus the one request a change of
 leader waits for —,
-(b) for each change of leader, nothing where the engines are simulated (replay, shadow mode): the new leader's
-copy of each engine of the pool is matched to the live engine as the lead changes, its loads in flight and its
-loader as it stands included (`_match`); on real engines, whose loads the copy models rather than knows, the
-loads in flight start anew on the copy at the change, so its loader runs behind the engine's by as much of the
-engine's current load as had gone (`Session.match`), and (c) nothing else: imitating the leader from agreeing
-contents is exact (tests/policy/test_leader.py). Where the experts' runs score them (a log with durations, start
-hints), the leader's copy is matched again wherever it has parted from the live engine, before it decides
-(`_realign`): there it only decides, and its decisions are the live engines' to carry out. A match costs the new
-leader's copy whatever its own contents were worth beyond the live engines', and the standings see it there. The
-whole bound is checked on traces hypothesis draws, against each expert's copy and each expert replayed alone
+(b) for each change of leader, what the new leader's decisions made from the live engines' contents fall short
+of its decisions from its own: its twin takes each engine of the pool as the live engine holds it, its loads in
+flight and its loader as it stands included (`_match`), and the twin's shortfall against the expert's own copy
+is the price (one turnover of the slots where nothing limits convergence; on traffic whose contents never settle
+the twin and the copy part for good, on either side of each other: docs/benchmarks.md); on real engines, whose
+loads the twin models rather than knows, the loads in flight start anew on it at the change, so its loader runs
+behind the engine's by as much of the engine's current load as had gone (`Session.match`), and (c) nothing else:
+imitating the twin from agreeing contents is exact (tests/policy/test_leader.py). The price of a change is not
+charged to the new leader's record: charged there (its own copy matched, as before), every change made the
+leader look worse than it is alone and invited the next one, and close experts took turns at that price again
+and again. Where the experts' runs score them (a log with durations, start hints), the leader's own copy is
+matched instead, and again wherever it has parted from the live engine, before it decides (`_realign`): there it
+only decides, and its decisions are the live engines' to carry out. The whole bound is checked on traces
+hypothesis draws, against each expert's copy and each expert replayed alone, which the copy equals
 (tests/policy/test_leader_bound.py). Touches count against the core's touch budget in every expert alike, so each
 is judged as the engines would carry it out.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
@@ -191,10 +201,11 @@ class Standings:
 class _Shadow:
     """One expert's copy of the fleet: its own core, book and simulated engines (the replay kernel's)."""
 
-    __slots__ = ("counts", "name", "session")
+    __slots__ = ("counts", "hit", "name", "session")
 
     def __init__(self, name: str, core: PolicyCore) -> None:
         self.name = name
+        self.hit = False  # whether the latest request it served was a hit
         self.fleet(core)
 
     def fleet(self, core: PolicyCore) -> None:
@@ -241,11 +252,15 @@ class LeaderPolicy(Policy):
         self.factories = tuple(experts) if experts is not None else default_experts(self.plan)
         self.names = tuple(name for name, _ in self.factories)
         self.shadows: list[_Shadow] = []
+        # Per expert leading a pool after a change of leader: the copy the live engines imitate (`_match`), a twin
+        # of its own copy matched to the live engines; its own copy stays its own, and scores it.
+        self.twins: dict[int, _Shadow] = {}
+        self._served: _Shadow | None = None  # the copy that served the request being classified first
         self.standings: dict[str, Standings] = {}  # base model -> the pool's standings
         self.mirrored: list[Decision] = []  # the leader's prefetches for the request being classified
         self._observed: RequestEvent | None = None  # the request the experts have just served
         self._hits: list[bool] = []  # ... whether it was a hit, per expert
-        self._routed: list[str | None] = []  # ... the engine each routed it to
+        self._route: str | None = None  # ... the engine the copy followed routed it to
         # The request only the leader's copy has served so far (the other experts serve it in `catch_up`; the
         # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
         self._pending: RequestEvent | None = None
@@ -288,9 +303,8 @@ class LeaderPolicy(Policy):
                 expert = PolicyCore(inventory, make(), touch_budget=budget, like=core)
                 self.shadows.append(_Shadow(name, expert))
             self._hits = [False] * len(self.shadows)
-            self._routed = [None] * len(self.shadows)
         else:  # a new inventory: each expert keeps what it learned, on the engines that stayed
-            for shadow in self.shadows:
+            for shadow in self._copies():
                 shadow.session.replace_inventory(inventory, like=core)
             self._scorers = None  # their runs start again on the new engines, from the lines that follow
             self._hinted = None
@@ -309,7 +323,7 @@ class LeaderPolicy(Policy):
         """What a live engine lost leaves every expert's copy of it too (pins excepted: the live reconcile loads
         them again), for the reason `resumed` gives: a copy holding what the engine lost prefetches none of it."""
         self.catch_up()
-        for shadow in self.shadows:
+        for shadow in self._copies():
             state = shadow.session.core.book.engines.get(engine)
             if state is None:
                 continue
@@ -322,7 +336,7 @@ class LeaderPolicy(Policy):
         the copies stay the live engines' (a copy without an adapter the engine holds would prefetch it, one
         holding an adapter the engine lost would not)."""
         self.catch_up()
-        for shadow in self.shadows:
+        for shadow in self._copies():
             shadow.session.noticed(engine, adapter, answer, pinned)
 
     def resumed(self) -> None:
@@ -333,7 +347,7 @@ class LeaderPolicy(Policy):
         went cold)."""
         self.catch_up()
         inventory = self.core.inventory
-        for shadow in self.shadows:
+        for shadow in self._copies():
             old = shadow.session.core
             expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
             expert.demand = old.demand
@@ -346,7 +360,7 @@ class LeaderPolicy(Policy):
         `EngineResidency.running`): the same adapters are in use on the engine, so no copy takes one as a victim
         either, and imitation stays exact."""
         live = self.core.book.engines
-        for shadow in self.shadows:
+        for shadow in self._copies():
             for key, state in shadow.session.core.book.engines.items():
                 mine = live.get(key)
                 if mine is not None:
@@ -370,13 +384,23 @@ class LeaderPolicy(Policy):
         return standings.leader if standings is not None else 0
 
     def _leader_state(self, state: EngineResidency) -> EngineResidency | None:
-        return self.shadows[self._leader(state.base_model)].session.core.book.engines.get(state.key)
+        return self._deciding(self._leader(state.base_model)).session.core.book.engines.get(state.key)
+
+    def _deciding(self, index: int) -> _Shadow:
+        """The copy whose decisions the live engines take where expert `index` leads: its twin, else its own."""
+        twin = self.twins.get(index)
+        return twin if twin is not None else self.shadows[index]
+
+    def _copies(self) -> list[_Shadow]:
+        """Every copy of the fleet: the experts' own, then the twins (each takes every request and every change
+        of the live engines the copies are told of)."""
+        return [*self.shadows, *self.twins.values()]
 
     # --- the live decisions -------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
         """Every expert starts on its copy; live, the admin's plan, the pins and the workflow heads are loaded
         (`initial_loads`): they hold whichever expert is followed."""
-        for shadow in self.shadows:
+        for shadow in self._copies():
             shadow.session.start(now)
             shadow.taken()
         return initial_loads(self.core, self.plan, now)
@@ -385,7 +409,7 @@ class LeaderPolicy(Policy):
         """The leader serves the request on its copy, routed as it would route it; live, a request the log does
         not place goes where the leader sent it (so contents converge engine by engine)."""
         self._observe(event)
-        return self._routed[self._leader(self._model(event))]
+        return self._route
 
     def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
         """Before the live core classifies a request: the leader's book already shows what it evicted for it, so
@@ -396,7 +420,7 @@ class LeaderPolicy(Policy):
             self._observe(event, engine)
         self._observed = None
         self._pending_scores = engine is not None
-        self.mirrored, evicted = self.shadows[self._leader(self._model(event))].taken()
+        self.mirrored, evicted = self._deciding(self._leader(self._model(event))).taken()
         self._note_evicted(evicted)
 
     def _model(self, event: RequestEvent) -> str | None:
@@ -411,17 +435,17 @@ class LeaderPolicy(Policy):
         if engine is not None:
             self._parted.add(engine)
         self._realign(event)
-        self._serve(self._leader(self._model(event)), event, engine)
+        lead = self._leader(self._model(event))
+        self._served = self._deciding(lead)
+        self._serve(self._served, event, engine)
+        self._route = self._served.session.last_engine
         self._pending, self._pending_scores = event, False
         self._observed = event
 
-    def _serve(self, index: int, event: RequestEvent, engine: str | None = None) -> None:
-        shadow = self.shadows[index]
+    def _serve(self, shadow: _Shadow, event: RequestEvent, engine: str | None = None) -> None:
         before = shadow.counts.hits
-        session = shadow.session
-        session.request(event, engine=engine, first=self._pending_first)
-        self._hits[index] = shadow.counts.hits > before
-        self._routed[index] = session.last_engine
+        shadow.session.request(event, engine=engine, first=self._pending_first)
+        shadow.hit = shadow.counts.hits > before
 
     def idle(self) -> None:
         self.catch_up()
@@ -435,11 +459,12 @@ class LeaderPolicy(Policy):
             return
         self._pending = None
         model = self._model(event)
-        lead = self._leader(model)  # as when the leader served it: only this scoring changes it
-        for i, shadow in enumerate(self.shadows):
-            if i != lead:
-                self._serve(i, event)
+        served, self._served = self._served, None
+        for shadow in self._copies():
+            if shadow is not served:
+                self._serve(shadow, event)
                 shadow.session.decided = []  # a leader's prefetches are made live as it decides them, no later
+        self._hits = [shadow.hit for shadow in self.shadows]
         if event.seen is not None and self._score_late(event):
             return
         if not self._pending_first and self._score_hinted(event):
@@ -544,17 +569,37 @@ class LeaderPolicy(Policy):
         return LateFleet(session, hints=hinted)
 
     def _match(self, now: float, model: str | None, index: int) -> None:
-        """The new leader's copy of each engine of the pool takes the live engine's contents and loads in flight
-        (on simulated engines, its loader as it stands): from then on the live engine imitates it exactly. Left
-        to converge by imitation alone, the two stayed apart on vLLM, where evicting what the copy does not hold
-        costs touches the budget does not pay for (on many-slots the live engines trailed their leader's copy by
-        about a point); waiting for both to have no load in flight left a busy engine apart for good (on
-        agentic-noisy, whose loaders are never idle, 1-1.6 points). The price of the change of leader is now its
-        copy's, which the standings see."""
-        session = self.shadows[index].session
+        """The copy the new leader's decisions come from (`_deciding`) takes, on each engine of the pool, the live
+        engine's contents and loads in flight (on simulated engines, its loader as it stands): from then on the
+        live engine imitates it exactly. Left to converge by imitation alone, the two stayed apart on vLLM, where
+        evicting what the copy does not hold costs touches the budget does not pay for (on many-slots the live
+        engines trailed their leader's copy by about a point); waiting for both to have no load in flight left a
+        busy engine apart for good (on agentic-noisy, whose loaders are never idle, 1-1.6 points)."""
+        session = self._twin(index).session
         for key, state in self.core.book.engines.items():
             if state.base_model == model and key in session.core.book.engines:
                 session.match(now, key, self.core, self._engines)
+
+    def _twin(self, index: int) -> _Shadow:
+        """The copy a new leader's decisions come from. Where its own copy's hits score it (requests known on
+        arrival), a twin of that copy, matched to the live engines in its place: matched, its own copy would
+        carry the live engines' contents into every later comparison, and a match can cost a copy for thousands
+        of requests (on loop-over-capacity seed 1 markov's copy scored 66.7% where markov alone hits 69.4%, so
+        the predictor and the eager one, 66.8% and 68.2% alone, kept taking the lead from it). Where the experts'
+        runs on stand-in engines score them (a log with durations, start hints), its own copy, which there only
+        decides. A twin is kept while its expert leads a pool, and costs a session a request meanwhile."""
+        leading = {standings.leader for standings in self.standings.values()}
+        for gone in [i for i in self.twins if i not in leading]:
+            del self.twins[gone]
+        if self._scorers is not None:
+            return self.shadows[index]
+        twin = self.twins.get(index)
+        if twin is None:
+            live = self.core  # what the copies share with the live core is shared by the twin too
+            shared = (live.inventory, live.sizes, live.pools, live.serving, live.load_ms)
+            twin = self.twins[index] = copy.deepcopy(self.shadows[index], {id(x): x for x in shared})
+            self._share_running()
+        return twin
 
     def _realign(self, event: RequestEvent) -> None:
         """Where the standings come from the experts' runs (a log with durations, start hints), the leader's copy only
@@ -585,7 +630,7 @@ class LeaderPolicy(Policy):
             if state is None:
                 continue
             index = self._leader(state.base_model)
-            session = self.shadows[index].session
+            session = self._deciding(index).session
             mine = session.core.book.engines.get(key)
             if mine is None or state.past_budget():
                 continue
@@ -607,18 +652,20 @@ class LeaderPolicy(Policy):
 
     def next_wakeup(self) -> float | None:
         self.catch_up()
-        wakeups = [w for s in self.shadows if (w := s.session.core.next_wakeup()) is not None]
+        wakeups = [w for s in self._copies() if (w := s.session.core.next_wakeup()) is not None]
         return min(wakeups) if wakeups else None
 
     def tick(self, now: float) -> list[Decision]:
         self.catch_up()
         decisions: list[Decision] = []
-        for index, shadow in enumerate(self.shadows):
+        for index, shadow in [*enumerate(self.shadows), *self.twins.items()]:
             wakeup = shadow.session.core.next_wakeup()
             if wakeup is None or wakeup > now:
                 continue
             shadow.session.advance(now)
             loads, evicted = shadow.taken()
+            if self._deciding(index) is not shadow:
+                continue
             self._note_evicted([(e, a) for e, a in evicted if self._leads(index, e)])
             decisions += self._mirror(now, [d for d in loads if self._leads(index, d.engine)])
         return decisions
