@@ -592,6 +592,7 @@ class LeaderPolicy(Policy):
         for gone in [i for i in self.twins if i not in leading]:
             del self.twins[gone]
         if self._scorers is not None:
+            self.twins.clear()  # made while the copies scored (a log's first lines at arrival): they decide no more
             return self.shadows[index]
         twin = self.twins.get(index)
         if twin is None:

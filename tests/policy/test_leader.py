@@ -705,6 +705,23 @@ def test_where_the_experts_runs_score_them_a_new_leaders_own_copy_is_matched(tmp
     assert list(policy.shadows[1].session.core.book.engines["h/e0"].resident) == ["a0"]
 
 
+def test_a_twin_made_before_the_runs_scored_is_dropped_once_they_do(tmp_path: Path) -> None:
+    """A log whose first lines came at arrival and later ones with durations: a twin made while the copies
+    scored goes at the next match (on a fleet of several pools, its expert may take the lead on another pool
+    while it still leads the first), and the expert's own copy decides and is matched from then on."""
+    inv = make_inventory(tmp_path, adapters=4, engines=FOUR)
+    policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
+    core = PolicyCore(inv, policy)
+    policy.standings["m"].leader = 1
+    policy._match(0.0, "m", 1)
+    assert list(policy.twins) == [1]
+    assert policy._runs(hinted=False) is not None
+    core.book.engines["h/e0"].admit("a0", core.sizes["a0"])
+    policy._match(0.0, "m", 1)
+    assert not policy.twins and policy._deciding(1) is policy.shadows[1]
+    assert list(policy.shadows[1].session.core.book.engines["h/e0"].resident) == ["a0"]
+
+
 @pytest.mark.parametrize("bytes_bind", [False, True])
 def test_live_victims_are_what_the_leader_does_not_hold_and_where_bytes_bind_its_last_victims_first(
     tmp_path: Path, bytes_bind: bool
