@@ -40,6 +40,21 @@ def test_every_online_policy_freezes_and_thaws(tmp_path: Path, policy: str) -> N
     assert type(thawed.policy) is type(learned.policy) and thawed.policy.core is thawed
 
 
+def test_a_leaders_twin_is_frozen_and_thawed_with_the_experts(tmp_path: Path) -> None:
+    """After a change of leader the live engines imitate the leader's twin: a restart keeps it, apart from the
+    expert's own copy, so the live engines go on imitating what they imitated."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy("lorafleet"))
+    run_session(learned, stream(cycle(120)))
+    policy = learned.policy
+    policy.catch_up()  # type: ignore[attr-defined]  # the last request scored: no change of leader is pending
+    policy.standings["m"].leader = 1  # type: ignore[attr-defined]
+    policy._match(2000.0, "m", 1)  # type: ignore[attr-defined]
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), "lorafleet", learned.touch_budget).policy
+    assert list(thawed.twins) == [1]  # type: ignore[attr-defined]
+    assert thawed._deciding(1) is thawed.twins[1] is not thawed.shadows[1]  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("policy", ["lorafleet", "markov"])
 def test_a_thawed_policy_goes_on_from_what_it_learned(tmp_path: Path, policy: str) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
