@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -31,8 +32,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from durations import add_arguments, described, timed, timing  # noqa: E402
 from tracegen import FAMILIES, HOLDOUT, azure_random_offsets, build, servegen  # noqa: E402
 
+from lorafleet.drive import policies  # noqa: E402
+from lorafleet.drive.leader import LeaderPolicy, default_experts  # noqa: E402
 from lorafleet.drive.policies import BASELINES, POLICY_NAMES  # noqa: E402
 from lorafleet.inventory.model import Inventory  # noqa: E402
+from lorafleet.policy.core import Policy  # noqa: E402
 from lorafleet.policy.events import RequestEvent  # noqa: E402
 from lorafleet.policy.predictive import LorafleetPolicy  # noqa: E402
 from lorafleet.replay.driver import HINTS, LOG, PolicyResult, simulate  # noqa: E402
@@ -92,6 +96,22 @@ def shortfalls(results: dict[str, list[PolicyResult]]) -> tuple[float, float]:
         best = max(results[b][i].hit_ratio for b in BASELINES)
         per_seed.append((best - ours.hit_ratio) * 100)
     return statistics.mean(per_seed), max(per_seed)
+
+
+VARIED = "lorafleet-varied"  # the lorafleet policy with one predictor parameter scaled (`--sensitivity`)
+
+
+def varied(parameter: str, factor: float) -> Callable[[], Policy]:
+    """The lorafleet policy whose two predictors have `parameter` scaled by `factor`: a subclass that sets it
+    before the predictor reads it (a compiled core's class attributes cannot be set from outside)."""
+    value = getattr(LorafleetPolicy(()), parameter) * factor
+
+    class Varied(LorafleetPolicy):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            setattr(self, parameter, value)
+            super().__init__(*args, **kwargs)
+
+    return lambda: LeaderPolicy(experts=default_experts((), Varied))
 
 
 def mean(values: list[float]) -> float:
@@ -158,19 +178,18 @@ def main() -> None:
         print("sensitivity (worst-case shortfall, points):")
         makers = traces(chosen, args.holdout)
         for parameter in PARAMETERS:
-            original = getattr(LorafleetPolicy, parameter)
             cells = []
             for factor in (0.5, 2.0):
-                setattr(LorafleetPolicy, parameter, original * factor)
-                try:
-                    worst_here = max(
-                        shortfalls(
-                            {**results, **run_family(makers[name], seeds, ("lorafleet",), args.durations, visibility)}
-                        )[1]
-                        for name, results in kept.items()
-                    )
-                finally:
-                    setattr(LorafleetPolicy, parameter, original)
+                policies._ONLINE[VARIED] = varied(parameter, factor)
+                worst_here = max(
+                    shortfalls(
+                        {
+                            **results,
+                            "lorafleet": run_family(makers[name], seeds, (VARIED,), args.durations, visibility)[VARIED],
+                        }
+                    )[1]
+                    for name, results in kept.items()
+                )
                 cells.append(f"x{factor:g}: {worst_here:+.1f} ({worst_here - base_worst:+.1f})")
             print(f"  {parameter:<16} " + "   ".join(cells))
     print(f"(suite took {time.perf_counter() - started:.0f} s)")

@@ -81,22 +81,24 @@ PREDICTIVE = "predictive"  # lorafleet's own predictor, as an expert
 EAGER = "predictive-eager"  # the same predictor acting on a tenant's move after one occurrence, as markov does
 
 
-def default_experts(plan: Sequence[Placement]) -> tuple[tuple[str, Callable[[], Policy]], ...]:
+def default_experts(
+    plan: Sequence[Placement], predictor: Callable[..., LorafleetPolicy] = LorafleetPolicy
+) -> tuple[tuple[str, Callable[[], Policy]], ...]:
     """The experts: lorafleet's predictor first (followed until another proves better), every baseline, and the
-    predictor made eager.
+    predictor made eager. `predictor` makes both predictors (a benchmark varies a parameter in a subclass).
 
     How much evidence a guess needs is a trade no single setting wins: acting after one move learns a fixed chain
     as soon as markov does (an agentic workflow over a pool far larger than the engines hold), but acts on a
     noisy tenant's chance sequences too; five moves are safe there and slow on the chain. Both run, and the
     standings follow whichever is doing better where it matters, with the same bounded loss as any expert."""
     return (
-        (PREDICTIVE, lambda: LorafleetPolicy(plan)),
+        (PREDICTIVE, lambda: predictor(plan)),
         ("lru", LruPolicy),
         ("lfu", LfuPolicy),
         ("arc", ArcPolicy),
         ("wtinylfu", WTinyLfuPolicy),
         ("markov", MarkovPolicy),
-        (EAGER, lambda: LorafleetPolicy(plan, min_evidence=1.0)),
+        (EAGER, lambda: predictor(plan, min_evidence=1.0)),
     )
 
 
