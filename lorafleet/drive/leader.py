@@ -262,7 +262,6 @@ class LeaderPolicy(Policy):
         self.mirrored: list[Decision] = []  # the leader's prefetches for the request being classified
         self._observed: RequestEvent | None = None  # the request the experts have just served
         self._hits: list[bool] = []  # ... whether it was a hit, per expert
-        self._route: str | None = None  # ... the engine the copy followed routed it to
         # The request only the leader's copy has served so far (the other experts serve it in `catch_up`; the
         # leader cannot change before), and whether the live engines served it (its outcomes score the standings).
         self._pending: RequestEvent | None = None
@@ -395,8 +394,9 @@ class LeaderPolicy(Policy):
 
     def _copies(self) -> list[_Shadow]:
         """Every copy of the fleet: the experts' own, then the twins (each takes every request and every change
-        of the live engines the copies are told of)."""
-        return [*self.shadows, *self.twins.values()]
+        of the live engines the copies are told of); the experts' own list itself while there is none (every
+        request asks)."""
+        return [*self.shadows, *self.twins.values()] if self.twins else self.shadows
 
     # --- the live decisions -------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -411,7 +411,8 @@ class LeaderPolicy(Policy):
         """The leader serves the request on its copy, routed as it would route it; live, a request the log does
         not place goes where the leader sent it (so contents converge engine by engine)."""
         self._observe(event)
-        return self._route
+        served = self._served
+        return served.session.last_engine if served is not None else None
 
     def on_arrival(self, now: float, event: RequestEvent, engine: str | None) -> None:
         """Before the live core classifies a request: the leader's book already shows what it evicted for it, so
@@ -440,7 +441,6 @@ class LeaderPolicy(Policy):
         lead = self._leader(self._model(event))
         self._served = self._deciding(lead)
         self._serve(self._served, event, engine)
-        self._route = self._served.session.last_engine
         self._pending, self._pending_scores = event, False
         self._observed = event
 

@@ -22,6 +22,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
 # 15: the predictor's guesses acted on per tenant and how often each adapter came in time after one (`covered`)
 # 14: the demand model's runs of calls (a timer's rhythm between its runs' starts)
 # 13: the build named: a memory pickled by the compiled core and one by the plain source do not read each other
