@@ -110,10 +110,16 @@ class LorafleetPolicy(Policy):
     hot_ttl_s = 300.0
     trust_rate = 0.1
 
-    def __init__(self, plan: Sequence[Placement] = (), min_evidence: float | None = None) -> None:
+    def __init__(
+        self, plan: Sequence[Placement] = (), min_evidence: float | None = None, min_lift: float | None = None
+    ) -> None:
         """`min_evidence`: moves of a tenant from an adapter before a guess from it is acted on (None: the demand
-        model's own bar); the eager expert of the lorafleet policy acts after one (drive/leader.py)."""
+        model's own bar); `min_lift`: the odds a guess must have over the tenant's mix (None: `min_lift` as
+        shipped). The eager expert of the lorafleet policy acts after one move, on its measured edge alone, with no
+        lift bar (drive/leader.py)."""
         self.min_evidence = min_evidence
+        if min_lift is not None:
+            self.min_lift = min_lift
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
         # tenant -> share of its requests that had arrived before the prediction made for them (moving average),

@@ -22,6 +22,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 17: the eager predictor has no lift bar (its restored copy would keep the bar it was frozen with)
 # 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
 # 15: the predictor's guesses acted on per tenant and how often each adapter came in time after one (`covered`)
 # 14: the demand model's runs of calls (a timer's rhythm between its runs' starts)
@@ -35,7 +36,7 @@ from lorafleet.policy.core import Policy, PolicyCore
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 16{' compiled' if COMPILED_CORE else ''}"
+FORMAT = f"lorafleet {__version__} memory 17{' compiled' if COMPILED_CORE else ''}"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

@@ -201,6 +201,22 @@ def test_the_eager_predictor_acts_on_a_move_seen_once_and_the_default_needs_five
     assert default._predict("t", "a0") == []
 
 
+def test_without_the_lift_bar_a_guess_no_likelier_than_the_mix_is_acted_on_by_its_measured_edge(tmp_path: Path) -> None:
+    """After a0 the tenant asks for a1 or a2 at random: each guess is as likely as the tenant's mix makes it, so
+    its odds have no lift and the predictor (min_lift 2.5) silences both; the eager expert's predictor (no lift
+    bar, drive/leader.py) acts on them while their edge, probability and evidence pass."""
+    inv = make_inventory(tmp_path, adapters=4, engines=ONE_SLOT)
+    rng = random.Random(5)
+    sequence = [a for _ in range(30) for a in (0, rng.choice((1, 2)))]
+    guesses = {}
+    for min_lift in (None, 0.0):
+        policy = LorafleetPolicy(min_lift=min_lift)
+        ask(PolicyCore(inv, policy), irregular(sequence))
+        policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]  # only the lift can refuse
+        guesses[min_lift] = sorted(c for c, _ in policy._predict("t", "a0"))
+    assert guesses[None] == [] and guesses[0.0] == ["a1", "a2"]
+
+
 # the second-order context ---------------------------------------------------------------------------------------
 def test_after_the_planner_the_prefetch_is_the_tool_the_last_tool_leads_to(tmp_path: Path) -> None:
     """A planner (a0) between tools whose order is fixed by the last tool (a1 -> a2 -> a3 -> a1): after the planner,
