@@ -78,7 +78,7 @@ from lorafleet.policy.predictive import LorafleetPolicy, initial_loads
 from lorafleet.policy.residency import EngineResidency
 
 PREDICTIVE = "predictive"  # lorafleet's own predictor, as an expert
-EAGER = "predictive-eager"  # the same predictor acting on a move seen once, as markov does, with no lift bar
+EAGER = "predictive-eager"  # the same predictor with each bar at its least: a move seen once, no lift, no margin
 
 
 def default_experts(
@@ -92,13 +92,14 @@ def default_experts(
     noisy tenant's chance sequences too; five moves are safe there and slow on the chain. Both run, and the
     standings follow whichever is doing better where it matters, with the same bounded loss as any expert.
 
-    The eager predictor also drops the lift bar (`min_lift`, a fixed ratio of odds over the tenant's mix) and
-    keeps the gates in measured quantities (each guess's edge over the mix, its probability in time, its
-    evidence). On a short chain each step is a large share of its tenant's traffic, so a step that surely comes
-    next has little lift: in an agentic workflow over a large pool the gates silenced most of the moves a prefetch
-    could have served (the second generator's wf-large-pool, seed 200: of the 2,254 moves the eager predictor
-    had seen before and then missed, 1,706 were guessed and gated, 1,130 of them by the lift bar among others).
-    The predictor keeps the bar, for the noisy tenants it was made for (docs/benchmarks.md)."""
+    The eager predictor sets the other bars at their least too: no lift bar (`min_lift`, a fixed ratio of odds
+    over the tenant's mix) and an edge of zero (`min_edge`: a guess's rank must have come true at least as often
+    as the mix gives it, not a tenth more); the probability in time still gates every guess. On a short chain
+    each step is a large share of its tenant's traffic, so a step that surely comes next has little lift and a
+    small edge: in an agentic workflow over a large pool the bars silenced most of the moves a prefetch could
+    have served (the second generator's wf-large-pool, seed 200: of the 2,254 moves the eager predictor had seen
+    before and then missed, 1,706 were guessed and gated, 1,130 of them by the lift bar among others and 543 by
+    the edge alone). The predictor keeps both bars, for the noisy tenants they were made for (docs/benchmarks.md)."""
     return (
         (PREDICTIVE, lambda: predictor(plan)),
         ("lru", LruPolicy),
@@ -106,7 +107,7 @@ def default_experts(
         ("arc", ArcPolicy),
         ("wtinylfu", WTinyLfuPolicy),
         ("markov", MarkovPolicy),
-        (EAGER, lambda: predictor(plan, min_evidence=1.0, min_lift=0.0)),
+        (EAGER, lambda: predictor(plan, min_evidence=1.0, min_lift=0.0, min_edge=0.0)),
     )
 
 

@@ -111,15 +111,21 @@ class LorafleetPolicy(Policy):
     trust_rate = 0.1
 
     def __init__(
-        self, plan: Sequence[Placement] = (), min_evidence: float | None = None, min_lift: float | None = None
+        self,
+        plan: Sequence[Placement] = (),
+        min_evidence: float | None = None,
+        min_lift: float | None = None,
+        min_edge: float | None = None,
     ) -> None:
         """`min_evidence`: moves of a tenant from an adapter before a guess from it is acted on (None: the demand
-        model's own bar); `min_lift`: the odds a guess must have over the tenant's mix (None: `min_lift` as
-        shipped). The eager expert of the lorafleet policy acts after one move, on its measured edge alone, with no
-        lift bar (drive/leader.py)."""
+        model's own bar); `min_lift`, `min_edge`: the odds a guess must have over the tenant's mix, and how much
+        more often than the mix its rank must have come true (None: as shipped). The eager expert of the lorafleet
+        policy sets each bar at its least: one move, no lift, an edge of zero (drive/leader.py)."""
         self.min_evidence = min_evidence
         if min_lift is not None:
             self.min_lift = min_lift
+        if min_edge is not None:
+            self.min_edge = min_edge
         self.plan = tuple(plan)  # placements to load at start (lorafleet plan), before pins and workflow heads
         self.trust: dict[str | None, float] = {}  # tenant -> share of its predictions that came true
         # tenant -> share of its requests that had arrived before the prediction made for them (moving average),

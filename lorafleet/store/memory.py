@@ -22,7 +22,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
-# 17: the eager predictor has no lift bar (its restored copy would keep the bar it was frozen with)
+# 17: the eager predictor's bars at their least, no lift bar and an edge of zero (a restored copy keeps its old bars)
 # 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
 # 15: the predictor's guesses acted on per tenant and how often each adapter came in time after one (`covered`)
 # 14: the demand model's runs of calls (a timer's rhythm between its runs' starts)

@@ -179,7 +179,7 @@ def test_the_sizing_chart_marks_the_recommended_count_and_says_when_none_reaches
     text = run_cli(*args, "0.9", env={"COLUMNS": "120"}).stdout
     bars = [line for line in text.splitlines() if " slots " in line and "█" in line]
     assert [line.split()[0] for line in bars] == ["1", "2", "4"]
-    assert [line.count("█") for line in bars] == [16, 30, 40]  # 39.0%, 75.5%, 99.95% of 40
+    assert [line.count("█") for line in bars] == [16, 31, 40]  # 40.5%, 78.6%, 99.95% of 40
     assert [line.endswith("← target") for line in bars] == [False, False, True]
     assert "recommended: 4 slots per engine (max_cpu_loras / max_loaded_loras = 4)" in text
     none = run_cli(*args, "1", env={"COLUMNS": "120"}).stdout

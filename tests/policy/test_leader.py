@@ -313,7 +313,8 @@ def test_the_default_experts_are_the_predictor_every_baseline_and_the_eager_pred
     assert isinstance(predictor.policy, LorafleetPolicy) and predictor.policy.min_evidence is None
     assert isinstance(eager.policy, LorafleetPolicy) and eager.demand.min_evidence == 1.0
     assert predictor.demand.min_evidence == 5.0
-    assert eager.policy.min_lift == 0.0 and predictor.policy.min_lift == 2.5  # the shipped bar
+    assert eager.policy.min_lift == 0.0 and predictor.policy.min_lift == 2.5  # the shipped bars
+    assert eager.policy.min_edge == 0.0 and predictor.policy.min_edge == 0.1
 
 
 # --- the touch budget ---------------------------------------------------------------------------------------

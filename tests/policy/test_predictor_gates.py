@@ -203,8 +203,8 @@ def test_the_eager_predictor_acts_on_a_move_seen_once_and_the_default_needs_five
 
 def test_without_the_lift_bar_a_guess_no_likelier_than_the_mix_is_acted_on_by_its_measured_edge(tmp_path: Path) -> None:
     """After a0 the tenant asks for a1 or a2 at random: each guess is as likely as the tenant's mix makes it, so
-    its odds have no lift and the predictor (min_lift 2.5) silences both; the eager expert's predictor (no lift
-    bar, drive/leader.py) acts on them while their edge, probability and evidence pass."""
+    its odds have no lift and the predictor (min_lift 2.5) silences both; with no lift bar (the eager expert's,
+    drive/leader.py) they are acted on while their edge, probability and evidence pass."""
     inv = make_inventory(tmp_path, adapters=4, engines=ONE_SLOT)
     rng = random.Random(5)
     sequence = [a for _ in range(30) for a in (0, rng.choice((1, 2)))]
@@ -215,6 +215,22 @@ def test_without_the_lift_bar_a_guess_no_likelier_than_the_mix_is_acted_on_by_it
         policy.trust["t"], policy.edge[("t", "a0")] = 1.0, [1.0, 1.0, 1.0]  # only the lift can refuse
         guesses[min_lift] = sorted(c for c, _ in policy._predict("t", "a0"))
     assert guesses[None] == [] and guesses[0.0] == ["a1", "a2"]
+
+
+def test_with_an_edge_of_zero_a_guess_that_beats_the_mix_by_less_than_min_edge_is_acted_on(tmp_path: Path) -> None:
+    """The eager expert's bar on the edge is zero (drive/leader.py): a rank that came true a twentieth more often
+    than the mix gives it is acted on there, and not by the predictor (min_edge 0.1); below zero, by neither."""
+    engine = [{"kind": "vllm", "max_loras": 2, "max_cpu_loras": 5}]
+    inv = make_inventory(tmp_path, adapters=4, engines=engine, tenants={"t": "{workflows: [[a0, a1]]}"})
+    acted = {}
+    for min_edge in (None, 0.0):
+        for edge in (0.05, -0.01):
+            policy = LorafleetPolicy(min_edge=min_edge)
+            core = PolicyCore(inv, policy)
+            policy.trust["t"], policy.edge[("t", "a0")] = 0.9, [edge, 0.5, 0.5]
+            decisions = ask(core, stream([0], tenants=["t"]))
+            acted[(min_edge, edge)] = [d.adapter for d in decisions if d.reason == PREFETCH]
+    assert acted == {(None, 0.05): [], (None, -0.01): [], (0.0, 0.05): ["a1"], (0.0, -0.01): []}
 
 
 # the second-order context ---------------------------------------------------------------------------------------
