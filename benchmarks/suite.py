@@ -103,7 +103,8 @@ VARIED = "lorafleet-varied"  # the lorafleet policy with one predictor parameter
 
 def varied(parameter: str, factor: float) -> Callable[[], Policy]:
     """The lorafleet policy whose two predictors have `parameter` scaled by `factor`: a subclass that sets it
-    before the predictor reads it (a compiled core's class attributes cannot be set from outside)."""
+    before the predictor reads it (a compiled core's class attributes cannot be set from outside). The eager
+    expert's `min_lift` and `min_edge` are zero whatever the scale: those move the predictor alone."""
     value = getattr(LorafleetPolicy(()), parameter) * factor
 
     class Varied(LorafleetPolicy):
