@@ -11,52 +11,56 @@ the expert as it would run alone. Each request scores every expert by whether it
 memories: a short one that follows a change of regime, and one `long_scale` times longer that sees a small lead
 that holds.
 
-The live decisions follow one expert, the leader, whichever it is: the live engines imitate it — its own copy
-until the lead first changes (the two started alike), and from then on its twin, a copy of its copy made as it
-takes the lead and matched to the live engines (`_twin`). A request the log does not place goes where the leader
-routed it, room is made by evicting first what the leader does not hold (least recently used first), and the
-leader's prefetches are made live — so the live engines converge on the leader's contents, engine by engine. A
-request learned from its log line was routed before lorafleet knew of it: the copy the live engines imitate
-serves it where the live engines did, and every expert's own copy where the gateway would have sent it had that
-expert led (the placement rule on its own copy, as it stood at the request's arrival): forced to the live engine,
-a copy that had put the adapter elsewhere would be scored a miss it would not have had (on two engines, markov's
-copy scored 52% where markov alone hits 63%). The predictor is imitated like any other expert: a second copy of
-it deciding on the live engines from the start made the same decisions once converged, at the cost of a whole
-predictor's work per request (docs/benchmarks.md); a twin is made only as the lead changes. The leader changes
-only when a challenger's record against it, on either memory, is ahead by more than `z` standard deviations of
-the requests the two differed on, plus `margin` requests, and the leader's record against it on the other memory
-is not such a lead; never on a request the leader hit. Only the copy the live engines imitate serves a request
-before the live decision; every expert's copy serves it, and the standings score it, after the live calls are
-sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next): nothing live waits on them, so
-a decision costs the live core and one copy, not all of them, and a change of leader applies from the next
-request.
+The live decisions follow one expert, the leader, whichever it is: the live engines imitate it — its own copy until
+the lead first changes (the two started alike), and from then on its twin, a copy of its copy made as it takes the
+lead and matched to the live engines (`_twin`). A request the log does not place goes where the leader routed it,
+room is made by evicting first what the leader does not hold (least recently used first), and the leader's
+prefetches are made live — so the live engines converge on the leader's contents, engine by engine. A request
+learned from its log line was routed before lorafleet knew of it: the copy the live engines imitate serves it where
+the live engines did, and every expert's own copy where the gateway would have sent it had that expert led (the
+placement rule on its own copy, as it stood at the request's arrival): forced to the live engine, a copy that had
+put the adapter elsewhere would be scored a miss it would not have had (on two engines, markov's copy scored 52%
+where markov alone hits 63%). The predictor is imitated like any other expert: a second copy of it deciding on the
+live engines from the start made the same decisions once converged, at the cost of a whole predictor's work per
+request (docs/benchmarks.md); a twin is made only as the lead changes. The standings keep the live engines' record
+beside the experts' (the copy they imitate hit as they did): the leader changes only when a challenger's record
+against the live engines, on either memory, is ahead by more than `z` standard deviations of the requests the two
+differed on, plus `margin` requests, plus what following it cost before (its twin's shortfall against its own copy,
+a share of the requests it led, over the record's requests), and the live engines' record against it on the other
+memory is not such a lead; never on a request the live engines hit. From a change the live record's past is the new
+leader's own. Judged against the leader's own copy instead, a leader whose twin fell short of it was followed all
+the same (cross-tenant-pairs seed 2: lfu's twin trailed lfu alone by up to 4.7 points a window while the eager
+predictor, its equal alone, stood 1-2 points above the live engines). Only the copy the live engines imitate serves
+a request before the live decision; every expert's copy serves it, and the standings score it, after the live calls
+are sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next): nothing live waits on them, so
+a decision costs the live core and one copy, not all of them, and a change of leader applies from the next request.
 
 On a log with durations each expert is scored instead by its own run on stand-in engines, as replay judges it:
 from its lines, a little behind them (`_score_late`), or with start hints from each request's hint, at once, and
 its line (`_score_hinted`). A request the gateway routed before lorafleet knew of it (a line, a start hint) is
 taken where the placement rule on the live book sends it, not where the leader would have.
 
-The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert at
-most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed on,
-except while the leader is that far ahead of the expert over the long window, plus the one request a change of
-leader waits for —,
-(b) for each change of leader, what the new leader's decisions made from the live engines' contents fall short
-of its decisions from its own: its twin takes each engine of the pool as the live engine holds it, its loads in
-flight and its loader as it stands included (`_match`), and the twin's shortfall against the expert's own copy
-is the price (one turnover of the slots where nothing limits convergence; on traffic whose contents never settle
-the twin and the copy part for good, on either side of each other: docs/benchmarks.md); on real engines, whose
-loads the twin models rather than knows, the loads in flight start anew on it at the change, so its loader runs
-behind the engine's by as much of the engine's current load as had gone (`Session.match`), and (c) nothing else:
-imitating the twin from agreeing contents is exact (tests/policy/test_leader.py). The price of a change is not
-charged to the new leader's record: charged there (its own copy matched, as before), every change made the
-leader look worse than it is alone and invited the next one, and close experts took turns at that price again
-and again. Where the experts' runs score them (a log with durations, start hints), the leader's own copy is
-matched instead, and again wherever it has parted from the live engine, before it decides (`_realign`): there it
-only decides, and its decisions are the live engines' to carry out. The whole bound is checked on traces
-hypothesis draws, against each expert's copy and each expert replayed alone, which the copy equals
-(tests/policy/test_leader_bound.py). Touches count against the core's touch budget in every expert alike, so each
-is judged as the engines would carry it out.
-"""
+The guarantee, in measured quantities: over any stretch of requests, the live engines lose to any expert other than
+the leader at most (a) the hysteresis — z·√d + margin requests per short window, for the d requests the two differed
+on, plus the expert's measured cost over the window, except while the live engines are that far ahead of the expert
+over the long window, plus the one request a change of leader waits for —, and to the leader, (b) for each change of
+leader, what the new leader's decisions made from the live engines' contents fall short of its decisions from its
+own: its twin takes each engine of the pool as the live engine holds it, its loads in flight and its loader as it
+stands included (`_match`), and the twin's shortfall against the expert's own copy is the price (one turnover of the
+slots where nothing limits convergence; on traffic whose contents never settle the twin and the copy part for good,
+on either side of each other: docs/benchmarks.md); on real engines, whose loads the twin models rather than knows,
+the loads in flight start anew on it at the change, so its loader runs behind the engine's by as much of the
+engine's current load as had gone (`Session.match`), and (c) nothing else: imitating the twin from agreeing contents
+is exact (tests/policy/test_leader.py). The price of a change is not charged to the new leader's record: charged
+there (its own copy matched, as before), every change made the leader look worse than it is alone and invited the
+next one, and close experts took turns at that price again and again. It is charged to the live engines' record,
+which the next challenger must beat, and to the expert as its cost, which it must lead by before it is followed
+again. Where the experts' runs score them (a log with durations, start hints), the leader's own copy is matched
+instead, and again wherever it has parted from the live engine, before it decides (`_realign`): there it only
+decides, and its decisions are the live engines' to carry out. The whole bound is checked on traces hypothesis
+draws, against each expert's copy and each expert replayed alone, which the copy equals
+(tests/policy/test_leader_bound.py). Touches count against the core's touch budget in every expert alike, so each is
+judged as the engines would carry it out."""
 
 from __future__ import annotations
 
@@ -113,20 +117,23 @@ def default_experts(
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class _Record:
-    """Pairwise decayed counts over one memory: `beats[i][j]` requests expert i hit and expert j missed, every
-    request's weight the previous one's divided by `keep`, so old requests fade without touching every cell."""
+    """Pairwise decayed counts over one memory: `beats[i][j]` requests entrant i hit and entrant j missed, every
+    request's weight the previous one's divided by `keep`, so old requests fade without touching every cell;
+    `total` the decayed count of all requests (so a rate times it is requests in the same units)."""
 
-    __slots__ = ("beats", "keep", "weight")
+    __slots__ = ("beats", "keep", "total", "weight")
 
     def __init__(self, n: int, memory: float) -> None:
         self.keep = 1.0 - 1.0 / max(2.0, memory)
         self.weight = 1.0
+        self.total = 0.0
         self.beats = [[0.0] * n for _ in range(n)]
 
     def add(self, winners: Sequence[int] = (), losers: Sequence[int] = ()) -> None:
-        """One request: each winner beats each loser (none on a request every expert hit or missed alike)."""
+        """One request: each winner beats each loser (none on a request every entrant hit or missed alike)."""
         self.weight /= self.keep
         weight, beats = self.weight, self.beats
+        self.total += weight
         for i in winners:
             row = beats[i]
             for j in losers:
@@ -136,17 +143,25 @@ class _Record:
             for row in beats:
                 for j in range(len(row)):
                     row[j] *= scale
+            self.total *= scale
             self.weight = 1.0
 
     def ahead(self, i: int, j: int) -> float:
         beats = self.beats
         return beats[i][j] - beats[j][i]
 
-    def best_against(self, leader: int) -> int | None:
+    def requests(self) -> float:
+        """The decayed count of requests, in units of the newest one."""
+        return self.total / self.weight
+
+    def best_against(self, against: int, skip: int, cost: Sequence[float] = ()) -> int | None:
+        """The entrant furthest ahead of `against` (less its cost, a rate, over the record's requests), other than
+        `against` and `skip`; None when none is ahead."""
         best, lead = None, 0.0
+        total = self.total
         for i in range(len(self.beats)):
-            if i != leader:
-                ahead = self.ahead(i, leader)
+            if i != against and i != skip:
+                ahead = self.ahead(i, against) - (cost[i] * total if i < len(cost) else 0.0)
                 if ahead > lead:
                     best, lead = i, ahead
         return best
@@ -155,54 +170,95 @@ class _Record:
         won, lost = self.beats[i][j] / self.weight, self.beats[j][i] / self.weight
         return won - lost > z * math.sqrt(won + lost) + margin
 
+    def take_over(self, live: int, leader: int) -> None:
+        """From a change of leader, the live entrant's past is the new leader's own: it is followed from here."""
+        beats = self.beats
+        for row in beats:
+            row[live] = row[leader]
+        beats[live] = list(beats[leader])
+        beats[live][live] = beats[live][leader] = beats[leader][live] = 0.0
+
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Standings:
-    """Pairwise records of n experts over the recent past and over a longer one, and which one is followed.
+    """Pairwise records of n experts and of the live engines (entrant n) over the recent past and over a longer
+    one, and which expert is followed.
 
     The short record follows a change of regime within a few turnovers of the slots; the long one sees a small
     lead that holds (a point of hit ratio is a handful of requests per short window, lost in its noise). A
-    challenger takes the lead when it is clearly ahead on either record and the leader is not clearly ahead of
-    it on the other, so the two never pull the lead back and forth.
+    challenger takes the lead when it is clearly ahead of the live engines on either record, by more than what
+    following it would cost (`costs`), and the live engines are not clearly ahead of it on the other, so the two
+    never pull the lead back and forth. Until the lead first changes the live engines are the leader's own copy;
+    from a change, their past is the new leader's own record (`_Record.take_over`) and their future what its twin
+    hits: a twin that falls short of its expert shows in the live record, so an expert that would do better than
+    the live engines takes over, not only one that would do better than the leader alone.
     """
 
-    __slots__ = ("changes", "leader", "long", "margin", "n", "short", "z")
+    __slots__ = ("changes", "leader", "long", "margin", "n", "prior", "short", "shortfall", "tenure", "z")
 
     def __init__(
-        self, n: int, memory: float, z: float, margin: float, leader: int = 0, long_memory: float | None = None
+        self,
+        n: int,
+        memory: float,
+        z: float,
+        margin: float,
+        leader: int = 0,
+        long_memory: float | None = None,
+        prior: float = 100.0,
     ) -> None:
         self.n = n
+        self.prior = prior  # a twin's shortfall is judged as if its expert had led this many more requests at none
         self.z = z
         self.margin = margin
-        self.short = _Record(n, memory)
-        self.long = _Record(n, long_memory) if long_memory is not None else None
+        self.short = _Record(n + 1, memory)
+        self.long = _Record(n + 1, long_memory) if long_memory is not None else None
         self.leader = leader
         self.changes = 0
+        # Per expert, over the requests it led through a twin (decayed as the long record): how many its own copy
+        # hit less those the live engines hit (`charge`), and how many requests that was.
+        self.shortfall = [0.0] * n
+        self.tenure = [0.0] * n
 
-    def record(self, hits: Sequence[bool]) -> bool:
-        """One request's outcome per expert; True when the leader changed."""
+    def record(self, hits: Sequence[bool], live: bool | None = None) -> bool:
+        """One request's outcome per expert and on the live engines (None: the leader's own copy's, which the live
+        engines imitate exactly); True when the leader changed."""
+        n, leader = self.n, self.leader
+        followed = hits[leader] if live is None else live
         winners = [i for i, hit in enumerate(hits) if hit]
         losers = [i for i, hit in enumerate(hits) if not hit]
+        (winners if followed else losers).append(n)
         records = self._records()
         for record in records:
-            record.add(winners, losers)  # ages the record even when every expert hit or missed alike
-        if not winners or not losers:
-            return False
-        leader = self.leader
-        if hits[leader]:
-            return False  # a request the leader hit never makes another one the leader
-        z, margin = self.z, self.margin
+            record.add(winners, losers)  # ages the record even when every entrant hit or missed alike
+        if followed or len(winners) == 0:
+            return False  # a request the live engines hit never makes another expert the leader
+        z, margin, cost = self.z, self.margin, self.costs()
         for record in records:
-            best = record.best_against(leader)
+            best = record.best_against(n, leader, cost)
             if (
                 best is not None
-                and record.clear(best, leader, z, margin)
-                and not any(other.clear(leader, best, z, margin) for other in records if other is not record)
+                and record.clear(best, n, z, margin + cost[best] * record.requests())
+                and not any(other.clear(n, best, z, margin) for other in records if other is not record)
             ):
                 self.leader = best
                 self.changes += 1
+                for each in records:
+                    each.take_over(n, best)
                 return True
         return False
+
+    def charge(self, own: bool, live: bool) -> None:
+        """One request the leader is followed through a twin: whether its own copy hit, and the live engines."""
+        i = self.leader
+        keep = (self.long or self.short).keep
+        self.shortfall[i] = self.shortfall[i] * keep + (float(own) - float(live))
+        self.tenure[i] = self.tenure[i] * keep + 1.0
+
+    def costs(self) -> list[float]:
+        """Per expert, what following it has cost per request: the requests its own copy hit and the live
+        engines, imitating its twin, missed, net, as a share of the requests it led (none before it has)."""
+        prior = self.prior
+        return [max(0.0, s) / (t + prior) if t > 0.0 else 0.0 for s, t in zip(self.shortfall, self.tenure, strict=True)]
 
     def _records(self) -> tuple[_Record, ...]:
         return (self.short,) if self.long is None else (self.short, self.long)
@@ -248,6 +304,7 @@ class LeaderPolicy(Policy):
     min_memory = 500.0  # ... and at least this many requests
     z = 2.0  # a challenger must lead by z standard deviations (six challengers: a few lucky runs do not count)
     margin = 2.0  # ... and by this many requests
+    shortfall_prior = 100.0  # a new leader's cost is judged as if it had led this many requests at none
     long_scale = 4.0  # the long record remembers this many times longer (a lead of a point that holds shows there)
     max_settle_s = 120.0  # a request learned from its line is scored at most this long after it came
     read_after_s = 0.0  # how long after its writing a line is read (the driver's poll: `driven`)
@@ -326,7 +383,12 @@ class LeaderPolicy(Policy):
             if model not in self.standings:
                 memory = max(self.min_memory, self.memory * n)
                 self.standings[model] = Standings(
-                    len(self.shadows), memory, self.z, self.margin, long_memory=memory * self.long_scale
+                    len(self.shadows),
+                    memory,
+                    self.z,
+                    self.margin,
+                    long_memory=memory * self.long_scale,
+                    prior=self.shortfall_prior,
                 )
 
     def on_forgotten(self, now: float, engine: str, adapters: Sequence[str]) -> None:
@@ -481,7 +543,7 @@ class LeaderPolicy(Policy):
         if not self._pending_first and self._score_hinted(event):
             return
         if self._pending_scores:
-            self._score(model, self._hits, event.time)
+            self._score(model, self._hits, event.time, served)
 
     def _score_hinted(self, event: RequestEvent) -> bool:
         """A request learned from its start hint scores the standings at once, by what the engines would have
@@ -519,10 +581,18 @@ class LeaderPolicy(Policy):
             for scorer in self._scorers or ():
                 scorer.line(order, line)
 
-    def _score(self, model: str | None, hits: Sequence[bool], now: float) -> None:
-        """One request's outcome per expert scores its pool's standings; a new leader's copy is matched at `now`."""
+    def _score(self, model: str | None, hits: Sequence[bool], now: float, served: _Shadow | None = None) -> None:
+        """One request's outcome per expert scores its pool's standings, with the live engines' where they imitate
+        a twin (`served`, the copy that served it first: the live engines hit as it did); a new leader's copy is
+        matched at `now`."""
         standings = self.standings.get(model) if model is not None else None
-        if standings is not None and standings.record(hits):
+        if standings is None:
+            return
+        live: bool | None = None
+        if served is not None and served is not self.shadows[standings.leader]:
+            live = served.hit
+            standings.charge(hits[standings.leader], live)
+        if standings.record(hits, live):
             self._match(now, model, standings.leader)
 
     def _score_late(self, event: RequestEvent) -> bool:

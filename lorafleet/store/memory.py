@@ -22,6 +22,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 18: the standings keep the live engines' record beside the experts', and each expert's twin shortfall
 # 17: the eager predictor's bars at their least, no lift bar and an edge of zero (a restored copy keeps its old bars)
 # 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
 # 15: the predictor's guesses acted on per tenant and how often each adapter came in time after one (`covered`)
@@ -36,7 +37,7 @@ from lorafleet.policy.core import Policy, PolicyCore
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 17{' compiled' if COMPILED_CORE else ''}"
+FORMAT = f"lorafleet {__version__} memory 18{' compiled' if COMPILED_CORE else ''}"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

@@ -65,11 +65,72 @@ def test_a_lead_of_exactly_z_deviations_plus_the_margin_is_not_yet_clear() -> No
     assert [standings.record([False, True]) for _ in range(2)] == [False, True]
 
 
+LIVE = 2  # in standings of two experts, the live engines' entrant
+
+
 def test_a_request_the_leader_hit_never_changes_the_leader() -> None:
     standings = Standings(2, memory=1e9, z=0.0, margin=0.0)
-    standings.short.beats[1][0] = 100.0  # far ahead already
+    standings.short.beats[1][LIVE] = 100.0  # far ahead of the live engines already
     assert not standings.record([True, False]) and standings.leader == 0
     assert standings.record([False, True]) and standings.leader == 1
+
+
+def test_a_request_the_live_engines_hit_never_changes_the_leader_though_the_leaders_own_copy_missed() -> None:
+    standings = Standings(2, memory=1e9, z=0.0, margin=0.0)
+    standings.short.beats[1][LIVE] = 100.0
+    assert not standings.record([False, True], live=True) and standings.leader == 0
+    assert standings.record([False, True], live=False) and standings.leader == 1
+
+
+def test_a_challenger_ahead_of_the_live_engines_takes_the_lead_though_not_ahead_of_the_leaders_own_copy() -> None:
+    """The leader's twin falls short of its own copy: the live engines miss what the leader alone would hit. A
+    challenger level with the leader alone but clearly ahead of the live engines takes over; judged against the
+    leader's own copy it never would."""
+    standings = Standings(2, memory=1e9, z=2.0, margin=2.0)
+    changed = [standings.record([True, True], live=False) for _ in range(8)]
+    # k = 8 is the first with k > 2·sqrt(k) + 2: the challenger's lead over the live engines, exactly then
+    assert changed == [False] * 7 + [True] and standings.leader == 1
+    assert standings.short.ahead(1, 0) == 0.0  # level with the leader alone all along
+
+
+def test_from_a_change_the_live_engines_past_is_the_new_leaders_own_record() -> None:
+    """At a change the live record restarts as the new leader's: an expert that was ahead of the live engines
+    under the old leader, but not of the new one, does not take over at the next miss."""
+    standings = Standings(3, memory=1e9, z=0.0, margin=0.0)
+    live = 3
+    assert standings.record([False, True, True]) and standings.leader in (1, 2)
+    leader, other = standings.leader, 3 - standings.leader
+    assert standings.short.beats[other][live] == standings.short.beats[other][leader] == 0.0
+    assert standings.short.beats[live][0] == standings.short.beats[leader][0] > 0.0
+    hits = [False, False, False]
+    assert not standings.record(hits, live=False) and standings.leader == leader
+
+
+def test_a_challenger_that_fell_short_through_its_twin_must_lead_by_more_than_that_cost() -> None:
+    """An expert whose twin fell short of its own copy (`charge`) pays that shortfall, per request of the record,
+    on top of the hysteresis before it leads again; one that never led pays nothing."""
+    standings = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=0.0)
+    assert standings.costs() == [0.0, 0.0]
+    standings.leader = 1
+    for own, live in [(True, False), (True, True), (True, False), (False, False)]:
+        standings.charge(own, live)
+    assert standings.costs() == [0.0, pytest.approx(0.5)]  # 2 requests of its own copy's hits missed live, in 4
+    assert standings.shortfall[0] == standings.tenure[0] == 0.0  # charged to the leader alone
+    standings.leader = 0
+    standings.charge(False, True)  # a twin that did better costs nothing, and never pays back into a credit
+    assert standings.costs() == [0.0, pytest.approx(0.5)]
+
+    def lead_after_agreeing(standings: Standings) -> list[bool]:
+        """10 requests both experts hit, then 5 only expert 1 hit: a lead of 5 over a record of 15 requests."""
+        agreed = [standings.record([True, True]) for _ in range(10)]
+        return agreed + [standings.record([False, True]) for _ in range(5)]
+
+    assert not any(lead_after_agreeing(standings))  # 5 is not over 0.5 x 15
+    cheap = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=0.0)
+    cheap.shortfall, cheap.tenure = [0.0, 1.0], [0.0, 10.0]  # 0.1 a request: a lead of 1 is not over 1.1 ...
+    assert lead_after_agreeing(cheap).index(True) == 11  # ... but 2 is over 1.2
+    never = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=0.0)
+    assert lead_after_agreeing(never).index(True) == 10  # never led: the first lead takes it
 
 
 def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
@@ -77,7 +138,7 @@ def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
     for _ in range(50):
         standings.record([True, True, True])
         standings.record([False, False, False])
-    assert standings.short.beats == [[0.0] * 3 for _ in range(3)] and standings.leader == 0
+    assert standings.short.beats == [[0.0] * 4 for _ in range(4)] and standings.leader == 0  # three and the live
 
 
 def test_the_lead_never_changes_on_a_request_every_expert_missed_alike() -> None:
@@ -151,10 +212,10 @@ def test_a_short_run_of_luck_does_not_take_the_lead_from_one_clearly_ahead_over_
 
 def test_a_lead_over_the_long_past_does_not_take_the_lead_from_one_clearly_ahead_lately() -> None:
     standings = Standings(2, memory=50, z=2.0, margin=2.0, long_memory=2000)
-    standings.long.beats[1][0] = 500.0  # type: ignore[union-attr]  # the challenger far ahead over the long past ...
-    standings.short.beats[0][1] = 40.0  # ... and the leader clearly ahead lately
+    standings.long.beats[1][LIVE] = 500.0  # type: ignore[union-attr]  # the challenger far ahead over the long past ...
+    standings.short.beats[LIVE][1] = 40.0  # ... and the live engines clearly ahead lately
     assert not standings.record([False, True]) and standings.leader == 0
-    standings.short.beats[0][1] = 0.0  # the leader no longer ahead lately: the long record's lead counts
+    standings.short.beats[LIVE][1] = 0.0  # no longer ahead lately: the long record's lead counts
     assert standings.record([False, True]) and standings.leader == 1
 
 
@@ -664,13 +725,14 @@ def test_a_twin_is_kept_while_its_expert_leads_and_dropped_once_it_leads_no_pool
     assert list(policy.twins) == [2]  # lfu leads no pool now
 
 
-def test_the_standings_score_a_leader_by_its_own_copy_not_by_the_twin_the_live_engines_imitate(
+def test_the_standings_score_a_leader_by_its_own_copy_and_the_live_engines_by_the_twin_they_imitate(
     tmp_path: Path,
 ) -> None:
     """lfu keeps a0 (asked for thrice) where lru, followed live, let it go for a2; lfu takes the lead and its twin
     takes the live contents. The next a0 misses live and on the twin, and is lfu's hit all the same: the standings
     judge each expert as it fares alone. Scored by the twin, a change of leader would cost the new leader its own
-    record (on loop-over-capacity seed 1 markov's matched copy scored 66.7% where markov alone hits 69.4%)."""
+    record (on loop-over-capacity seed 1 markov's matched copy scored 66.7% where markov alone hits 69.4%). The
+    twin's miss is the live engines' own, in their record, and what it cost is charged to lfu."""
     engine = {"kind": "vllm", "max_loras": 1, "max_cpu_loras": 2}
     inv = make_inventory(tmp_path, adapters=4, engines=[engine], zero_load=True)
     policy = LeaderPolicy(experts=[("lru", LruPolicy), ("lfu", LfuPolicy)])
@@ -691,6 +753,10 @@ def test_the_standings_score_a_leader_by_its_own_copy_not_by_the_twin_the_live_e
     assert session.counts.hits == hits  # a0: a miss live, as on the twin
     assert not policy.twins[1].hit
     assert policy._hits == [False, True]  # ... and lfu's hit in the standings
+    # ... and the live engines' miss in theirs: lfu beat them, and its twin's shortfall is charged to lfu
+    standings = policy.standings["m"]
+    assert standings.short.beats[1][LIVE] > 0.0 and standings.short.beats[LIVE][1] == 0.0
+    assert standings.shortfall == [0.0, 1.0] and standings.tenure == [0.0, 1.0]
 
 
 def test_where_the_experts_runs_score_them_a_new_leaders_own_copy_is_matched(tmp_path: Path) -> None:

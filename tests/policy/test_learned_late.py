@@ -532,7 +532,9 @@ def test_each_experts_run_reads_the_lines_as_replay_of_it_alone_does(
     (azure-random-offsets, seed 0: 70.0% where each expert alone hits 71.6-71.9%)."""
     scored: list[tuple[bool, ...]] = []
     record = Standings.record
-    monkeypatch.setattr(Standings, "record", lambda self, hits: scored.append(tuple(hits)) or record(self, hits))
+    monkeypatch.setattr(
+        Standings, "record", lambda self, hits, live=None: scored.append(tuple(hits)) or record(self, hits, live)
+    )
     inventory, events = _workflow_log(tmp_path, lambda rng: rng.uniform(0.5, 3.0))
     simulate(inventory, "lorafleet", events, visibility=visibility)
     index = [name for name, _ in default_experts(())].index(expert)
@@ -581,7 +583,9 @@ def test_on_a_log_with_durations_each_request_scores_the_standings_once_from_the
     came, the longest request seen); the copies' outcomes for it score nothing."""
     scored: list[tuple[bool, ...]] = []
     record = Standings.record
-    monkeypatch.setattr(Standings, "record", lambda self, hits: scored.append(tuple(hits)) or record(self, hits))
+    monkeypatch.setattr(
+        Standings, "record", lambda self, hits, live=None: scored.append(tuple(hits)) or record(self, hits, live)
+    )
     inv = make_inventory(tmp_path, adapters=4, engines=TWO_SLOTS, zero_load=True)
     policy = LeaderPolicy()
     session = Session(PolicyCore(inv, policy), answers=False)
