@@ -106,6 +106,23 @@ def test_from_a_change_the_live_engines_past_is_the_new_leaders_own_record() -> 
     assert not standings.record(hits, live=False) and standings.leader == leader
 
 
+def test_the_challenger_picked_is_the_one_furthest_ahead_of_the_live_engines_after_its_cost() -> None:
+    """Two challengers each one request ahead of the live engines over a record of five: the one that would cost
+    half a request a request is 1.5 behind after its cost, the one never followed is 1 ahead and takes the lead
+    (picked before its cost, the first would be tried, fail its cost, and no one would lead)."""
+    standings = Standings(3, memory=1e9, z=0.0, margin=0.0, prior=0.0)
+    standings.shortfall, standings.tenure = [0.0, 5.0, 0.0], [0.0, 10.0, 0.0]
+    assert not any(standings.record([True, True, True]) for _ in range(4))
+    assert standings.record([False, True, True]) and standings.leader == 2
+
+
+def test_a_cost_is_judged_as_if_its_expert_had_led_the_prior_more_requests_at_none() -> None:
+    standings = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=10.0)
+    standings.shortfall, standings.tenure = [0.0, 5.0], [0.0, 10.0]
+    assert standings.costs() == [0.0, pytest.approx(0.25)]  # 5 over 10 + 10
+    assert LeaderPolicy.shortfall_prior == 100.0 and Standings(2, 50.0, 2.0, 2.0).prior == 100.0
+
+
 def test_a_challenger_that_fell_short_through_its_twin_must_lead_by_more_than_that_cost() -> None:
     """An expert whose twin fell short of its own copy (`charge`) pays that shortfall, per request of the record,
     on top of the hysteresis before it leads again; one that never led pays nothing."""
@@ -131,6 +148,12 @@ def test_a_challenger_that_fell_short_through_its_twin_must_lead_by_more_than_th
     assert lead_after_agreeing(cheap).index(True) == 11  # ... but 2 is over 1.2
     never = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=0.0)
     assert lead_after_agreeing(never).index(True) == 10  # never led: the first lead takes it
+    # With z = 1 the cost adds to the deviations: at 0.25 a request a lead of 4 over 14 is ahead after its cost
+    # (4 > 3.5) but not clear (4 is not over 2 + 3.5); never followed, a lead of 2 over 2 is (2 > 1.41)
+    priced = Standings(2, memory=1e9, z=1.0, margin=0.0, prior=0.0)
+    priced.shortfall, priced.tenure = [0.0, 2.5], [0.0, 10.0]
+    assert not any(lead_after_agreeing(priced))
+    assert lead_after_agreeing(Standings(2, memory=1e9, z=1.0, margin=0.0)).index(True) == 11
 
 
 def test_requests_where_every_expert_agrees_are_no_evidence() -> None:
