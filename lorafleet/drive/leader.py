@@ -29,11 +29,12 @@ differed on, plus `margin` requests, plus what following it cost before (its twi
 a share of the requests it led, over the record's requests), and the live engines' record against it on the other
 memory is not such a lead; never on a request the live engines hit. From a change the live record's past is the new
 leader's own. Judged against the leader's own copy instead, a leader whose twin fell short of it was followed all
-the same (cross-tenant-pairs seed 2: lfu's twin trailed lfu alone by up to 4.7 points a window while the eager
-predictor, its equal alone, stood 1-2 points above the live engines). Only the copy the live engines imitate serves
-a request before the live decision; every expert's copy serves it, and the standings score it, after the live calls
-are sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next): nothing live waits on them, so
-a decision costs the live core and one copy, not all of them, and a change of leader applies from the next request.
+the same, and a challenger that would have done better than the live engines waited (cross-tenant-pairs seed 2: the
+eager predictor's twin trailed it by up to 2 points a window, then lfu's by up to 4.7). Only the copy the live
+engines imitate serves a request before the live decision; every expert's copy serves it, and the standings score
+it, after the live calls are sent (`catch_up`, run by `idle` or by whatever reads or moves the experts next):
+nothing live waits on them, so a decision costs the live core and one copy, not all of them, and a change of leader
+applies from the next request.
 
 On a log with durations each expert is scored instead by its own run on stand-in engines, as replay judges it:
 from its lines, a little behind them (`_score_late`), or with start hints from each request's hint, at once, and
