@@ -120,9 +120,8 @@ def test_a_cost_is_judged_as_if_its_expert_had_led_the_prior_more_requests_at_no
     standings = Standings(2, memory=1e9, z=0.0, margin=0.0, prior=10.0)
     standings.shortfall, standings.tenure = [0.0, 5.0], [0.0, 10.0]
     assert standings.costs() == [0.0, pytest.approx(0.25)]  # 5 over 10 + 10
-    assert (
-        LeaderPolicy().shortfall_prior == 100.0 and Standings(2, 50.0, 2.0, 2.0).prior == 100.0
-    )  # an instance: compiled, the class attribute is a descriptor
+    # the shipped prior, read from an instance (compiled, the class attribute is a descriptor)
+    assert LeaderPolicy().shortfall_prior == 100.0 and Standings(2, 50.0, 2.0, 2.0).prior == 100.0
 
 
 def test_a_challenger_that_fell_short_through_its_twin_must_lead_by_more_than_that_cost() -> None:
