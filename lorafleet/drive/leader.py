@@ -155,14 +155,14 @@ class _Record:
         """The decayed count of requests, in units of the newest one."""
         return self.total / self.weight
 
-    def best_against(self, against: int, skip: int, cost: Sequence[float] = ()) -> int | None:
-        """The entrant furthest ahead of `against` (less its cost, a rate, over the record's requests), other than
-        `against` and `skip`; None when none is ahead."""
+    def best_against(self, against: int, skip: int, cost: Sequence[float]) -> int | None:
+        """The entrant before `against` (the experts, the live engines being last) furthest ahead of it, less its
+        cost (a rate) over the record's requests, other than `skip`; None when none is ahead."""
         best, lead = None, 0.0
         total = self.total
-        for i in range(len(self.beats)):
-            if i != against and i != skip:
-                ahead = self.ahead(i, against) - (cost[i] * total if i < len(cost) else 0.0)
+        for i in range(against):
+            if i != skip:
+                ahead = self.ahead(i, against) - cost[i] * total
                 if ahead > lead:
                     best, lead = i, ahead
         return best
