@@ -1,4 +1,5 @@
-"""The build: the policy core and the session kernel compiled by mypyc from the same source, where it can be.
+"""The build: the policy core, the session kernel and the daemon's per-line path compiled by mypyc from the same
+source, where it can be.
 
 The modules listed are compiled to C extensions (mypyc, a build requirement) when the build machine has a C
 compiler and Python's headers; where it has none, or `LORAFLEET_PURE=1` is set, the same modules are installed as
@@ -33,6 +34,11 @@ CORE = [
         "drive/standin",
         "drive/stays",
         "replay/driver",
+        # the daemon's per-line path besides the session: parsing a line, folding what the session answered
+        "logs/reader",
+        "logs/records",
+        "logs/timeparse",
+        "daemon/journaling",
     )
 ]
 

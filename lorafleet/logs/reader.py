@@ -161,7 +161,7 @@ class LineParser:
         if not line:
             self.tally.lines -= 1  # blank lines are not requests
             return None
-        record: dict[str, Any] | None
+        record: Any  # untyped until checked: a line may hold any JSON value (compiled, a wrong type would raise)
         if self.nginx is not None:
             record = self.nginx.parse(line)
             if record is None:
