@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from follow_gap import alone  # noqa: E402
 from suite import traces  # noqa: E402
 
 from lorafleet import CORE  # noqa: E402
 from lorafleet.drive.leader import default_experts  # noqa: E402
-from lorafleet.drive.session import Session  # noqa: E402
 from lorafleet.inventory.model import Inventory  # noqa: E402
-from lorafleet.policy.core import Policy, PolicyCore  # noqa: E402
+from lorafleet.policy.core import Policy  # noqa: E402
 from lorafleet.policy.events import RequestEvent  # noqa: E402
 from lorafleet.replay.driver import in_arrival_order, simulate  # noqa: E402
 
@@ -37,14 +37,10 @@ SLOWEST = ("periodic-aligned", "workflow-undeclared", "zipf-0.6")  # lorafleet's
 
 
 def alone_us(inventory: Inventory, make: Callable[[], Policy], events: Sequence[RequestEvent]) -> float:
-    """µs per request of one expert's policy on its own simulated session (replay's kernel, as each expert's copy
-    runs inside lorafleet), start and finish included."""
+    """µs per request of one expert's policy on its own simulated session (`follow_gap.alone`: replay's kernel, as
+    each expert's copy runs inside lorafleet), start and finish included."""
     started = time.perf_counter()
-    session = Session(PolicyCore(inventory, make()), simulate=True, answers=False)
-    session.start(events[0].time)
-    for event in events:
-        session.request(event)
-    session.finish()
+    alone(inventory, make, events)
     return (time.perf_counter() - started) / len(events) * 1e6
 
 
