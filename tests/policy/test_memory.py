@@ -124,6 +124,38 @@ def test_after_an_engine_restart_mid_chain_the_next_round_is_warm(tmp_path: Path
     assert warm[1:] == [True, True, True]
 
 
+@pytest.mark.parametrize("policy", ["lorafleet", "lru"])
+def test_a_memory_holds_the_inventory_without_its_adapters(tmp_path: Path, policy: str) -> None:
+    """The adapters (each one's path, rank and modules) are the same at a thaw, by the fingerprint: written out
+    they were most of a big fleet's memory. The thawed cores, the experts' copies included, read the running
+    inventory's adapters."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy(policy))
+    run_session(learned, stream(cycle(60)))
+    raw = zlib.decompress(freeze(learned))
+    assert str(inv.adapters["a0"].path).encode() not in raw
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), policy, learned.touch_budget)
+    assert thawed.inventory is inv
+    for core in [thawed] + [s.session.core for s in getattr(thawed.policy, "shadows", [])]:
+        assert core.inventory.adapters is inv.adapters and core.sizes == learned.sizes
+
+
+class _Adapters:
+    """Unpickled, it rebuilds an inventory with adapters of its own."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        from lorafleet.store import memory
+
+        return (memory._inventory, ({"adapters": {}},))
+
+
+def test_a_memory_whose_inventory_brings_adapters_is_refused(tmp_path: Path) -> None:
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    state = zlib.compress(pickle.dumps((make_policy("lru"), _Adapters(), {})))
+    with pytest.raises(MemoryRefusedError, match="cannot be read"):
+        thaw(inv, state, FORMAT, fingerprint(inv), "lru", 0.1)
+
+
 def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     core = PolicyCore(inv, make_policy("lorafleet"))
