@@ -105,9 +105,8 @@ class _Restricted(pickle.Unpickler):
         self._adapters = inventory.adapters
 
     def _inventory(self, fields: Any) -> Inventory:
-        """An inventory as the memory held it (its engines as they were then), with this thaw's adapters."""
-        if not isinstance(fields, dict) or "adapters" in fields:
-            raise pickle.UnpicklingError("an inventory in a memory holds no adapters")
+        """An inventory as the memory held it (its engines as they were then), with this thaw's adapters; anything
+        but the other fields of one (adapters of its own among them) is a TypeError, and the memory is refused."""
         return Inventory(**fields, adapters=self._adapters)
 
     def find_class(self, module: str, name: str) -> Any:
