@@ -123,6 +123,7 @@ class Daemon:
         self.discovery = discovery or Discovery()
         self.discovery.configure(inventory)  # InputError at start: a broken API access is bad input
         self.base = inventory
+        self._marked: tuple[Inventory, str] | None = None  # the base inventory and its fingerprint (`_mark`)
         self._discovered = self.discovery.version
         inventory = with_discovered(inventory, self.discovery.found())
         self.inventory_stamp = inventory_stamp
@@ -631,6 +632,14 @@ class Daemon:
             added, gone = sorted(after - before), sorted(before - after)
             log.info("engines: %d in use; added %s; retired %s", len(after), _some(added), _some(gone))
 
+    def _mark(self) -> str:
+        """The fingerprint of the inventory as written, which every memory carries: computed once per inventory
+        (it sorts every adapter: 57 ms on 50,000, as long as freezing lru's memory takes on them)."""
+        marked = self._marked
+        if marked is None or marked[0] is not self.base:
+            marked = self._marked = (self.base, fingerprint(self.base))
+        return marked[1]
+
     def _remembered(self, inventory: Inventory) -> PolicyCore | None:
         """A core whose policy is what the last run learned (journaled with its checkpoints), when it was learned
         by this version, policy and inventory (as written: engines discovered come and go); else None."""
@@ -671,7 +680,7 @@ class Daemon:
         if remember and self.session.started:
             began = time.monotonic()
             try:
-                memory = PolicyMemory(FORMAT, fingerprint(self.base), self.options.policy, freeze(self.session.core))
+                memory = PolicyMemory(FORMAT, self._mark(), self.options.policy, freeze(self.session.core))
             except Exception as exc:  # a memory that cannot be frozen costs the next start its learning, no more
                 self._internal_error("freezing what the policy learned", exc)
             took = time.monotonic() - began

@@ -263,6 +263,35 @@ def test_the_daemon_relearns_when_the_inventory_changed(tmp_path: Path, caplog: 
     assert "learned on another inventory" in caplog.text and "it learns again" in caplog.text
 
 
+def test_after_a_reload_the_memory_carries_the_new_inventorys_fingerprint(tmp_path: Path) -> None:
+    """The daemon fingerprints the inventory once, not at every memory; a reload brings the new one's, so a restart
+    on the reloaded inventory goes on from what was learned (and one on the old inventory relearns)."""
+    synth = synthesize("workflows", 200, 2, tmp_path / "t")
+    options = DaemonOptions(shadow=True, from_start=True, commit_every_s=0.05, retention_days=3650.0)
+    path = synth.inventory_path
+
+    def written() -> str | None:
+        with sqlite3.connect(tmp_path / "state.db") as c:
+            row = c.execute("SELECT fingerprint FROM policy_memory").fetchone()
+        return None if row is None else str(row[0])
+
+    def wait(what: str, done: object) -> None:
+        deadline = time.monotonic() + 10.0
+        while not done():  # type: ignore[operator]
+            assert time.monotonic() < deadline, what
+            time.sleep(0.02)
+
+    before = load_inventory(path)
+    with daemon_in_thread(before, tmp_path / "state.db", options, lambda: load_inventory(path)) as daemon:
+        wait("the first memory", lambda: written() == fingerprint(before))
+        path.write_text(path.read_text().replace("max_cpu_loras: ", "max_cpu_loras: 1", 1))
+        after = load_inventory(path)
+        assert fingerprint(after) != fingerprint(before)
+        daemon.reload_requested.set()
+        wait("the reload", lambda: daemon.base is not before)
+    assert written() == fingerprint(after)  # the memory written as the daemon stopped
+
+
 def test_what_was_learned_after_the_last_memory_is_written_once_due_even_when_no_line_follows(tmp_path: Path) -> None:
     """Lines committed while the memory was not due, then silence: the memory still goes with a commit once due
     (else a `kill -9` in a quiet spell would lose what those lines taught, their checkpoint being past them)."""
