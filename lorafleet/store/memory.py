@@ -110,7 +110,7 @@ class _Restricted(pickle.Unpickler):
         return Inventory(**fields, adapters=self._adapters)
 
     def find_class(self, module: str, name: str) -> Any:
-        if module == __name__ and name == "_inventory":
+        if (module, name) == (__name__, "_inventory"):
             return self._inventory
         if module == "lorafleet" or module.startswith("lorafleet."):
             return super().find_class(module, name)
