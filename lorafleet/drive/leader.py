@@ -77,6 +77,7 @@ from lorafleet.drive.simulated import SimulatedEngines
 from lorafleet.pickling import attributes, restore
 from lorafleet.policy.baselines import ArcPolicy, LfuPolicy, LruPolicy, MarkovPolicy, WTinyLfuPolicy, capacity
 from lorafleet.policy.core import DEMAND, EVICT, HIT, LOAD, PREFETCH, UNLOAD, Decision, Policy, PolicyCore
+from lorafleet.policy.demand import DemandModel
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import Placement
 from lorafleet.policy.predictive import LorafleetPolicy, initial_loads
@@ -276,6 +277,13 @@ class _Shadow:
         self.hit = False  # whether the latest request it served was a hit
         self.fleet(core)
 
+    def remembered_as(self) -> tuple[Callable[..., _Shadow], tuple[object, ...]]:
+        """How a policy's memory holds this copy (store/memory.py): what its policy learned, its demand model and
+        routes, not its fleet (book, engines, session), which a restart starts as empty as the live book anyway
+        (`LeaderPolicy.resumed`); written out, the fleets were a third of lorafleet's memory on 500 engines."""
+        core = self.session.core
+        return _thawed, (self.name, self.hit, core.policy, core.demand, core.routes, core.touch_budget)
+
     def fleet(self, core: PolicyCore) -> None:
         """Its copy of the fleet: a simulated session on `core` (fresh engines, whatever its policy learned)."""
         self.session = Session(core, simulate=True, answers=False)
@@ -291,6 +299,21 @@ class _Shadow:
         self.session.decided = []
         loads = [d for d in decided if d.action == LOAD and d.reason != DEMAND]
         return loads, [(d.engine, d.adapter) for d in decided if d.action in (EVICT, UNLOAD)]
+
+
+def _thawed(
+    name: str, hit: bool, policy: Policy, demand: DemandModel, routes: dict[str, str], touch_budget: float
+) -> _Shadow:
+    """A copy of the fleet as a memory held it (`_Shadow.remembered_as`), made again: a fresh session on a new
+    core on the inventory the thaw runs on (the one the thawed policy's stand-in core reads), with what its policy
+    learned."""
+    stand_in = policy.core
+    core = PolicyCore(stand_in.inventory, policy, touch_budget=touch_budget, like=stand_in)
+    core.demand = demand
+    core.keep_routes(routes)
+    shadow = _Shadow(name, core)
+    shadow.hit = hit
+    return shadow
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)

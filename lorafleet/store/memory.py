@@ -5,9 +5,11 @@ gateway sends each adapter.
 The frozen form is the policy object, the core's demand model and its learned routes, pickled and compressed.
 The inventory's adapters are left out: a thaw takes those of the inventory it runs on, which the fingerprint says
 are the same (ids, base models, sizes); the rest of it is written as it was, engines found at run time included,
-so the copies of the fleet a policy holds read the engines they were made on. Written out, the adapters were most
-of a memory on a big fleet (500 engines and 50,000 adapters: 8.4 of 10.3 MB before compression for lru, and most
-of the 0.38 s a freeze took), on every commit that carried one.
+so what a policy holds reads the engines it was made on. Written out, the adapters were most of a memory on a big
+fleet (500 engines and 50,000 adapters: 8.4 of 10.3 MB before compression for lru, and most of the 0.38 s a
+freeze took), on every commit that carried one. Nor are the cores written (their books, tables and loads in
+flight: a thaw binds each policy to a new one) or the experts' copies of the fleet, which a restart starts empty
+anyway: each copy holds only what its policy learned (`_Shadow.remembered_as`).
 It is read back only by a restricted unpickler that builds nothing but lorafleet's own classes and plain
 containers, so a state file that was tampered with cannot run code; and it is used only when it was written by
 this lorafleet version (`FORMAT`) on the same inventory (`fingerprint`: engines, budgets, adapters, tenants) —
@@ -28,7 +30,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
-# 19: the inventory without its adapters (a thaw takes its own)
+# 19: the inventory without its adapters (a thaw takes its own); no core, and no expert's copy of the fleet
 # 18: the standings keep the live engines' record beside the experts', and each expert's twin shortfall
 # 17: the eager predictor's bars at their least, no lift bar and an edge of zero (a restored copy keeps its old bars)
 # 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
@@ -76,23 +78,40 @@ def _inventory(fields: dict[str, Any]) -> Inventory:
     raise MemoryRefusedError("an inventory in a memory is rebuilt only by a thaw")
 
 
+def _core() -> PolicyCore:
+    """A policy's core, which a memory does not hold: only a thaw's unpickler can stand one in
+    (`_Restricted.find_class`)."""
+    raise MemoryRefusedError("a core in a memory is stood in only by a thaw")
+
+
 class _Freezer(pickle.Pickler):
-    """Writes each inventory without its adapters (`_inventory`). Asked only of objects other than plain
-    containers and values (`reducer_override`), it costs little: a persistent id, asked of every object (2.5
+    """Writes each inventory without its adapters (`_inventory`), no core (`_core`: a thaw binds every policy to a
+    new one), and what holds a copy of the fleet as it says (`remembered_as`). Asked only of objects other than
+    plain containers and values (`reducer_override`), it costs little: a persistent id, asked of every object (2.5
     million in the policy's memory on 500 engines), took as long as it saved."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is not Inventory:
-            return NotImplemented
-        return (_inventory, ({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != "adapters"},))
+        kind = type(obj)
+        if kind is Inventory:
+            return (
+                _inventory,
+                ({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != "adapters"},),
+            )
+        if kind is PolicyCore:
+            return (_core, ())
+        remembered_as = getattr(kind, "remembered_as", None)
+        return remembered_as(obj) if remembered_as is not None else NotImplemented
 
 
 def freeze(core: PolicyCore) -> bytes:
     """The core's policy (with everything it holds), demand model and learned routes, as bytes; the inventories
     it holds without their adapters."""
+    # The latest request's deferred work first (the experts not leading serve it and score it): their copies are
+    # made again at a thaw, from what their policies learned (`Policy.idle`: running it early only moves it).
+    core.policy.idle()
     out = io.BytesIO()
     with paused():  # the pickler's memo holds every object: a collection meanwhile would traverse them all
         _Freezer(out).dump((core.policy, core.demand, core.routes))
@@ -100,9 +119,14 @@ def freeze(core: PolicyCore) -> bytes:
 
 
 class _Restricted(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, inventory: Inventory) -> None:
+    def __init__(self, file: io.BytesIO, stand_in: PolicyCore) -> None:
         super().__init__(file)
-        self._adapters = inventory.adapters
+        self._stand_in = stand_in
+        self._adapters = stand_in.inventory.adapters
+
+    def _core(self) -> PolicyCore:
+        """The core every thawed policy reads until it is bound to its own: on this thaw's inventory."""
+        return self._stand_in
 
     def _inventory(self, fields: Any) -> Inventory:
         """An inventory as the memory held it (its engines as they were then), with this thaw's adapters; anything
@@ -112,6 +136,8 @@ class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == (__name__, "_inventory"):
             return self._inventory
+        if (module, name) == (__name__, "_core"):
+            return self._core
         if module == "lorafleet" or module.startswith("lorafleet."):
             return super().find_class(module, name)
         if name in _SAFE_MODULES.get(module, ()):
@@ -137,16 +163,17 @@ def thaw(
         raise MemoryRefusedError(f"it was written by {format!r}, not {FORMAT!r}")
     if fingerprint_ != fingerprint(written if written is not None else inventory):
         raise MemoryRefusedError("it was learned on another inventory")
+    stand_in = PolicyCore(inventory, Policy())  # what the thawed policies read until bound (its tables are shared)
     try:
         with paused():  # many new, long-lived objects and no garbage cycles
-            policy, demand, routes = _Restricted(io.BytesIO(zlib.decompress(state)), inventory).load()
+            policy, demand, routes = _Restricted(io.BytesIO(zlib.decompress(state)), stand_in).load()
     except Exception as exc:  # whatever a damaged or foreign blob raises: never a traceback at start
         raise MemoryRefusedError(f"it cannot be read ({type(exc).__name__})") from None
     if not isinstance(policy, Policy) or policy.name != policy_name:
         raise MemoryRefusedError(f"it is another policy's, not {policy_name}'s")
     if not isinstance(routes, dict):
         raise MemoryRefusedError("it cannot be read (routes)")
-    core = PolicyCore(inventory, policy, touch_budget=touch_budget)  # binds it: what it learned stays
+    core = PolicyCore(inventory, policy, touch_budget=touch_budget, like=stand_in)  # binds it: what it learned stays
     core.demand = demand  # policies read the demand model through their core
     core.keep_routes(routes)  # where the gateway sends each adapter: a hint is taken there from the start
     policy.resumed()

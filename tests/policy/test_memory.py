@@ -3,6 +3,7 @@ inventory; a foreign or damaged memory is refused cleanly and cannot run code.""
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 import sqlite3
@@ -16,9 +17,10 @@ from lorafleet.daemon.loop import Daemon, DaemonOptions
 from lorafleet.drive.policies import ONLINE_POLICIES, make_policy
 from lorafleet.drive.session import Session
 from lorafleet.inventory import load_inventory
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import Policy, PolicyCore
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.replay.synth import synthesize
+from lorafleet.store import memory
 from lorafleet.store.db import open_store
 from lorafleet.store.memory import FORMAT, MemoryRefusedError, fingerprint, freeze, thaw
 from tests.daemon.conftest import daemon_in_thread
@@ -124,6 +126,46 @@ def test_after_an_engine_restart_mid_chain_the_next_round_is_warm(tmp_path: Path
     assert warm[1:] == [True, True, True]
 
 
+FLEET_STATE = {"PolicyCore", "ResidencyBook", "EngineResidency", "Session", "SimulatedEngines", "Inventory", "Adapter"}
+
+
+@pytest.mark.parametrize("policy", ONLINE_POLICIES)
+def test_a_memory_holds_what_the_policy_learned_not_a_fleet(tmp_path: Path, policy: str) -> None:
+    """A thaw binds each policy to a new core, and a restart starts every expert's copy of the fleet as empty as
+    the live book: the cores, books, loads in flight, sessions and simulated engines are not written, nor the
+    inventory's adapters (on 500 engines and 50,000 adapters they were most of lorafleet's memory)."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy(policy))
+    run_session(learned, stream(cycle(60)))
+    named: set[str] = set()
+
+    class Reading(memory._Restricted):  # a thaw's own unpickler, noting every class and function it is asked for
+        def find_class(self, module: str, name: str) -> object:
+            named.add(name)
+            return super().find_class(module, name)
+
+    Reading(io.BytesIO(zlib.decompress(freeze(learned))), PolicyCore(inv, Policy())).load()
+    assert type(learned.policy).__name__ in named and "DemandModel" in named
+    assert not named & FLEET_STATE, named & FLEET_STATE
+
+
+def test_a_memory_is_frozen_once_the_experts_served_the_latest_request(tmp_path: Path) -> None:
+    """The experts that do not lead serve a request after its live calls are sent (`idle`). Frozen before that,
+    they would serve it at the thaw on copies made again empty, and the standings would score misses they did
+    not have."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy("lorafleet"))
+    session = Session(learned, simulate=True, answers=False)
+    events = stream(cycle(120))
+    session.start(events[0].time)
+    for event in events:
+        session.request(event)  # never idle: the last request is still the experts' to serve
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), "lorafleet", learned.touch_budget)
+    learned.policy.catch_up()  # type: ignore[attr-defined]
+    before, after = learned.policy.standings["m"], thawed.policy.standings["m"]  # type: ignore[attr-defined]
+    assert after.short.beats == before.short.beats and after.short.total == before.short.total
+
+
 @pytest.mark.parametrize("policy", ["lorafleet", "lru"])
 def test_a_memory_holds_the_inventory_without_its_adapters(tmp_path: Path, policy: str) -> None:
     """The adapters (each one's path, rank and modules) are the same at a thaw, by the fingerprint: written out
@@ -144,8 +186,6 @@ class _Adapters:
     """Unpickled, it rebuilds an inventory with adapters of its own."""
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        from lorafleet.store import memory
-
         return (memory._inventory, ({"adapters": {}},))
 
 
