@@ -282,7 +282,7 @@ class _Shadow:
         routes, not its fleet (book, engines, session), which a restart starts as empty as the live book anyway
         (`LeaderPolicy.resumed`); written out, the fleets were a third of lorafleet's memory on 500 engines."""
         core = self.session.core
-        return _thawed, (self.name, self.hit, core.policy, core.demand, core.routes, core.touch_budget)
+        return _thawed, (self.name, core.policy, core.demand, core.routes, core.touch_budget)
 
     def fleet(self, core: PolicyCore) -> None:
         """Its copy of the fleet: a simulated session on `core` (fresh engines, whatever its policy learned)."""
@@ -301,9 +301,7 @@ class _Shadow:
         return loads, [(d.engine, d.adapter) for d in decided if d.action in (EVICT, UNLOAD)]
 
 
-def _thawed(
-    name: str, hit: bool, policy: Policy, demand: DemandModel, routes: dict[str, str], touch_budget: float
-) -> _Shadow:
+def _thawed(name: str, policy: Policy, demand: DemandModel, routes: dict[str, str], touch_budget: float) -> _Shadow:
     """A copy of the fleet as a memory held it (`_Shadow.remembered_as`), made again: a fresh session on a new
     core on the inventory the thaw runs on (the one the thawed policy's stand-in core reads), with what its policy
     learned."""
@@ -311,9 +309,7 @@ def _thawed(
     core = PolicyCore(stand_in.inventory, policy, touch_budget=touch_budget, like=stand_in)
     core.demand = demand
     core.keep_routes(routes)
-    shadow = _Shadow(name, core)
-    shadow.hit = hit
-    return shadow
+    return _Shadow(name, core)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)

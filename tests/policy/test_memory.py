@@ -182,6 +182,24 @@ def test_a_memory_holds_the_inventory_without_its_adapters(tmp_path: Path, polic
         assert core.inventory.adapters is inv.adapters and core.sizes == learned.sizes
 
 
+def test_every_experts_copy_is_made_again_with_what_its_policy_learned(tmp_path: Path) -> None:
+    """A memory holds each expert's policy, demand model and routes, not its copy of the fleet: the thaw makes
+    the copy again, empty, with all three (the predictors' popularity and sequences are in the demand model)."""
+    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
+    learned = PolicyCore(inv, make_policy("lorafleet"))
+    run_session(learned, stream(cycle(120)))
+    thawed = thaw(inv, freeze(learned), FORMAT, fingerprint(inv), "lorafleet", learned.touch_budget)
+    before, after = learned.policy.shadows, thawed.policy.shadows  # type: ignore[attr-defined]
+    assert [s.name for s in after] == [s.name for s in before]
+    for old, new in zip(before, after, strict=True):
+        was, now = old.session.core, new.session.core
+        assert type(now.policy) is type(was.policy) and now.policy.core is now, old.name
+        assert now.demand.long_popularity.counts == was.demand.long_popularity.counts, old.name
+        assert now.demand.transition_seen == was.demand.transition_seen, old.name
+        assert not any(state.resident for state in now.book.engines.values()), old.name  # made again empty
+    assert any(s.session.core.demand.long_popularity.counts for s in after)  # the predictors observed them
+
+
 class _Adapters:
     """Unpickled, it rebuilds an inventory with adapters of its own."""
 
