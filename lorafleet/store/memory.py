@@ -2,14 +2,13 @@
 `kill -9`) does not throw away the tenants' sequences, the demand model, the experts' standings and where the
 gateway sends each adapter.
 
-The frozen form is the policy object, the core's demand model and its learned routes, pickled and compressed.
-The inventory's adapters are left out: a thaw takes those of the inventory it runs on, which the fingerprint says
-are the same (ids, base models, sizes); the rest of it is written as it was, engines found at run time included,
-so what a policy holds reads the engines it was made on. Written out, the adapters were most of a memory on a big
-fleet (500 engines and 50,000 adapters: 8.4 of 10.3 MB before compression for lru, and most of the 0.38 s a
-freeze took), on every commit that carried one. Nor are the cores written (their books, tables and loads in
-flight: a thaw binds each policy to a new one) or the experts' copies of the fleet, which a restart starts empty
-anyway: each copy holds only what its policy learned (`_Shadow.remembered_as`).
+The frozen form is the policy object, the core's demand model and its learned routes, pickled and compressed:
+what the policies learned and no more. No core is written (its book, tables, loads in flight and, through it, the
+inventory: a thaw binds each policy to a new one), nor the experts' copies of the fleet, which a restart starts
+as empty as the live book anyway: each copy is written as what its policy learned (`_Shadow.remembered_as`) and
+made again at the thaw. Written out, the cores and copies were most of a memory on a big fleet (500 engines and
+50,000 adapters after 20,000 requests: lru's 1.32 MB compressed and 0.38 s a freeze, now 500 bytes; lorafleet's
+5.6 MB and 0.9 s, now 2.9 MB and 0.3 s), on every commit that carried one.
 It is read back only by a restricted unpickler that builds nothing but lorafleet's own classes and plain
 containers, so a state file that was tampered with cannot run code; and it is used only when it was written by
 this lorafleet version (`FORMAT`) on the same inventory (`fingerprint`: engines, budgets, adapters, tenants) —
@@ -18,7 +17,6 @@ otherwise it is refused and the policy relearns, as on a first start.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import io
 import pickle
@@ -30,7 +28,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
-# 19: the inventory without its adapters (a thaw takes its own); no core, and no expert's copy of the fleet
+# 19: what the policies learned only: no core (nor, through it, the inventory), no expert's copy of the fleet
 # 18: the standings keep the live engines' record beside the experts', and each expert's twin shortfall
 # 17: the eager predictor's bars at their least, no lift bar and an edge of zero (a restored copy keeps its old bars)
 # 16: the live engines imitate a twin of the leader's copy (`twins`); the experts' own copies are never matched
@@ -72,12 +70,6 @@ def fingerprint(inventory: Inventory) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _inventory(fields: dict[str, Any]) -> Inventory:
-    """An inventory a memory holds without its adapters: only a thaw's unpickler can rebuild it, with the adapters
-    of the inventory it runs on (`_Restricted.find_class`)."""
-    raise MemoryRefusedError("an inventory in a memory is rebuilt only by a thaw")
-
-
 def _core() -> PolicyCore:
     """A policy's core, which a memory does not hold: only a thaw's unpickler can stand one in
     (`_Restricted.find_class`)."""
@@ -85,21 +77,16 @@ def _core() -> PolicyCore:
 
 
 class _Freezer(pickle.Pickler):
-    """Writes each inventory without its adapters (`_inventory`), no core (`_core`: a thaw binds every policy to a
-    new one), and what holds a copy of the fleet as it says (`remembered_as`). Asked only of objects other than
-    plain containers and values (`reducer_override`), it costs little: a persistent id, asked of every object (2.5
-    million in the policy's memory on 500 engines), took as long as it saved."""
+    """Writes no core (`_core`: a thaw binds every policy to a new one) and what holds a copy of the fleet as it
+    says (`remembered_as`). Asked only of objects other than plain containers and values (`reducer_override`), it
+    costs little: a persistent id, asked of every object (2.5 million in lorafleet's memory on 500 engines), took
+    as long as it saved."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind is Inventory:
-            return (
-                _inventory,
-                ({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != "adapters"},),
-            )
         if kind is PolicyCore:
             return (_core, ())
         remembered_as = getattr(kind, "remembered_as", None)
@@ -107,8 +94,7 @@ class _Freezer(pickle.Pickler):
 
 
 def freeze(core: PolicyCore) -> bytes:
-    """The core's policy (with everything it holds), demand model and learned routes, as bytes; the inventories
-    it holds without their adapters."""
+    """The core's policy (with what it learned), demand model and learned routes, as bytes."""
     # The latest request's deferred work first (the experts not leading serve it and score it): their copies are
     # made again at a thaw, from what their policies learned (`Policy.idle`: running it early only moves it).
     core.policy.idle()
@@ -122,20 +108,12 @@ class _Restricted(pickle.Unpickler):
     def __init__(self, file: io.BytesIO, stand_in: PolicyCore) -> None:
         super().__init__(file)
         self._stand_in = stand_in
-        self._adapters = stand_in.inventory.adapters
 
     def _core(self) -> PolicyCore:
         """The core every thawed policy reads until it is bound to its own: on this thaw's inventory."""
         return self._stand_in
 
-    def _inventory(self, fields: Any) -> Inventory:
-        """An inventory as the memory held it (its engines as they were then), with this thaw's adapters; anything
-        but the other fields of one (adapters of its own among them) is a TypeError, and the memory is refused."""
-        return Inventory(**fields, adapters=self._adapters)
-
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == (__name__, "_inventory"):
-            return self._inventory
         if (module, name) == (__name__, "_core"):
             return self._core
         if module == "lorafleet" or module.startswith("lorafleet."):

@@ -167,10 +167,9 @@ def test_a_memory_is_frozen_once_the_experts_served_the_latest_request(tmp_path:
 
 
 @pytest.mark.parametrize("policy", ["lorafleet", "lru"])
-def test_a_memory_holds_the_inventory_without_its_adapters(tmp_path: Path, policy: str) -> None:
-    """The adapters (each one's path, rank and modules) are the same at a thaw, by the fingerprint: written out
-    they were most of a big fleet's memory. The thawed cores, the experts' copies included, read the running
-    inventory's adapters."""
+def test_a_memory_holds_no_inventory_and_the_thawed_cores_read_the_running_one(tmp_path: Path, policy: str) -> None:
+    """The inventory (each adapter's path, rank and modules) is the thaw's own, the same by the fingerprint:
+    written out through the cores it was most of a big fleet's memory."""
     inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
     learned = PolicyCore(inv, make_policy(policy))
     run_session(learned, stream(cycle(60)))
@@ -198,20 +197,6 @@ def test_every_experts_copy_is_made_again_with_what_its_policy_learned(tmp_path:
         assert now.demand.transition_seen == was.demand.transition_seen, old.name
         assert not any(state.resident for state in now.book.engines.values()), old.name  # made again empty
     assert any(s.session.core.demand.long_popularity.counts for s in after)  # the predictors observed them
-
-
-class _Adapters:
-    """Unpickled, it rebuilds an inventory with adapters of its own."""
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (memory._inventory, ({"adapters": {}},))
-
-
-def test_a_memory_whose_inventory_brings_adapters_is_refused(tmp_path: Path) -> None:
-    inv = make_inventory(tmp_path, adapters=6, engines=FOUR)
-    state = zlib.compress(pickle.dumps((make_policy("lru"), _Adapters(), {})))
-    with pytest.raises(MemoryRefusedError, match="cannot be read"):
-        thaw(inv, state, FORMAT, fingerprint(inv), "lru", 0.1)
 
 
 def test_memory_of_another_version_inventory_or_policy_is_refused(tmp_path: Path) -> None:
