@@ -231,15 +231,13 @@ def main() -> None:
             base = max(json_loads_rate(log) for _ in range(args.repeat))
             short_inv = head_of(inv_path, out / "short", args.short)
             for policy in policies:
-                runs = [
-                    (
-                        seconds(shadow_run(short_inv, out / f"short-{policy}-{i}.db", policy)),
-                        seconds(shadow_run(inv_path, out / f"{policy}-{i}.db", policy)),
-                    )
-                    for i in range(args.repeat)
-                ]
-                short_lines, short_s = runs[0][0][0], min(r[0][1] for r in runs)  # each the fastest of its runs
-                lines, whole_s = runs[0][1][0], min(r[1][1] for r in runs)
+                shorts, wholes = [], []  # seconds of each run, the two kinds in turn
+                for i in range(args.repeat):
+                    short_lines, taken = seconds(shadow_run(short_inv, out / f"short-{policy}-{i}.db", policy))
+                    shorts.append(taken)
+                    lines, taken = seconds(shadow_run(inv_path, out / f"{policy}-{i}.db", policy))
+                    wholes.append(taken)
+                short_s, whole_s = min(shorts), min(wholes)  # each the fastest of its runs
                 steady = (lines - short_lines) / (whole_s - short_s) if whole_s > short_s else float("inf")
                 start = short_s - short_lines / steady
                 print(

@@ -302,9 +302,9 @@ class _Shadow:
 
 
 def _thawed(name: str, policy: Policy, demand: DemandModel, routes: dict[str, str], touch_budget: float) -> _Shadow:
-    """A copy of the fleet as a memory held it (`_Shadow.remembered_as`), made again: a fresh session on a new
-    core on the inventory the thaw runs on (the one the thawed policy's stand-in core reads), with what its policy
-    learned."""
+    """A copy of the fleet as a memory held it (`_Shadow.remembered_as`), made again, as empty as the restarted
+    live book: a fresh session on a new core on the inventory the thaw runs on (the one the thawed policy's
+    stand-in core reads), with what its policy learned, its demand model and the routes where its prefetches go."""
     stand_in = policy.core
     core = PolicyCore(stand_in.inventory, policy, touch_budget=touch_budget, like=stand_in)
     core.demand = demand
@@ -433,18 +433,12 @@ class LeaderPolicy(Policy):
 
     def resumed(self) -> None:
         """After a restart each expert's copy of the fleet starts again from engines as empty as the new live
-        book, keeping its policy's learning, the routes it learned and the standings. Kept as they were, the
+        book, keeping its policy's learning, the routes it learned and the standings: the memory holds no fleet,
+        and the thaw makes each copy again empty (`_Shadow.remembered_as`, `_thawed`). Kept as they were, the
         copies would hold what the live engines no longer do: a leader that already holds the next step decides
         no prefetch of it, so the live engine, which lost it, would never get it (the next round after a `kill -9`
-        went cold)."""
+        went cold). What is left here: the live engines' requests in progress, seen by every copy."""
         self.catch_up()
-        inventory = self.core.inventory
-        for shadow in self._copies():
-            old = shadow.session.core
-            expert = PolicyCore(inventory, old.policy, touch_budget=old.touch_budget, like=self.core)
-            expert.demand = old.demand
-            expert.keep_routes(old.routes)  # where its prefetches go (the predictor's target)
-            shadow.fleet(expert)
         self._share_running()
 
     def _share_running(self) -> None:
