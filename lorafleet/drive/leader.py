@@ -279,8 +279,8 @@ class _Shadow:
 
     def remembered_as(self) -> tuple[Callable[..., _Shadow], tuple[object, ...]]:
         """How a policy's memory holds this copy (store/memory.py): what its policy learned, its demand model and
-        routes, not its fleet (book, engines, session), which a restart starts as empty as the live book anyway
-        (`LeaderPolicy.resumed`); written out, the fleets were a third of lorafleet's memory on 500 engines."""
+        routes, not its fleet (book, engines, session): a restart starts the copy as empty as the live book
+        (`_thawed`); written out, the fleets were a third of lorafleet's memory on 500 engines."""
         core = self.session.core
         return _thawed, (self.name, core.policy, core.demand, core.routes, core.touch_budget)
 
