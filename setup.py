@@ -16,6 +16,7 @@ from setuptools import setup
 CORE = [
     f"lorafleet/{name}.py"
     for name in (
+        "inventory/capacity",
         "policy/baselines",
         "policy/core",
         "policy/demand",

@@ -28,7 +28,7 @@ SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 def core_modules() -> list[str]:
     """The modules setup.py compiles, as module names."""
-    listed = re.findall(r'"((?:policy|drive|replay|logs|daemon)/\w+)"', (ROOT / "setup.py").read_text())
+    listed = re.findall(r'"((?:inventory|policy|drive|replay|logs|daemon)/\w+)"', (ROOT / "setup.py").read_text())
     assert len(listed) >= 10, listed
     return [f"lorafleet.{name.replace('/', '.')}" for name in listed]
 

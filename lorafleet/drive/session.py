@@ -948,7 +948,7 @@ class Session:
 
     def _completed(self, done: Completion) -> list[Call]:
         """A simulated load is done: its waiters' waits are known, and the core hears of it."""
-        at, engine, adapter, replaced = done
+        at, engine, adapter, replaced = done.done_at, done.engine, done.adapter, done.replaced
         self._at(at)
         key = (engine, adapter)
         core = self.core

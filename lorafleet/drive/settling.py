@@ -40,7 +40,7 @@ from typing import NamedTuple, Protocol, cast
 from mypy_extensions import mypyc_attr
 
 from lorafleet.drive.standin import StandInEngines
-from lorafleet.inventory.model import LoadModel
+from lorafleet.inventory.capacity import LoadModel
 from lorafleet.policy.core import HIT, LATE, LOAD, MISS, TOUCH, UNLOAD
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.residency import EngineResidency

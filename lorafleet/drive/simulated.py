@@ -20,16 +20,22 @@ from typing import NamedTuple
 
 from mypy_extensions import mypyc_attr
 
-from lorafleet.inventory.model import LoadModel
+from lorafleet.inventory.capacity import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, UNLOAD, Decision
 from lorafleet.policy.residency import Budget
 
 
-class Completion(NamedTuple):
-    done_at: float  # epoch seconds
-    engine: str
-    adapter: str
-    replaced: bool  # started by a loader a new budget replaced: the engine's new book never had it
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Completion:
+    """A load done. Its constructor is written out: a NamedTuple's is interpreted, and one is made per load."""
+
+    __slots__ = ("adapter", "done_at", "engine", "replaced")
+
+    def __init__(self, done_at: float, engine: str, adapter: str, replaced: bool) -> None:
+        self.done_at = done_at  # epoch seconds
+        self.engine = engine
+        self.adapter = adapter
+        self.replaced = replaced  # started by a loader a new budget replaced: the engine's new book never had it
 
 
 class Loading(NamedTuple):

@@ -33,7 +33,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from mypy_extensions import mypyc_attr
 
-from lorafleet.inventory.model import LoadModel
+from lorafleet.inventory.capacity import LoadModel
 from lorafleet.policy.core import HIT, LATE, MISS
 from lorafleet.policy.residency import EngineResidency, use_gpu_slot
 

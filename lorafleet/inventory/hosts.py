@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 
 from lorafleet.errors import Location, Problem
 from lorafleet.inventory import schema
+from lorafleet.inventory.capacity import LoadModel
 from lorafleet.inventory.fields import INVALID, Checker, as_list, describe, join, quoted
-from lorafleet.inventory.model import PROVIDERS, BaseModel, Engine, Host, LoadModel, SshSettings
+from lorafleet.inventory.model import PROVIDERS, BaseModel, Engine, Host, SshSettings
 from lorafleet.inventory.ranges import expand_hostname
 from lorafleet.inventory.yamlsource import LDict, where
 from lorafleet.kinds import equivalent_key, kind_of, slot_keys

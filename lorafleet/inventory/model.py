@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lorafleet.errors import Location
+from lorafleet.inventory.capacity import LoadModel, slot_cap
 from lorafleet.kinds import EngineKind, kind_of
 
 PROVIDERS = (
@@ -44,21 +45,6 @@ class SshSettings:
 
 
 @dataclass(frozen=True)
-class LoadModel:
-    """Cold load = fixed overhead + disk read + host-to-device copy; a host-cached adapter pays the copy only."""
-
-    load_fixed_ms: float = 15.0
-    disk_gbps: float = 3.0
-    h2d_gbps: float = 25.0
-
-    def cold_ms(self, size_bytes: int) -> float:
-        return self.load_fixed_ms + size_bytes / (self.disk_gbps * 1e9) * 1e3 + self.copy_ms(size_bytes)
-
-    def copy_ms(self, size_bytes: int) -> float:
-        return size_bytes / (self.h2d_gbps * 1e9) * 1e3
-
-
-@dataclass(frozen=True)
 class BaseModel:
     id: str
     name: str
@@ -73,12 +59,6 @@ class BaseModel:
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
-
-
-def slot_cap(gpu_slots: int, host_slots: int | None) -> int:
-    """How many adapters an engine keeps resident: its host-cache slots, or its GPU slots where the host cache
-    has no cap (SGLang without --max-loaded-loras). Planning, the policies and every view use this one rule."""
-    return host_slots if host_slots is not None else gpu_slots
 
 
 @dataclass(frozen=True)

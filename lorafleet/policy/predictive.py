@@ -5,12 +5,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from lorafleet.pickling import rebuilt
 from lorafleet.policy.baselines import capacity
 from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
 from lorafleet.policy.demand import LEADERS, AgedCounts
@@ -23,21 +21,46 @@ BLENDED, SHORT, QUICK = "blended", "short", "quick"  # popularity memories an ev
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
-@dataclass(frozen=True, slots=True, order=True)
 class ScheduledPrefetch:
-    """A prefetch the policy wants at `due` (policy time): ordered by due time, then by when it was scheduled."""
+    """A prefetch the policy wants at `due` (policy time): ordered by due time, then by when it was scheduled.
 
-    due: float
-    seq: int
-    key: tuple[str, str | None] = field(compare=False)  # ("tenant", name) or ("adapter", id): whose prediction
-    generation: int = field(compare=False)  # stale once the key's generation moved on (a newer request)
-    engine: str = field(compare=False)
-    adapter: str = field(compare=False)
-    attempt: int = field(default=0, compare=False)  # retries while the engine's loader is busy
-    completed: int = field(default=0, compare=False)  # the engine's loads completed when it first had to wait
+    Its constructor and order are written out: a dataclass's generated ones stay interpreted where the rest is
+    compiled, and the policy makes two or three a request and compares them about twenty times
+    (docs/benchmarks.md)."""
+
+    __slots__ = ("adapter", "attempt", "completed", "due", "engine", "generation", "key", "seq")
+
+    def __init__(
+        self,
+        due: float,
+        seq: int,
+        key: tuple[str, str | None],
+        generation: int,
+        engine: str,
+        adapter: str,
+        attempt: int = 0,
+        completed: int = 0,
+    ) -> None:
+        self.due = due
+        self.seq = seq
+        self.key = key  # ("tenant", name) or ("adapter", id): whose prediction
+        self.generation = generation  # stale once the key's generation moved on (a newer request)
+        self.engine = engine
+        self.adapter = adapter
+        self.attempt = attempt  # retries while the engine's loader is busy
+        self.completed = completed  # the engine's loads completed when it first had to wait
+
+    def __lt__(self, other: ScheduledPrefetch) -> bool:
+        return self.due < other.due or (self.due == other.due and self.seq < other.seq)
+
+    def __repr__(self) -> str:
+        return (
+            f"ScheduledPrefetch(due={self.due!r}, seq={self.seq!r}, engine={self.engine!r}, adapter={self.adapter!r})"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return rebuilt(self)  # pickled by its constructor (lorafleet/pickling.py)
+        fields = (self.key, self.generation, self.engine, self.adapter, self.attempt, self.completed)
+        return ScheduledPrefetch, (self.due, self.seq, *fields)  # pickled by its constructor
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
@@ -212,43 +235,50 @@ class LorafleetPolicy(Policy):
         """
         demand = self.core.demand
         # Each resident's share, capped at 1 (written out rather than `min`: this runs for every resident at
-        # every eviction), as (share, position, adapter, share, 1.0): the heap's entries where no byte budget binds.
-        heap: list[tuple[float, int, str, float, float]]
+        # every eviction), as (share, position, adapter): the heap's entries where no byte budget binds. The dicts
+        # are read through their own type (compiled, a bound `get` held in a variable is a generic call).
+        heap: list[tuple[float, int, str]] = []
+        i = -1
         if memory == BLENDED:
             a, b = demand.share_weights()
-            short, long = demand.popularity.get, demand.long_popularity.counts.get
-            heap = [
-                (s := v if (v := a * short(x, 0.0) + b * long(x, 0.0)) < 1.0 else 1.0, i, x, s, 1.0)
-                for i, x in enumerate(state.resident)
-                if x != keep
-            ]
+            short, long = demand.popularity, demand.long_popularity.counts
+            for x in state.resident:
+                i += 1
+                if x != keep:
+                    v = a * short.get(x, 0.0) + b * long.get(x, 0.0)
+                    heap.append((v if v < 1.0 else 1.0, i, x))
         else:
             if memory == SHORT:
-                a, counts = demand.short_scale, demand.popularity.get
+                a, counts = demand.short_scale, demand.popularity
             else:
-                a, counts = self.quick.rate / self.quick.weight, self.quick.counts.get
-            heap = [
-                (s := v if (v := a * counts(x, 0.0)) < 1.0 else 1.0, i, x, s, 1.0)
-                for i, x in enumerate(state.resident)
-                if x != keep
-            ]
+                a, counts = self.quick.rate / self.quick.weight, self.quick.counts
+            for x in state.resident:
+                i += 1
+                if x != keep:
+                    v = a * counts.get(x, 0.0)
+                    heap.append((v if v < 1.0 else 1.0, i, x))
         horizon = self.horizon
         # Each resident's lower bound, the popularity part of its score, is compared with the full scores
         # computed so far. Without a byte budget the heap is keyed by the share itself (the bound rises with it:
         # computed only for the few compared); with one, by the bound per share of the budget (`cost`) — what a
         # byte budget holds is a knapsack, and a large adapter must be worth as much more as it takes room
         # (GreedyDual-Size, Cao and Irani, 1997).
-        bytes_bind = bool(state.budget.budget_bytes)
-        if bytes_bind:
-            heap = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x, _, _ in heap]
-        heapq.heapify(heap)  # usually only the first one or two are needed: no full sort
         pending: list[tuple[float, int, str]] = []
+        if state.budget.budget_bytes:
+            sized = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x in heap]
+            heapq.heapify(sized)
+            while sized or pending:
+                while sized and (not pending or sized[0][0] <= pending[0][0]):
+                    _, i, x, s, c = heapq.heappop(sized)
+                    heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
+                score, _, adapter = heapq.heappop(pending)
+                yield score, adapter
+            return
+        heapq.heapify(heap)  # usually only the first one or two are needed: no full sort
         while heap or pending:
-            while heap and (
-                not pending or (heap[0][0] if bytes_bind else 1.0 - math.exp(-heap[0][0] * horizon)) <= pending[0][0]
-            ):
-                _, i, x, s, c = heapq.heappop(heap)
-                heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
+            while heap and (not pending or 1.0 - math.exp(-heap[0][0] * horizon) <= pending[0][0]):
+                s, i, x = heapq.heappop(heap)
+                heapq.heappush(pending, (self._boosted(x, now, s), i, x))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
 
@@ -560,7 +590,9 @@ class LorafleetPolicy(Policy):
                     self.seq += 1
                     mark = work.completed if work.attempt else done
                     wait = self._load_seconds(work.engine, work.adapter) + self.lead_margin_s  # a load's time
-                    retry = replace(work, due=now + wait, seq=self.seq, attempt=work.attempt + 1, completed=mark)
+                    key, generation, engine, adapter = work.key, work.generation, work.engine, work.adapter
+                    attempt = work.attempt + 1
+                    retry = ScheduledPrefetch(now + wait, self.seq, key, generation, engine, adapter, attempt, mark)
                     heapq.heappush(scheduled, retry)
                     continue
                 if done - work.completed >= self.max_in_flight:

@@ -22,7 +22,8 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from lorafleet.inventory.model import Engine, Inventory, slot_cap
+from lorafleet.inventory.capacity import slot_cap
+from lorafleet.inventory.model import Engine, Inventory
 from lorafleet.kinds import kind_of
 from lorafleet.pickling import attributes, rebuilt, restore
 
