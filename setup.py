@@ -26,6 +26,7 @@ CORE = [
         "policy/placement",
         "policy/predictive",
         "policy/residency",
+        "policy/value",
         "drive/late",
         "drive/leader",
         "drive/policies",

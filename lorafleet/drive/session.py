@@ -45,6 +45,7 @@ from lorafleet.measures import hit_ratio
 from lorafleet.policy.core import DEMAND, HIT, LATE, LOAD, MISS, PLAN, TOUCH, UNLOAD, UNSERVED, Decision, PolicyCore
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import SCAN_MAX, Placement
+from lorafleet.policy.value import Value
 
 KEEP, RECONCILE = "keep", "reconcile"  # the reasons of touches, and of what a reconcile did
 FORGET = "forget"  # a book entry a reconcile drops (no call: the engine no longer has it)
@@ -84,16 +85,26 @@ class Counts:
         return hit_ratio(self.hits, self.requests)
 
 
-class Call(NamedTuple):
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Call(Value):
     """One engine call for a live driver to make: LOAD, TOUCH or UNLOAD, with what its journal row says (the
-    answers tell of an EVICT and a FORGET too: journaled, never sent)."""
+    answers tell of an EVICT and a FORGET too: journaled, never sent). A value (policy/value.py)."""
 
-    action: str
-    engine: str
-    adapter: str
-    reason: str  # demand, prefetch, plan (loads); keep (touches); an unload's: the reason of the load it made room for
-    pinned: bool = False
-    unused: bool = False  # an unload of a prefetch no request used
+    __slots__ = ("action", "adapter", "engine", "pinned", "reason", "unused")
+    fields = ("action", "engine", "adapter", "reason", "pinned", "unused")
+
+    def __init__(
+        self, action: str, engine: str, adapter: str, reason: str, pinned: bool = False, unused: bool = False
+    ) -> None:
+        self.action = action
+        self.engine = engine
+        self.adapter = adapter
+        self.reason = reason  # demand, prefetch, plan (loads); keep (touches); an unload's: its load's reason
+        self.pinned = pinned
+        self.unused = unused  # an unload of a prefetch no request used
+
+    def values(self) -> tuple[str, str, str, str, bool, bool]:
+        return self.action, self.engine, self.adapter, self.reason, self.pinned, self.unused
 
 
 class Reconciled(NamedTuple):
@@ -102,25 +113,44 @@ class Reconciled(NamedTuple):
     forgotten: list[str]  # held in the book, no longer registered
 
 
-class Served(NamedTuple):
-    """A request an engine served, classified; `used`: it was the first to use a prefetched adapter."""
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Served(Value):
+    """A request an engine served, classified; `used`: it was the first to use a prefetched adapter. A value
+    (policy/value.py): the session answers one per request."""
 
-    at: float
-    event: RequestEvent
-    engine: str
-    outcome: str
-    gpu: bool
-    used: bool
-    avoided_ms: float
+    __slots__ = ("at", "avoided_ms", "engine", "event", "gpu", "outcome", "used")
+    fields = ("at", "event", "engine", "outcome", "gpu", "used", "avoided_ms")
+
+    def __init__(
+        self, at: float, event: RequestEvent, engine: str, outcome: str, gpu: bool, used: bool, avoided_ms: float
+    ) -> None:
+        self.at = at
+        self.event = event
+        self.engine = engine
+        self.outcome = outcome
+        self.gpu = gpu
+        self.used = used
+        self.avoided_ms = avoided_ms
+
+    def values(self) -> tuple[float, RequestEvent, str, str, bool, bool, float]:
+        return self.at, self.event, self.engine, self.outcome, self.gpu, self.used, self.avoided_ms
 
 
-class Waited(NamedTuple):
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Waited(Value):
     """A request's wait on its load (late, missed) or on the copy into a GPU slot (a hit outside them), and for a
-    prefetch the load time it did not wait."""
+    prefetch the load time it did not wait. A value (policy/value.py)."""
 
-    request: Served
-    waited_ms: float
-    avoided_ms: float
+    __slots__ = ("avoided_ms", "request", "waited_ms")
+    fields = ("request", "waited_ms", "avoided_ms")
+
+    def __init__(self, request: Served, waited_ms: float, avoided_ms: float) -> None:
+        self.request = request
+        self.waited_ms = waited_ms
+        self.avoided_ms = avoided_ms
+
+    def values(self) -> tuple[Served, float, float]:
+        return self.request, self.waited_ms, self.avoided_ms
 
 
 class Recounted(NamedTuple):
@@ -144,16 +174,25 @@ class Unserved(NamedTuple):
     event: RequestEvent
 
 
-class Performed(NamedTuple):
+@mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
+class Performed(Value):
     """An action on an engine (no call is sent for an eviction by the engine's own LRU, or a book entry a
-    reconcile forgot): done, or, live, answered (failed or refused), as its journal row says it."""
+    reconcile forgot): done, or, live, answered (failed or refused), as its journal row says it. A value
+    (policy/value.py)."""
 
-    at: float
-    call: Call
-    answer: str
-    ok: bool
-    ms: float | None
-    error: str | None
+    __slots__ = ("answer", "at", "call", "error", "ms", "ok")
+    fields = ("at", "call", "answer", "ok", "ms", "error")
+
+    def __init__(self, at: float, call: Call, answer: str, ok: bool, ms: float | None, error: str | None) -> None:
+        self.at = at
+        self.call = call
+        self.answer = answer
+        self.ok = ok
+        self.ms = ms
+        self.error = error
+
+    def values(self) -> tuple[float, Call, str, bool, float | None, str | None]:
+        return self.at, self.call, self.answer, self.ok, self.ms, self.error
 
 
 Answer = Served | Waited | Unserved | Performed | Recounted
@@ -221,14 +260,15 @@ class Held:
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
-    return served._replace(event=replace(served.event, tenant=tenant))
+    at, event, engine, outcome, gpu, used, avoided_ms = served.values()
+    return Served(at, replace(event, tenant=tenant), engine, outcome, gpu, used, avoided_ms)
 
 
 def _retagged(answer: Answer, tenant: str) -> Answer:
     if isinstance(answer, Served):
         return _filed_under(answer, tenant)
     if isinstance(answer, Waited):
-        return answer._replace(request=_filed_under(answer.request, tenant))
+        return Waited(_filed_under(answer.request, tenant), answer.waited_ms, answer.avoided_ms)
     if isinstance(answer, Unserved):
         return answer._replace(event=replace(answer.event, tenant=tenant))
     return answer  # an action: no tenant

@@ -23,19 +23,24 @@ from mypy_extensions import mypyc_attr
 from lorafleet.inventory.capacity import LoadModel
 from lorafleet.policy.core import DEMAND, EVICT, LOAD, UNLOAD, Decision
 from lorafleet.policy.residency import Budget
+from lorafleet.policy.value import Value
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
-class Completion:
-    """A load done. Its constructor is written out: a NamedTuple's is interpreted, and one is made per load."""
+class Completion(Value):
+    """A load done: a value (policy/value.py), one made per load."""
 
     __slots__ = ("adapter", "done_at", "engine", "replaced")
+    fields = ("done_at", "engine", "adapter", "replaced")
 
     def __init__(self, done_at: float, engine: str, adapter: str, replaced: bool) -> None:
         self.done_at = done_at  # epoch seconds
         self.engine = engine
         self.adapter = adapter
         self.replaced = replaced  # started by a loader a new budget replaced: the engine's new book never had it
+
+    def values(self) -> tuple[float, str, str, bool]:
+        return self.done_at, self.engine, self.adapter, self.replaced
 
 
 class Loading(NamedTuple):

@@ -21,6 +21,7 @@ from lorafleet.policy.demand import DemandModel
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.placement import place_in, pool_members, serving_pools
 from lorafleet.policy.residency import EngineResidency, ResidencyBook
+from lorafleet.policy.value import Value
 
 HIT, LATE, MISS, UNSERVED = "hit", "late", "miss", "unserved"
 LOAD, TOUCH, UNLOAD, EVICT = "load", "touch", "unload", "evict"
@@ -28,14 +29,11 @@ DEMAND, PREFETCH, PLAN = "demand", "prefetch", "plan"
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
-class Decision:
-    """One thing to do on an engine; a value (compared and hashed by its fields), never changed once made.
-
-    Policies emit one per touch, so making one must be cheap: a class with its constructor written out is made by
-    compiled code about eight times as fast as a NamedTuple and twenty times as fast as a frozen dataclass, whose
-    generated constructors stay interpreted (docs/benchmarks.md)."""
+class Decision(Value):
+    """One thing to do on an engine: a value (policy/value.py), made once per load, eviction and touch."""
 
     __slots__ = ("action", "adapter", "engine", "overrun", "reason", "unused")
+    fields = ("action", "engine", "adapter", "reason", "unused", "overrun")
 
     def __init__(
         self, action: str, engine: str, adapter: str, reason: str, unused: bool = False, overrun: bool = False
@@ -47,21 +45,8 @@ class Decision:
         self.unused = unused  # an eviction of a prefetch no request used (waste)
         self.overrun = overrun  # a load that leaves the engine past its budget by its own doing (`excess`)
 
-    def _values(self) -> tuple[str, str, str, str, bool, bool]:
+    def values(self) -> tuple[str, str, str, str, bool, bool]:
         return self.action, self.engine, self.adapter, self.reason, self.unused, self.overrun
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Decision) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        a, e, d, r, u, o = self._values()
-        return f"Decision(action={a!r}, engine={e!r}, adapter={d!r}, reason={r!r}, unused={u!r}, overrun={o!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return Decision, self._values()
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)

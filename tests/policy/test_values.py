@@ -10,9 +10,11 @@ import pickle
 
 import pytest
 
-from lorafleet.drive.simulated import SimulatedEngines
+from lorafleet.drive.session import Call, Performed, Served, Waited
+from lorafleet.drive.simulated import Completion, SimulatedEngines
 from lorafleet.inventory.capacity import LoadModel, slot_cap
-from lorafleet.policy.core import DEMAND, EVICT, LOAD, PREFETCH, TOUCH, Decision
+from lorafleet.policy.core import DEMAND, EVICT, HIT, LOAD, MISS, PREFETCH, TOUCH, Decision
+from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.predictive import ScheduledPrefetch
 from lorafleet.policy.residency import Budget
 
@@ -83,3 +85,29 @@ def test_the_load_time_model_adds_overhead_disk_read_and_copy() -> None:
     assert pickle.loads(pickle.dumps(load)) == load
     assert LoadModel() == LoadModel(15.0, 3.0, 25.0)
     assert slot_cap(4, 12) == 12 and slot_cap(4, None) == 4
+
+
+def test_the_sessions_answers_are_values_of_their_own_kind() -> None:
+    event = RequestEvent(1000.0, ADAPTER, "a1", "t")
+    served = Served(1000.0, event, "h/e0", MISS, False, False, 0.0)
+    call = Call(LOAD, "h/e0", "a1", DEMAND)
+    made = [
+        call,
+        Call(LOAD, "h/e0", "a1", DEMAND, pinned=True),
+        Call(LOAD, "h/e0", "a1", DEMAND, unused=True),
+        served,
+        Served(1000.0, event, "h/e0", HIT, False, False, 0.0),
+        Served(1000.0, event, "h/e0", MISS, True, False, 0.0),
+        Waited(served, 120.0, 0.0),
+        Waited(served, 120.0, 5.0),
+        Performed(1001.0, call, "loaded", True, 120.0, None),
+        Performed(1001.0, call, "failed", False, 3.0, "HTTP 500"),
+        Completion(1001.0, "h/e0", "a1", False),
+        Completion(1001.0, "h/e0", "a1", True),
+    ]
+    again = [pickle.loads(pickle.dumps(x)) for x in made]
+    assert again == made and [hash(x) for x in again] == [hash(x) for x in made]
+    assert len(set(made)) == len(made)  # each differs from the others by one field
+    assert Call(LOAD, "h/e0", "a1", DEMAND) != Decision(LOAD, "h/e0", "a1", DEMAND)  # same fields, another kind
+    assert repr(call) == "Call(action='load', engine='h/e0', adapter='a1', reason='demand', pinned=False, unused=False)"
+    assert repr(Waited(served, 1.5, 0.0)).startswith("Waited(request=Served(at=1000.0, event=RequestEvent(")
