@@ -111,7 +111,14 @@ def choose_engine(adapter: str, pool: Sequence[str], engines: Mapping[str, Engin
     for key in pool:
         if adapter in engines[key].in_flight:
             return key
-    return min(pool, key=lambda k: _default_load(engines[k]))
+    # The least loaded, the first of equals: `min` by `placement_load`, written out (compiled, a key function is
+    # a generic call per engine, and this runs at every miss and prefetch).
+    best, best_flight, best_used = pool[0], 0, 0
+    for i, key in enumerate(pool):
+        flight, used = engines[key].placement_load()
+        if i == 0 or flight < best_flight or (flight == best_flight and used < best_used):
+            best, best_flight, best_used = key, flight, used
+    return best
 
 
 SCAN_MAX = 8  # pools up to this size are scanned (cheaper than the index); larger ones use the book's index

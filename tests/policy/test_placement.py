@@ -53,6 +53,27 @@ def test_engine_order_resident_then_loading_then_least_loaded(tmp_path: Path) ->
     assert choose_engine("a3", [], book.engines) is None
 
 
+def test_the_least_loaded_engine_is_the_fewest_loads_in_flight_then_the_fewest_held_then_the_first(
+    tmp_path: Path,
+) -> None:
+    """What choose_engine writes out for the replay's hot path is rank_engines' first, case by case."""
+    inv = make_inventory(tmp_path, adapters=6, engines=[ENGINES[0], ENGINES[0], ENGINES[0]])
+    book = ResidencyBook.from_inventory(inv)
+    pool = ["h/e0", "h/e1", "h/e2"]
+    assert choose_engine("a5", pool, book.engines) == "h/e0"  # all alike: the first
+    book["h/e0"].admit("a1", 1)
+    book["h/e0"].admit("a2", 1)
+    book["h/e1"].admit("a3", 1)
+    book["h/e2"].admit("a4", 1)
+    assert choose_engine("a5", pool, book.engines) == "h/e1"  # fewest held, the first of the two
+    book["h/e1"].start_load("a0", 1)
+    assert choose_engine("a5", pool, book.engines) == "h/e2"  # a load in flight weighs more than one held
+    book["h/e2"].start_load("a1", 1)
+    assert choose_engine("a5", pool, book.engines) == "h/e0"  # none in flight there, though it holds the most
+    for adapter in ("a5", "a4", "a3"):
+        assert choose_engine(adapter, pool, book.engines) == rank_engines(adapter, pool, book.engines)[0]
+
+
 def test_pin_limit_is_the_kinds_and_keeps_a_host_slot(tmp_path: Path) -> None:
     inv = make_inventory(tmp_path, adapters=4, engines=ENGINES)
     book = ResidencyBook.from_inventory(inv)
