@@ -18,6 +18,7 @@ from lorafleet.policy.placement import Placement, can_pin, rank_engines
 from lorafleet.policy.residency import EngineResidency
 
 BLENDED, SHORT, QUICK = "blended", "short", "quick"  # popularity memories an eviction order can use
+_UNSIZED: dict[str, float] = {}  # never written: the shares and costs of an engine with no byte budget
 
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
@@ -263,22 +264,21 @@ class LorafleetPolicy(Policy):
         # computed only for the few compared); with one, by the bound per share of the budget (`cost`) — what a
         # byte budget holds is a knapsack, and a large adapter must be worth as much more as it takes room
         # (GreedyDual-Size, Cao and Irani, 1997).
-        pending: list[tuple[float, int, str]] = []
-        if state.budget.budget_bytes:
-            sized = [((1.0 - math.exp(-s * horizon)) / (c := self.cost(state, x)), i, x, s, c) for s, i, x in heap]
-            heapq.heapify(sized)
-            while sized or pending:
-                while sized and (not pending or sized[0][0] <= pending[0][0]):
-                    _, i, x, s, c = heapq.heappop(sized)
-                    heapq.heappush(pending, (self._boosted(x, now, s) / c, i, x))
-                score, _, adapter = heapq.heappop(pending)
-                yield score, adapter
-            return
+        bytes_bind = bool(state.budget.budget_bytes)
+        shares = costs = _UNSIZED  # read only where a byte budget binds
+        if bytes_bind:
+            shares = {x: s for s, _, x in heap}
+            costs = {x: self.cost(state, x) for _, _, x in heap}
+            heap = [((1.0 - math.exp(-s * horizon)) / costs[x], i, x) for s, i, x in heap]
         heapq.heapify(heap)  # usually only the first one or two are needed: no full sort
+        pending: list[tuple[float, int, str]] = []
         while heap or pending:
-            while heap and (not pending or 1.0 - math.exp(-heap[0][0] * horizon) <= pending[0][0]):
-                s, i, x = heapq.heappop(heap)
-                heapq.heappush(pending, (self._boosted(x, now, s), i, x))
+            while heap and (
+                not pending or (heap[0][0] if bytes_bind else 1.0 - math.exp(-heap[0][0] * horizon)) <= pending[0][0]
+            ):
+                key, i, x = heapq.heappop(heap)
+                score = self._boosted(x, now, shares[x]) / costs[x] if bytes_bind else self._boosted(x, now, key)
+                heapq.heappush(pending, (score, i, x))
             score, _, adapter = heapq.heappop(pending)
             yield score, adapter
 
