@@ -275,7 +275,9 @@ class _Shadow:
     def __init__(self, name: str, core: PolicyCore) -> None:
         self.name = name
         self.hit = False  # whether the latest request it served was a hit
-        self.fleet(core)
+        self.session = Session(core, simulate=True, answers=False)  # fresh engines, whatever its policy learned
+        self.session.decided = []
+        self.counts = self.session.counts
 
     def remembered_as(self) -> tuple[Callable[..., _Shadow], tuple[object, ...]]:
         """How a policy's memory holds this copy (store/memory.py): what its policy learned, its demand model and
@@ -283,12 +285,6 @@ class _Shadow:
         (`_thawed`); written out, the fleets were a third of lorafleet's memory on 500 engines."""
         core = self.session.core
         return _thawed, (self.name, core.policy, core.demand, core.routes, core.touch_budget)
-
-    def fleet(self, core: PolicyCore) -> None:
-        """Its copy of the fleet: a simulated session on `core` (fresh engines, whatever its policy learned)."""
-        self.session = Session(core, simulate=True, answers=False)
-        self.session.decided = []
-        self.counts = self.session.counts
 
     def taken(self) -> tuple[list[Decision], list[tuple[str, str]]]:
         """What it decided since last asked: the loads ahead of demand (a leader's are made live) and its

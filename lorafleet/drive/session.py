@@ -103,9 +103,6 @@ class Call(Value):
         self.pinned = pinned
         self.unused = unused  # an unload of a prefetch no request used
 
-    def values(self) -> tuple[str, str, str, str, bool, bool]:
-        return self.action, self.engine, self.adapter, self.reason, self.pinned, self.unused
-
 
 class Reconciled(NamedTuple):
     calls: list[Call]
@@ -132,9 +129,6 @@ class Served(Value):
         self.used = used
         self.avoided_ms = avoided_ms
 
-    def values(self) -> tuple[float, RequestEvent, str, str, bool, bool, float]:
-        return self.at, self.event, self.engine, self.outcome, self.gpu, self.used, self.avoided_ms
-
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Waited(Value):
@@ -148,9 +142,6 @@ class Waited(Value):
         self.request = request
         self.waited_ms = waited_ms
         self.avoided_ms = avoided_ms
-
-    def values(self) -> tuple[Served, float, float]:
-        return self.request, self.waited_ms, self.avoided_ms
 
 
 class Recounted(NamedTuple):
@@ -190,9 +181,6 @@ class Performed(Value):
         self.ok = ok
         self.ms = ms
         self.error = error
-
-    def values(self) -> tuple[float, Call, str, bool, float | None, str | None]:
-        return self.at, self.call, self.answer, self.ok, self.ms, self.error
 
 
 Answer = Served | Waited | Unserved | Performed | Recounted
@@ -260,8 +248,8 @@ class Held:
 
 
 def _filed_under(served: Served, tenant: str) -> Served:
-    at, event, engine, outcome, gpu, used, avoided_ms = served.values()
-    return Served(at, replace(event, tenant=tenant), engine, outcome, gpu, used, avoided_ms)
+    event = replace(served.event, tenant=tenant)
+    return Served(served.at, event, served.engine, served.outcome, served.gpu, served.used, served.avoided_ms)
 
 
 def _retagged(answer: Answer, tenant: str) -> Answer:

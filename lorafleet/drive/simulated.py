@@ -39,9 +39,6 @@ class Completion(Value):
         self.adapter = adapter
         self.replaced = replaced  # started by a loader a new budget replaced: the engine's new book never had it
 
-    def values(self) -> tuple[float, str, str, bool]:
-        return self.done_at, self.engine, self.adapter, self.replaced
-
 
 class Loading(NamedTuple):
     """An engine's loader as it stands: the load in progress and when it completes, then the queue."""

@@ -45,9 +45,6 @@ class Decision(Value):
         self.unused = unused  # an eviction of a prefetch no request used (waste)
         self.overrun = overrun  # a load that leaves the engine past its budget by its own doing (`excess`)
 
-    def values(self) -> tuple[str, str, str, str, bool, bool]:
-        return self.action, self.engine, self.adapter, self.reason, self.unused, self.overrun
-
 
 @mypyc_attr(allow_interpreted_subclasses=True, serializable=True)
 class Policy:

@@ -24,7 +24,7 @@ class Value:
 
     def values(self) -> tuple[Any, ...]:
         """The fields' values, in the order of `fields` (the constructor's arguments)."""
-        raise NotImplementedError
+        return tuple(getattr(self, name) for name in self.fields)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and isinstance(other, Value) and self.values() == other.values()

@@ -28,6 +28,7 @@ from lorafleet.collector import paused
 from lorafleet.inventory.model import Inventory
 from lorafleet.policy.core import Policy, PolicyCore
 
+# 20: decisions are plain classes (policy/value.py), no longer NamedTuples
 # 19: what the policies learned only: no core (nor, through it, the inventory), no expert's copy of the fleet
 # 18: the standings keep the live engines' record beside the experts', and each expert's twin shortfall
 # 17: the eager predictor's bars at their least, no lift bar and an edge of zero (a restored copy keeps its old bars)
