@@ -274,7 +274,7 @@ class PolicyCore:
             return UNSERVED, []
         state = self.book.engines[engine]
         credit = self.touch_credit.get(engine, 0.0)
-        cap = float(state.budget.slot_cap)  # at most one turnover of the slots' worth is banked
+        cap = credit_cap(state)
         if credit < cap:
             self.touch_credit[engine] = min(cap, credit + self.touch_budget)
         decisions: list[Decision] = []
@@ -424,6 +424,11 @@ class PolicyCore:
         self.loading_reason[(engine, adapter)] = reason
         decisions.append(Decision(LOAD, engine, adapter, reason, False, overrun))
         return decisions
+
+
+def credit_cap(state: EngineResidency) -> float:
+    """The most touch credit an engine banks: one turnover of its slots' worth."""
+    return float(state.budget.slot_cap)
 
 
 def _among(order: Iterable[str], reach: set[str]) -> Iterator[str]:

@@ -189,9 +189,8 @@ class EngineResidency:
         if slots_over <= 0 and bytes_over <= 0:
             return []
         victims: list[str] = []
-        running = self.running
         for adapter in order:
-            if adapter not in self.resident or adapter in self.pins or adapter in running:
+            if not self.evictable(adapter):
                 continue
             victims.append(adapter)
             slots_over -= 1
@@ -206,6 +205,18 @@ class EngineResidency:
             if (excess_slots or excess_bytes) and slots_over <= excess_slots and bytes_over <= excess_bytes
             else None
         )
+
+    def evictable(self, adapter: str) -> bool:
+        """Whether `adapter` can be let go now: resident, neither pinned nor in use by a running request."""
+        return adapter in self.resident and adapter not in self.pins and adapter not in self.running
+
+    def own_victim(self) -> str | None:
+        """What the engine lets go next by itself where it evicts its least recently used (vLLM) and nothing is
+        touched: its oldest resident that can be let go."""
+        for adapter in self.resident:
+            if self.evictable(adapter):
+                return adapter
+        return None
 
     def excess(self) -> tuple[int, int]:
         """How far past its budget the engine is, in slots and bytes: only ever by its own load of a request it

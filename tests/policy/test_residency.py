@@ -345,3 +345,17 @@ def test_past_its_bytes_a_load_needs_room_for_itself_alone_to_the_byte() -> None
     e.ran("a")
     assert e.victims_for(50, e.resident) == ["a"]
     assert e.victims_for(51, e.resident) is None
+
+
+def test_the_engines_own_victim_is_its_oldest_resident_neither_pinned_nor_in_use() -> None:
+    e = engine(host_slots=3)
+    for name in ("a", "b", "c"):
+        e.admit(name, 1)
+    assert e.own_victim() == "a" and e.evictable("a")
+    e.pins.add("a")
+    e.run("b")
+    assert e.own_victim() == "c"
+    assert not e.evictable("a") and not e.evictable("b") and not e.evictable("x")
+    e.run("c")
+    assert e.own_victim() is None
+    assert e.victims_for(1, ["a", "b", "c"]) is None  # the same rule: nothing can go
