@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from lorafleet.policy.baselines import capacity
-from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore
+from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore, credit_cap
 from lorafleet.policy.demand import LEADERS, AgedCounts
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.experts import EvictionExperts
@@ -92,6 +93,10 @@ class LorafleetPolicy(Policy):
       recency, while regret pairs say that has been clearly better lately (experts.py). On an engine with a
       byte budget the order is by value per share of the budget an adapter takes (of its slots, or of its bytes
       when that is more): a byte budget is a knapsack, and a large adapter must be worth its room.
+    - Touches: on vLLM an eviction (or a prefetch's displacement) departs from the engine's own least recently
+      used only by touching everything older, and touches are budgeted; a departure is paid only where it gains,
+      per touch, at least what touches have been worth lately times how empty the engine's credit is
+      (`_worth_touches`), so the budget goes to the evictions where the order matters most.
     - Trust: each tenant's predictions are weighed by how often they came true (moving average), and each guess
       (by rank, after the adapter it follows) is used only while guesses of that rank after that adapter come
       true clearly more often than the tenant's usual mix gives the same adapter (its edge), and only when its
@@ -133,6 +138,7 @@ class LorafleetPolicy(Policy):
     _displacing = False  # a prefetch is making room: what it displaces comes back once per prediction
     hot_ttl_s = 300.0
     trust_rate = 0.1
+    touch_pace = 0.02  # how fast the worth of a touch follows the steers offered lately (`_worth_touches`)
 
     def __init__(
         self,
@@ -177,6 +183,9 @@ class LorafleetPolicy(Policy):
         # late enough after such a guess of it for a prefetch made then to have loaded (moving average): `covered`
         self.acted: dict[str | None, tuple[list[str], float]] = {}
         self.covered: dict[str, float] = {}
+        # engine -> what steering an eviction by touches has been worth per touch lately (moving average over the
+        # steers offered): the bar a steer must clear, lowered as the engine's touch credit fills
+        self.touch_worth: dict[str, float] = {}
 
     def bind(self, core: PolicyCore) -> None:
         super().bind(core)
@@ -290,7 +299,38 @@ class LorafleetPolicy(Policy):
         blended = (adapter for _, adapter in self._cheapest(state, now))
         short = (adapter for _, adapter in self._cheapest(state, now, memory=SHORT))
         quick = (adapter for _, adapter in self._cheapest(state, now, memory=QUICK))
-        return self.experts[state.key].choose(state.resident, blended, short, quick, state.pins)
+        order = self.experts[state.key].choose(state.resident, blended, short, quick, state.pins)
+        if not _steered_by_touches(state):
+            return order
+        order, again = itertools.tee(order)
+        chosen = next((a for a in order if state.evictable(a)), None)
+        own = state.own_victim()
+        if chosen is None or own is None or chosen == own or self._worth_touches(state, now, chosen, own):
+            return again
+        self.experts[state.key].forget_choice()  # the engine's own victim goes: no expert's choice
+        return list(state.resident)
+
+    def _worth_touches(self, state: EngineResidency, now: float, chosen: str, own: str) -> bool:
+        """Whether evicting `chosen` rather than `own`, the engine's own victim, is worth the touches it takes.
+
+        On vLLM an eviction is steered only by touching everything older than the victim, and touches are
+        budgeted (`PolicyCore.load`): spent on the first steer the credit reaches, they went to whatever eviction
+        came next, however little it gained, and the value orders' edge over the engine's LRU grew about linearly
+        with the budget (few-slots, seed 0: 40.1% at 0.1 touches a request, 51.5% unbounded; the engines alone
+        39.9%). So a steer must gain, per touch, the chance of a request within the horizon its victim has less
+        than the engine's own: at least the worth of a touch lately (a moving average of the steers offered),
+        times how empty the engine's credit is. A full credit takes any steer the policy's order asks for, so the
+        budget is spent all the same, on the steers that gain most first (docs/benchmarks.md)."""
+        credit = self.core.touch_credit.get(state.key, 0.0)
+        if credit < 1.0:
+            return False  # not a touch to spend
+        # `own` is older than `chosen` and not in use: touched for the steer, never for the engine's own eviction
+        touches = len(state.keep_for([chosen])) - len(state.keep_for([own]))
+        gain = max(0.0, self.score(own, now) - self.score(chosen, now)) / touches
+        worth = self.touch_worth.get(state.key, gain)
+        worth += self.touch_pace * (gain - worth)
+        self.touch_worth[state.key] = worth
+        return gain >= (1.0 - credit / credit_cap(state)) * worth
 
     # preload ---------------------------------------------------------------------------------------------
     def start(self, now: float) -> list[Decision]:
@@ -564,11 +604,24 @@ class LorafleetPolicy(Policy):
         bar = self.score(candidate, now) * self.displace_margin
         if state.budget.budget_bytes:  # the residents come by value per share of the budget: so is the bar
             bar /= self.cost(state, candidate)
-
+        cheaper: Iterable[str] = _worth_at_most(self._cheapest(state, now, keep), bar)
+        if _steered_by_touches(state):
+            # What it displaces is steered by touches only where a demand load's victim would be (`_worth_touches`);
+            # else the engine's own victim, where that is worth no more than the bar.
+            cheaper, again = itertools.tee(cheaper)
+            chosen = next((a for a in cheaper if state.evictable(a)), None)
+            own = state.own_victim()
+            if chosen is None or own is None:
+                return []
+            if chosen == own or self._worth_touches(state, now, chosen, own):
+                cheaper = again
+            elif own != keep and self.score(own, now) <= bar:
+                cheaper = (own,)
+            else:
+                return []
         self._displacing = True
         try:
-            cheaper = lambda: _worth_at_most(self._cheapest(state, now, keep), bar)  # noqa: E731
-            return core.load(now, target, candidate, PREFETCH, cheaper)
+            return core.load(now, target, candidate, PREFETCH, lambda: cheaper)
         finally:
             self._displacing = False
 
@@ -602,6 +655,12 @@ class LorafleetPolicy(Policy):
                 # Still the same loads in flight: a slow engine, not a flood. The prediction keeps its value.
             decisions += self._prefetch(now, work.engine, work.adapter, None)
         return decisions
+
+
+def _steered_by_touches(state: EngineResidency) -> bool:
+    """Whether an eviction there is steered by touches, one slot at a time: an engine that evicts by itself (vLLM),
+    with no byte budget (a byte budget's victims are chosen by value per share, several at a time)."""
+    return not state.profile.unload_frees and not state.budget.budget_bytes
 
 
 def _worth_at_most(ranked: Iterable[tuple[float, str]], bar: float) -> Iterator[str]:

@@ -45,7 +45,7 @@ from lorafleet.policy.core import Policy, PolicyCore
 # 6: the experts that do not lead serve a request after the live calls (a pending request);
 # 5: the live engines imitate the predictor (no live copy of it), and the eager predictor among the experts;
 # 4: standings over two memories; 3: second-order contexts; 2: edges per guess, repeats
-FORMAT = f"lorafleet {__version__} memory 20{' compiled' if COMPILED_CORE else ''}"
+FORMAT = f"lorafleet {__version__} memory 21{' compiled' if COMPILED_CORE else ''}"
 
 # The builtins a frozen policy is made of; every other class must be lorafleet's own (or a plain container).
 _SAFE_BUILTINS = {"dict", "list", "set", "frozenset", "tuple", "float", "int", "str", "bool", "bytes", "getattr"}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet.policy.core import PolicyCore
+from lorafleet.policy.core import PolicyCore, credit_cap
 from lorafleet.policy.events import ADAPTER, RequestEvent
 from lorafleet.policy.predictive import BLENDED, QUICK, SHORT, LorafleetPolicy
 from tests.policy.builders import make_inventory
@@ -25,6 +25,7 @@ def core_with(tmp_path: Path) -> tuple[PolicyCore, LorafleetPolicy]:
         state.admit(name, 1)
     for _ in range(50):  # a0 is by far the most popular, and the least recently used
         core.demand.observe("t", "a0", 1.0)
+    core.touch_credit["h/e0"] = credit_cap(state)  # a full touch credit: every steer that gains is worth its touches
     return core, policy
 
 
