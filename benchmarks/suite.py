@@ -53,6 +53,7 @@ PARAMETERS = (
     "displace_margin",
     "min_lift",
     "min_edge",
+    "touch_pace",
 )
 Trace = tuple[Inventory, list[RequestEvent]]
 
