@@ -389,7 +389,7 @@ class PolicyCore:
                     kept = state.keep_for(victims)
                     if len(kept) > credit:
                         kept = None
-                        reach = set(itertools.islice(state.resident, max(0, int(credit)) + 1))
+                        reach = within_credit(state, credit)
                         affordable = _among(again, reach)
                         if complete:  # a demand load must make room: else what the engine would evict alone
                             chain = _first_seen(itertools.chain(affordable, state.resident))
@@ -424,6 +424,11 @@ class PolicyCore:
         self.loading_reason[(engine, adapter)] = reason
         decisions.append(Decision(LOAD, engine, adapter, reason, False, overrun))
         return decisions
+
+
+def within_credit(state: EngineResidency, credit: float) -> set[str]:
+    """What a steer the credit can pay may evict: evicting the n-th least recently used takes n - 1 touches."""
+    return set(itertools.islice(state.resident, max(0, int(credit)) + 1))
 
 
 def credit_cap(state: EngineResidency) -> float:

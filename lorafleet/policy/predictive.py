@@ -11,7 +11,7 @@ from typing import Any
 from mypy_extensions import mypyc_attr
 
 from lorafleet.policy.baselines import capacity
-from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore, credit_cap
+from lorafleet.policy.core import PLAN, PREFETCH, Decision, Policy, PolicyCore, credit_cap, within_credit
 from lorafleet.policy.demand import LEADERS, AgedCounts
 from lorafleet.policy.events import RequestEvent
 from lorafleet.policy.experts import EvictionExperts
@@ -204,6 +204,7 @@ class LorafleetPolicy(Policy):
             key: learned.get(key) or EvictionExperts(capacity(state), self.evidence_memory)
             for key, state in core.book.engines.items()
         }
+        self.touch_worth = {key: w for key, w in self.touch_worth.items() if key in core.book.engines}
 
     # scoring ---------------------------------------------------------------------------------------------
     def score(self, adapter: str, now: float) -> float:
@@ -302,15 +303,32 @@ class LorafleetPolicy(Policy):
         order = self.experts[state.key].choose(state.resident, blended, short, quick, state.pins)
         if not _steered_by_touches(state):
             return order
-        order, again = itertools.tee(order)
-        chosen = next((a for a in order if state.evictable(a)), None)
-        own = state.own_victim()
-        if chosen is None or own is None or chosen == own or self._worth_touches(state, now, chosen, own):
-            return again
-        self.experts[state.key].forget_choice()  # the engine's own victim goes: no expert's choice
+        order, judged = itertools.tee(order)
+        if self._follows(state, now, judged):
+            return order
+        self.experts[state.key].forget_choice()  # the engine's own victim goes: not what the experts chose
         return list(state.resident)
 
-    def _worth_touches(self, state: EngineResidency, now: float, chosen: str, own: str) -> bool:
+    def _follows(self, state: EngineResidency, now: float, order: Iterable[str]) -> bool:
+        """Whether the engine should evict as `order` says rather than its own least recently used: where the
+        steer the touch credit pays for (the order's first choice, else its first within the credit's reach, as
+        `PolicyCore.load` pays it) is worth its touches, or where it takes none."""
+        own = state.own_victim()
+        order, again = itertools.tee(order)
+        chosen = next((a for a in order if state.evictable(a)), None)
+        if chosen is None or own is None or chosen == own:
+            return True
+        credit = self.core.touch_credit.get(state.key, 0.0)
+        if credit < 1.0:
+            return False  # not a touch to spend
+        if len(state.keep_for([chosen])) > credit:
+            reach = within_credit(state, credit)
+            chosen = next((a for a in again if a in reach and state.evictable(a)), None)
+            if chosen is None or chosen == own:
+                return True  # what the core does then takes no touch
+        return self._worth_touches(state, now, chosen, own, credit)
+
+    def _worth_touches(self, state: EngineResidency, now: float, chosen: str, own: str, credit: float) -> bool:
         """Whether evicting `chosen` rather than `own`, the engine's own victim, is worth the touches it takes.
 
         On vLLM an eviction is steered only by touching everything older than the victim, and touches are
@@ -321,9 +339,6 @@ class LorafleetPolicy(Policy):
         than the engine's own: at least the worth of a touch lately (a moving average of the steers offered),
         times how empty the engine's credit is. A full credit takes any steer the policy's order asks for, so the
         budget is spent all the same, on the steers that gain most first (docs/benchmarks.md)."""
-        credit = self.core.touch_credit.get(state.key, 0.0)
-        if credit < 1.0:
-            return False  # not a touch to spend
         # `own` is older than `chosen` and not in use: touched for the steer, never for the engine's own eviction
         touches = len(state.keep_for([chosen])) - len(state.keep_for([own]))
         gain = max(0.0, self.score(own, now) - self.score(chosen, now)) / touches
@@ -606,19 +621,14 @@ class LorafleetPolicy(Policy):
             bar /= self.cost(state, candidate)
         cheaper: Iterable[str] = _worth_at_most(self._cheapest(state, now, keep), bar)
         if _steered_by_touches(state):
-            # What it displaces is steered by touches only where a demand load's victim would be (`_worth_touches`);
+            # What it displaces is steered by touches only where a demand load's victim would be (`_follows`);
             # else the engine's own victim, where that is worth no more than the bar.
-            cheaper, again = itertools.tee(cheaper)
-            chosen = next((a for a in cheaper if state.evictable(a)), None)
-            own = state.own_victim()
-            if chosen is None or own is None:
-                return []
-            if chosen == own or self._worth_touches(state, now, chosen, own):
-                cheaper = again
-            elif own != keep and self.score(own, now) <= bar:
+            cheaper, judged = itertools.tee(cheaper)
+            if not self._follows(state, now, judged):
+                own = state.own_victim()
+                if own is None or own == keep or self.score(own, now) > bar:
+                    return []
                 cheaper = (own,)
-            else:
-                return []
         self._displacing = True
         try:
             return core.load(now, target, candidate, PREFETCH, lambda: cheaper)

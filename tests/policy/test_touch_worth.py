@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet.policy.core import EVICT, LOAD, TOUCH, PolicyCore, credit_cap
+from lorafleet.policy.core import DEMAND, EVICT, LOAD, TOUCH, PolicyCore, credit_cap
 from lorafleet.policy.predictive import LorafleetPolicy
 from tests.policy.builders import make_inventory
 
@@ -137,11 +137,9 @@ def test_no_prefetch_where_the_steer_is_not_worth_its_touches_and_the_engines_ow
 def test_where_no_touch_steers_an_eviction_the_order_is_the_policys_own(
     tmp_path: Path, engine: dict[str, object]
 ) -> None:
-    core, policy, gain = fleet(tmp_path, engine)
-    core.touch_credit[E] = 0.0
-    policy.touch_worth[E] = 10 * gain
+    core, policy, _ = fleet(tmp_path, engine)
+    core.touch_credit[E] = 0.0  # no touch to spend: on vLLM the engine's own victim, a0, would go
     assert first_victim(core, policy) == "a1"
-    assert E not in policy.touch_worth or policy.touch_worth[E] == 10 * gain  # nothing judged
 
 
 def test_a_steer_is_charged_only_the_touches_it_adds_to_what_the_engines_own_eviction_takes(tmp_path: Path) -> None:
@@ -164,3 +162,41 @@ def test_a_prefetch_never_displaces_the_adapter_just_asked_for(tmp_path: Path) -
     policy.touch_worth[E] = 10 * gain  # no steer: the engine's own victim, a0, would go, but a0 was just asked for
     assert [d for d in policy._prefetch(NOW, E, "a5", "a0") if d.action == EVICT] == []
     assert core.book[E].holds("a0")
+
+
+def test_the_first_steer_judged_sets_the_worth_of_a_touch(tmp_path: Path) -> None:
+    core, policy, gain = fleet(tmp_path)
+    core.touch_credit[E] = 1.0
+    assert first_victim(core, policy) == "a1"  # judged against its own gain: 4/5 of it
+    assert policy.touch_worth[E] == pytest.approx(gain)
+
+
+def demand_load(core: PolicyCore, policy: LorafleetPolicy) -> list[tuple[str, str]]:
+    state = core.book[E]
+    decisions = core.load(NOW, E, "a5", DEMAND, lambda: policy.victim_order(state, NOW), complete=True)
+    return [(d.action, d.adapter) for d in decisions if d.action != LOAD]
+
+
+@pytest.mark.parametrize(("worth", "paid"), [(0.1, True), (10.0, False)])
+def test_the_steer_judged_is_the_one_the_credit_pays_for(tmp_path: Path, worth: float, paid: bool) -> None:
+    """The order's first choice, a2, takes two touches (a0 and a1), more than the one the credit holds: the core
+    pays for its preference within reach, a1, one touch; that is the steer judged."""
+    core, policy, _ = fleet(tmp_path)
+    for _ in range(10):
+        core.demand.observe("t", "a1", 1.5)  # a1 between a0 and the never-asked a2..a4
+    assert next(iter(policy.victim_order(core.book[E], NOW))) == "a2"  # a full credit: the order's own choice
+    core.touch_credit[E] = 1.0
+    one_touch = policy.score("a0", NOW) - policy.score("a1", NOW)
+    policy.touch_worth[E] = worth * one_touch
+    assert demand_load(core, policy) == ([(TOUCH, "a0"), (EVICT, "a1")] if paid else [(EVICT, "a0")])
+    assert policy.touch_worth[E] == pytest.approx((worth + policy.touch_pace * (1 - worth)) * one_touch)
+
+
+def test_no_steer_is_judged_where_the_order_chooses_the_engines_own_victim(tmp_path: Path) -> None:
+    core, policy, _ = fleet(tmp_path)
+    for name in ("a1", "a2", "a3", "a4"):
+        for _ in range(60):
+            core.demand.observe("t", name, 1.5)  # every other resident worth more than a0, the oldest
+    core.touch_credit[E] = 1.0
+    assert first_victim(core, policy) == "a0"
+    assert E not in policy.touch_worth  # nothing to pay, nothing judged
