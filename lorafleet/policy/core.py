@@ -389,8 +389,7 @@ class PolicyCore:
                     kept = state.keep_for(victims)
                     if len(kept) > credit:
                         kept = None
-                        reach = within_credit(state, credit)
-                        affordable = _among(again, reach)
+                        affordable = within_credit(state, again, credit)
                         if complete:  # a demand load must make room: else what the engine would evict alone
                             chain = _first_seen(itertools.chain(affordable, state.resident))
                             victims = state.victims_for(size, chain)
@@ -426,9 +425,10 @@ class PolicyCore:
         return decisions
 
 
-def within_credit(state: EngineResidency, credit: float) -> set[str]:
-    """What a steer the credit can pay may evict: evicting the n-th least recently used takes n - 1 touches."""
-    return set(itertools.islice(state.resident, max(0, int(credit)) + 1))
+def within_credit(state: EngineResidency, order: Iterable[str], credit: float) -> Iterator[str]:
+    """The adapters of `order`, in its order, that a steer the credit can pay may evict: evicting the n-th least
+    recently used takes n - 1 touches."""
+    return _among(order, set(itertools.islice(state.resident, max(0, int(credit)) + 1)))
 
 
 def credit_cap(state: EngineResidency) -> float:

@@ -322,8 +322,7 @@ class LorafleetPolicy(Policy):
         if credit < 1.0:
             return False  # not a touch to spend
         if len(state.keep_for([chosen])) > credit:
-            reach = within_credit(state, credit)
-            chosen = next((a for a in again if a in reach and state.evictable(a)), None)
+            chosen = next((a for a in within_credit(state, again, credit) if state.evictable(a)), None)
             if chosen is None or chosen == own:
                 return True  # what the core does then takes no touch
         return self._worth_touches(state, now, chosen, own, credit)
